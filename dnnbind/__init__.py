@@ -1,0 +1,83 @@
+"""dnnbind: Pythonic bindings to NVIDIA cuDNN and cuBLAS, and a Keras-like training API.
+
+``import dnnbind`` never touches a CUDA library: the binding layer loads them
+lazily, so the package imports (and the NumPy backend works) on any machine.
+
+Three ways in:
+
+* ``dnnbind.Sequential`` / ``dnnbind.layers``: the Keras-like API.
+* ``dnnbind.ops``: forward and backward ops with one signature for a
+  :class:`dnnbind.cuda.DeviceArray` (cuDNN/cuBLAS) and a NumPy array.
+* ``dnnbind.cuda`` / ``dnnbind.cudnn`` / ``dnnbind.cublas``: the owned runtime
+  objects, handles and descriptors, for pipelines of your own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .backend import Device, default_device, set_default_device
+from .errors import (
+    CublasError,
+    CudaError,
+    CudnnError,
+    DeviceOutOfMemoryError,
+    DnnbindError,
+    LibraryNotFoundError,
+    NoDeviceError,
+    NvrtcError,
+)
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {
+    "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
+    "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
+    "saving", "backend", "errors",
+}
+
+# name -> (module, attribute)
+_LAZY = {
+    "to_device": ("dnnbind.cuda", "to_device"),
+    "from_dlpack": ("dnnbind.cuda", "from_dlpack"),
+    "from_cuda_array_interface": ("dnnbind.cuda", "from_cuda_array_interface"),
+    "DeviceArray": ("dnnbind.cuda", "DeviceArray"),
+    "Sequential": ("dnnbind.models", "Sequential"),
+    "Model": ("dnnbind.models", "Sequential"),
+    "Input": ("dnnbind.layers", "Input"),
+    "load_model": ("dnnbind.saving", "load_model"),
+    "doctor": ("dnnbind.doctor", "doctor"),
+}
+
+__all__ = [
+    "__version__",
+    "Device",
+    "default_device",
+    "set_default_device",
+    "DnnbindError",
+    "CudaError",
+    "CudnnError",
+    "CublasError",
+    "NvrtcError",
+    "DeviceOutOfMemoryError",
+    "NoDeviceError",
+    "LibraryNotFoundError",
+    *sorted(_LAZY),
+    *sorted(_SUBMODULES),
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dnnbind.{name}")
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dnnbind' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

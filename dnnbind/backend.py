@@ -1,0 +1,192 @@
+"""Choose where computation runs: the CUDA backend (cuDNN/cuBLAS) or the NumPy backend.
+
+The choice is made once, in this order: an explicit argument, then
+:func:`set_default_device`, then the ``DNNBIND_DEVICE`` environment variable,
+then what is available (the first GPU when one is usable, else the CPU).
+
+Devices are spelled as in PyTorch: ``"cpu"``, ``"cuda"`` (the current GPU) and
+``"cuda:N"``. On the CPU, arrays are NumPy arrays; on a GPU they are
+:class:`dnnbind.cuda.DeviceArray`. Nothing here converts between the two
+silently: :func:`asarray` and :func:`to_numpy` are the explicit transfers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from .errors import DnnbindError, NoDeviceError
+
+__all__ = [
+    "Device",
+    "resolve_device",
+    "default_device",
+    "set_default_device",
+    "device_of",
+    "is_device_array",
+    "asarray",
+    "to_numpy",
+]
+
+_default: "Device | None" = None
+_announced = False
+
+
+class Device:
+    """A compute device: ``Device("cpu")`` or ``Device("cuda:0")``."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec: "str | Device" = "cpu") -> None:
+        if isinstance(spec, Device):
+            self.type, self.index = spec.type, spec.index
+            return
+        if not isinstance(spec, str):
+            raise TypeError(f"device must be a string like 'cpu', 'cuda' or 'cuda:1', got {spec!r}")
+        text = spec.strip().lower()
+        if text in ("cpu", "numpy"):
+            self.type, self.index = "cpu", None
+        elif text in ("cuda", "gpu"):
+            self.type, self.index = "cuda", None
+        elif text.startswith(("cuda:", "gpu:")):
+            _, _, number = text.partition(":")
+            if not number.isdigit():
+                raise ValueError(f"invalid device {spec!r}: the index after 'cuda:' must be a number")
+            self.type, self.index = "cuda", int(number)
+        else:
+            raise ValueError(f"unknown device {spec!r}; use 'cpu', 'cuda' or 'cuda:N'")
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.type == "cuda"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Device(other)
+            except (TypeError, ValueError):
+                return False
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"Device('{self}')"
+
+
+def _cuda_available() -> bool:
+    try:
+        from . import cuda
+    except Exception:  # cuda-bindings missing or broken: the CPU backend still works
+        return False
+    return cuda.is_available()
+
+
+def _announce_cpu(reason: str) -> None:
+    global _announced
+    if not _announced:
+        _announced = True
+        print(f"dnnbind: {reason}, using the CPU (NumPy) backend", file=sys.stderr)
+
+
+def _check_cuda(device: Device) -> Device:
+    from . import cuda
+
+    if not cuda.is_available():
+        raise NoDeviceError(
+            f"device '{device}' was requested but no usable CUDA GPU was found "
+            f"({cuda.unavailable_reason()}). Run `python -m dnnbind doctor` for a diagnosis, "
+            "or use device='cpu'."
+        )
+    index = cuda.current_device_index() if device.index is None else device.index
+    count = cuda.device_count()
+    if index >= count:
+        raise NoDeviceError(f"device '{device}' was requested but only {count} CUDA device(s) exist")
+    return Device(f"cuda:{index}")
+
+
+def resolve_device(device: "str | Device | None" = None) -> Device:
+    """Return the concrete device for ``device`` (``None`` means the default)."""
+    if device is None:
+        return default_device()
+    dev = Device(device)
+    return _check_cuda(dev) if dev.is_cuda else dev
+
+
+def default_device() -> Device:
+    """The device used when none is given (see the module docstring for the order)."""
+    global _default
+    if _default is not None:
+        return _default
+    env = os.environ.get("DNNBIND_DEVICE", "").strip()
+    if env:
+        _default = resolve_device(env)
+    elif _cuda_available():
+        _default = resolve_device("cuda")
+    else:
+        from . import cuda
+
+        _announce_cpu(f"no GPU ({cuda.unavailable_reason()})")
+        _default = Device("cpu")
+    return _default
+
+
+def set_default_device(device: "str | Device | None") -> Device | None:
+    """Set the default device (``None`` forgets the choice and re-detects)."""
+    global _default
+    _default = None if device is None else resolve_device(device)
+    return _default
+
+
+def is_device_array(x: Any) -> bool:
+    """True for a :class:`dnnbind.cuda.DeviceArray` (without importing CUDA for NumPy input)."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return False
+    from .cuda.array import DeviceArray
+
+    return isinstance(x, DeviceArray)
+
+
+def device_of(x: Any) -> Device:
+    """The device an array lives on."""
+    if is_device_array(x):
+        return Device(f"cuda:{x.device.index}")
+    return Device("cpu")
+
+
+def asarray(x: Any, device: "str | Device | None" = None, dtype: Any = None, stream: Any = None):
+    """Put ``x`` on ``device`` (an explicit host-to-device transfer when it is a GPU)."""
+    dev = resolve_device(device)
+    if dev.is_cuda:
+        from .cuda import to_device
+
+        if is_device_array(x):
+            if x.device.index != dev.index:
+                return x.to(str(dev))
+            if dtype is not None and np.dtype(dtype) != x.dtype:
+                from .ops import cast
+
+                return cast(x, dtype, stream=stream)
+            return x
+        arr = np.asarray(x, dtype=dtype)
+        return to_device(arr, stream=stream, device=dev.index)
+    if is_device_array(x):
+        raise DnnbindError(
+            "refusing to move a DeviceArray to the CPU implicitly; call .to_host() (or .numpy()) "
+            "to copy it explicitly"
+        )
+    return np.asarray(x, dtype=dtype)
+
+
+def to_numpy(x: Any, stream: Any = None) -> np.ndarray:
+    """Explicit device-to-host copy (NumPy input is returned as it is)."""
+    if is_device_array(x):
+        return x.to_host(stream=stream)
+    return np.asarray(x)

@@ -1,0 +1,34 @@
+"""Shared test set-up: the `gpu` marker skips (with the reason) when no usable GPU exists."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _gpu_reason() -> str | None:
+    try:
+        from dnnbind import cuda
+    except Exception as exc:  # pragma: no cover - import problems are reported by other tests
+        return f"dnnbind.cuda cannot be imported: {exc}"
+    if cuda.is_available():
+        return None
+    return f"needs an NVIDIA GPU: {cuda.unavailable_reason()}"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any("gpu" in item.keywords for item in items):
+        return
+    reason = _gpu_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    """A seeded generator; tests draw fresh random (never all-zero) data from it."""
+    return np.random.default_rng(1234)

@@ -1,0 +1,58 @@
+"""Helpers shared by the tests: tolerances, relative error, finite differences, poisoning."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+# Relative-error tolerances, by the precision the op computed in.
+TOLERANCE = {
+    "float64": 1e-9,
+    "float32": 1e-5,   # fp32 with TF32 off: far under 1e-4
+    "tf32": 2e-3,      # fp32 inputs, TF32 tensor-op math
+    "float16": 1e-2,
+    "bfloat16": 2e-2,
+}
+
+POISON = float("nan")
+
+
+def rel_error(actual, expected) -> float:
+    """||actual - expected|| / ||expected|| in float64 (inf when actual has NaN)."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    assert a.shape == e.shape, f"shape {a.shape} != expected {e.shape}"
+    if not np.all(np.isfinite(a)):
+        return float("inf")
+    denom = np.linalg.norm(e.ravel())
+    return float(np.linalg.norm((a - e).ravel()) / (denom if denom > 0 else 1.0))
+
+
+def assert_close(actual, expected, tol: float, what: str = "") -> None:
+    err = rel_error(actual, expected)
+    assert err <= tol, f"{what} relative error {err:.3e} > {tol:.1e}"
+
+
+def numerical_grad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Central finite differences of the scalar ``f()`` w.r.t. ``x`` (modified in place, restored)."""
+    grad = np.zeros_like(x, dtype=np.float64)
+    flat = x.reshape(-1)
+    g = grad.reshape(-1)
+    for i in range(flat.size):
+        old = flat[i]
+        flat[i] = old + eps
+        plus = f()
+        flat[i] = old - eps
+        minus = f()
+        flat[i] = old
+        g[i] = (plus - minus) / (2 * eps)
+    return grad
+
+
+def random(rng: np.random.Generator, shape, dtype=np.float64, low=-1.0, high=1.0) -> np.ndarray:
+    """Uniform random data that is never all zero."""
+    x = rng.uniform(low, high, size=shape).astype(dtype)
+    if x.size and not np.any(x):
+        x.flat[0] = 1
+    return x
