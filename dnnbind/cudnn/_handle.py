@@ -1,0 +1,170 @@
+"""The cuDNN handle: one per (device, stream), owned, with a no-GPU error that says what to do."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from .._lib import OwnedPointer, device_index, no_device_message
+from .._lib import cudnn as C
+from ..errors import NoDeviceError
+
+__all__ = ["Handle", "get_handle"]
+
+
+def _raw_stream(stream: Any) -> int:
+    """The raw ``cudaStream_t`` for an int, None (0: legacy default), or anything dnnbind.cuda.as_stream takes."""
+    if stream is None:
+        return 0
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    from .. import cuda
+
+    return int(cuda.as_stream(stream).handle)
+
+
+def _unavailable_reason() -> str:
+    """Why dnnbind.cuda sees no GPU ('' when it sees one)."""
+    try:
+        from .. import cuda
+
+        return "" if cuda.is_available() else cuda.unavailable_reason()
+    except Exception as exc:  # dnnbind.cuda itself failing is one more reason to report
+        return f"dnnbind.cuda: {exc}"
+
+
+class Handle(OwnedPointer):
+    """An owned ``cudnnHandle_t`` bound to one device and one stream.
+
+    Parameters
+    ----------
+    device:
+        Device index or :class:`dnnbind.cuda.Device`; ``None`` uses the current device.
+    stream:
+        A :class:`dnnbind.cuda.Stream`, a raw ``cudaStream_t`` int, or ``None`` to keep
+        cuDNN's default (the legacy default stream). :func:`get_handle` binds the
+        current dnnbind stream instead.
+
+    Raises
+    ------
+    dnnbind.errors.NoDeviceError
+        No usable GPU (no driver, no device). Never a crash.
+    """
+
+    def __init__(self, device: Any = None, stream: Any = None) -> None:
+        index = device_index(device)
+        self._stream_ref: Any = None
+        self._stream = 0
+        ptr = self._create(index)
+        self._adopt(ptr, C.raw("cudnnDestroy"))
+        self._device = index
+        if stream is not None:
+            self.set_stream(stream)
+
+    @staticmethod
+    def _create(index: int | None) -> int:
+        out = ctypes.c_void_p()
+        create = C.raw("cudnnCreate")
+        if index is None:
+            status = create(ctypes.byref(out))
+        else:
+            from .. import cuda
+
+            with cuda.Device(index):
+                status = create(ctypes.byref(out))
+        if status:
+            err = C.error(status, "cudnnCreate", {"device": "current" if index is None else index})
+            reason = _unavailable_reason()
+            if "cudaGetDeviceCount" in err.detail or reason:
+                raise NoDeviceError(
+                    no_device_message("cuDNN", err.detail or err.status_name, reason)
+                    + f" [cudnnCreate returned {err.status_name}]"
+                ) from err
+            raise err
+        return int(out.value)
+
+    @classmethod
+    def from_handle(cls, ptr: int, owned: bool = False, device: int | None = None) -> "Handle":
+        """Wrap an existing ``cudnnHandle_t`` (from another library). Borrowed ones are never destroyed."""
+        if not isinstance(ptr, int) or ptr <= 0:
+            raise ValueError(f"Handle.from_handle needs a non-null cudnnHandle_t int, got {ptr!r}")
+        self = cls.__new__(cls)
+        self._stream_ref = None
+        self._adopt(ptr, C.raw("cudnnDestroy"), owned=owned)
+        self._device = device_index(device)
+        out = ctypes.c_void_p()
+        C.cudnnGetStream(ptr, ctypes.byref(out))
+        self._stream = int(out.value or 0)
+        return self
+
+    @property
+    def device(self) -> int:
+        """Index of the device this handle was created on."""
+        if self._device is None:
+            from .. import cuda
+
+            self._device = cuda.current_device_index()
+        return self._device
+
+    @property
+    def stream(self) -> int:
+        """The raw ``cudaStream_t`` the handle's work goes to (0: the legacy default stream)."""
+        return self._stream
+
+    @property
+    def bound_stream(self) -> Any:
+        """What was passed to :meth:`set_stream` (a Stream, a raw int) or None."""
+        return self._stream_ref if self._stream_ref is not None else (self._stream or None)
+
+    def set_stream(self, stream: Any) -> None:
+        """Bind the handle to ``stream`` (dnnbind Stream, raw int, or None for the legacy default)."""
+        raw = _raw_stream(stream)
+        C.call("cudnnSetStream", self.handle, raw, context={"stream": hex(raw)})
+        self._stream = raw
+        # Keep the Stream object alive while work may still be queued on it through this handle.
+        self._stream_ref = None if isinstance(stream, int) else stream
+
+    def _check_destroy(self, status: int) -> None:
+        C.check(status, "cudnnDestroy")
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<cudnn.Handle closed>"
+        device = self._device if self._device is not None else "current"
+        kind = "owned" if self.owned else "borrowed"
+        return f"<cudnn.Handle {self.handle:#x} device={device} stream={self._stream:#x} {kind}>"
+
+
+_cache_lock = threading.Lock()
+_cache: "OrderedDict[tuple[int, int], Handle]" = OrderedDict()
+_CACHE_SIZE = 32  # handles cost device memory; evicted ones die with their last user
+
+
+def get_handle(stream: Any = None, device: Any = None) -> Handle:
+    """A cached :class:`Handle` for (device, stream); created on first use.
+
+    ``stream=None`` means :func:`dnnbind.cuda.current_stream`. ``device=None`` means the
+    stream's device (or the current device for a raw stream int).
+    """
+    from .. import cuda
+
+    if not cuda.is_available():
+        raise NoDeviceError(no_device_message("cuDNN", "no usable GPU", cuda.unavailable_reason()))
+    stream = cuda.as_stream(stream)  # None: the current stream; also raw ints, torch/CuPy streams
+    raw = stream.handle
+    index = device_index(device)
+    if index is None:
+        index = stream.device_index
+    key = (index, raw)
+    with _cache_lock:
+        handle = _cache.get(key)
+        if handle is not None and not handle.closed:
+            _cache.move_to_end(key)
+            return handle
+        handle = Handle(device=index, stream=stream)
+        _cache[key] = handle
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return handle
