@@ -1,0 +1,359 @@
+"""Stream-ordered device memory and pinned host staging buffers.
+
+Device memory comes from each device's default memory pool through
+``cudaMallocAsync``/``cudaFreeAsync``. The pool's release threshold is set to
+the maximum, so freed memory stays in the pool and is reused instead of being
+returned to the driver at every synchronisation; :func:`empty_cache` gives it
+back explicitly.
+
+CUDA-graph safety. Every :class:`Allocation` remembers whether it was made
+while its stream was capturing:
+
+* made outside a capture, dying while that stream captures: the free is
+  *deferred* until the capture ends (a ``cudaFreeAsync`` would otherwise be
+  captured into the graph and free the memory at every replay);
+* made inside a capture, dying while the same capture is still running: freed
+  inside the capture (the graph gets a matching free node);
+* made inside a capture, dying after it ended: not freed by us, the graph owns
+  it (graphs are instantiated with ``cudaGraphInstantiateFlagAutoFreeOnLaunch``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceOutOfMemoryError
+from ._util import check, rt
+from .device import Device, _DeviceGuard, _index_of
+from .stream import Event, Stream, as_stream, default_stream
+
+__all__ = [
+    "Allocation",
+    "alloc",
+    "memory_info",
+    "empty_cache",
+    "pool_stats",
+    "PinnedBuffer",
+    "pinned_buffer",
+]
+
+_UINT64_MAX = 2**64 - 1
+_pools: dict[int, Any] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(index: int):
+    """The device's default pool, with the release threshold raised once."""
+    pool = _pools.get(index)
+    if pool is None:
+        with _pools_lock:
+            pool = _pools.get(index)
+            if pool is None:
+                from cuda.bindings import driver as drv
+
+                pool = check(rt.cudaDeviceGetDefaultMemPool(index), "cudaDeviceGetDefaultMemPool", device=index)
+                check(rt.cudaMemPoolSetAttribute(pool, rt.cudaMemPoolAttr.cudaMemPoolAttrReleaseThreshold,
+                                                 drv.cuuint64_t(_UINT64_MAX)),
+                      "cudaMemPoolSetAttribute", attribute="cudaMemPoolAttrReleaseThreshold")
+                _pools[index] = pool
+    return pool
+
+
+def _capture_id(stream_handle: int) -> int:
+    """0 when the stream is not capturing, else a non-zero id of the running capture."""
+    # cudaStreamIsCapturing is the cheap question; the id is only needed while capturing.
+    status = check(rt.cudaStreamIsCapturing(stream_handle), "cudaStreamIsCapturing")
+    if status == rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone:
+        return 0
+    result = rt.cudaStreamGetCaptureInfo(stream_handle)
+    status = check(result[:2], "cudaStreamGetCaptureInfo")
+    if status == rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone:
+        return 0
+    if status == rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusInvalidated:
+        return -1
+    # (err, status, id, ...) in cuda-bindings 12 and 13 alike; keep the id non-zero.
+    return int(result[2]) if len(result) > 2 and int(result[2]) else -2
+
+
+class _AllocRecord:
+    """What the finalizer needs: no reference back to the Allocation (no cycles)."""
+
+    __slots__ = ("ptr", "nbytes", "stream", "device", "capture_id")
+
+    def __init__(self, ptr: int, nbytes: int, stream: Stream, device: int, capture_id: int) -> None:
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.stream = stream  # a strong reference: the stream outlives its allocations
+        self.device = device
+        self.capture_id = capture_id
+
+
+_deferred_lock = threading.Lock()
+_deferred: list[_AllocRecord] = []
+
+
+def _free(record: _AllocRecord) -> None:
+    """Return ``record``'s memory to the pool, honouring graph capture (see module doc)."""
+    if record.ptr == 0:
+        return
+    try:
+        stream = record.stream
+        if stream.closed:
+            # Its stream is gone: free synchronously, ordered after everything on the device.
+            with _DeviceGuard(record.device):
+                rt.cudaFree(record.ptr)
+            record.ptr = 0
+            return
+        now = _capture_id(stream.handle)
+        if record.capture_id:
+            if now == record.capture_id:
+                rt.cudaFreeAsync(record.ptr, stream.handle)  # captured free node in the same graph
+            # else: the graph owns the memory (AutoFreeOnLaunch); never free it ourselves.
+            record.ptr = 0
+            return
+        if now:
+            with _deferred_lock:
+                _deferred.append(record)
+            return
+        rt.cudaFreeAsync(record.ptr, stream.handle)
+        record.ptr = 0
+    except Exception:  # interpreter exit, or the context is already torn down
+        pass
+
+
+def flush_deferred_frees() -> int:
+    """Free allocations whose free was deferred by a capture that has ended; returns the count."""
+    if not _deferred:
+        return 0
+    with _deferred_lock:
+        pending = list(_deferred)
+        _deferred.clear()
+    done = 0
+    for record in pending:
+        before = record.ptr
+        _free(record)
+        done += record.ptr == 0 and before != 0
+    return done
+
+
+class Allocation:
+    """Owned device memory from the stream-ordered pool.
+
+    Attributes: ``ptr`` (int), ``nbytes``, ``device`` (index), ``stream`` (the
+    :class:`Stream` it was allocated on and will be freed on), ``captured`` (made
+    during graph capture). ``close()`` frees it (idempotent); otherwise it is freed
+    when garbage collected.
+    """
+
+    __slots__ = ("_record", "_finalizer", "__weakref__")
+
+    def __init__(self, record: _AllocRecord) -> None:
+        self._record = record
+        self._finalizer = weakref.finalize(self, _free, record)
+
+    @property
+    def ptr(self) -> int:
+        return self._record.ptr
+
+    @property
+    def nbytes(self) -> int:
+        return self._record.nbytes
+
+    @property
+    def device(self) -> int:
+        return self._record.device
+
+    @property
+    def stream(self) -> Stream:
+        return self._record.stream
+
+    @property
+    def captured(self) -> bool:
+        return self._record.capture_id != 0
+
+    def close(self) -> None:
+        """Free now (stream-ordered on ``stream``); idempotent."""
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return (f"Allocation(ptr=0x{self._record.ptr:x}, nbytes={self._record.nbytes}, "
+                f"device=cuda:{self._record.device})")
+
+
+def alloc(nbytes: int, stream: Any = None, *, what: str = "") -> Allocation:
+    """Allocate ``nbytes`` (may be 0: ``ptr`` is then 0) on ``stream``'s device, stream-ordered.
+
+    Raises
+    ------
+    DeviceOutOfMemoryError
+        The pool could not grow; the pool keeps working afterwards.
+    """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
+        raise TypeError(f"alloc: nbytes must be an int, got {type(nbytes).__name__}")
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"alloc: nbytes must be >= 0, got {nbytes}")
+    s = as_stream(stream)
+    index = s.device_index
+    if _deferred:
+        flush_deferred_frees()
+    if nbytes == 0:
+        return Allocation(_AllocRecord(0, 0, s, index, 0))
+    _pool(index)
+    capture_id = _capture_id(s.handle)
+    err, ptr = rt.cudaMallocAsync(nbytes, s.handle)
+    if err:
+        if err == rt.cudaError_t.cudaErrorMemoryAllocation:
+            rt.cudaGetLastError()  # not sticky, but clear it so later error checks start clean
+            try:
+                free, total = Device(index).mem_get_info()
+            except Exception:
+                free = total = None
+            raise DeviceOutOfMemoryError(nbytes, free, total, index, what)
+        check((err,), "cudaMallocAsync", nbytes=nbytes, device=index)
+    return Allocation(_AllocRecord(int(ptr), nbytes, s, index, capture_id))
+
+
+def memory_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes on ``device`` as the driver sees them (pool reserves count as used)."""
+    return Device(device).mem_get_info()
+
+
+def pool_stats(device: Any = None) -> dict:
+    """The device pool's counters in bytes: ``used``/``reserved`` now and their high-water marks."""
+    index = _index_of(device)
+    pool = _pool(index)
+    attrs = {
+        "used": rt.cudaMemPoolAttr.cudaMemPoolAttrUsedMemCurrent,
+        "reserved": rt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemCurrent,
+        "used_high": rt.cudaMemPoolAttr.cudaMemPoolAttrUsedMemHigh,
+        "reserved_high": rt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemHigh,
+    }
+    return {key: int(check(rt.cudaMemPoolGetAttribute(pool, attr), "cudaMemPoolGetAttribute"))
+            for key, attr in attrs.items()}
+
+
+def empty_cache(device: Any = None) -> None:
+    """Give cached pool memory back to the driver (all devices with a pool when ``None``).
+
+    Synchronises the device first (explicit call, never done implicitly), so that
+    pending stream-ordered frees have landed; also drops idle pinned staging buffers.
+    """
+    flush_deferred_frees()
+    indices = list(_pools) if device is None else [_index_of(device)]
+    for index in indices:
+        pool = _pool(index)
+        with _DeviceGuard(index):
+            check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize", device=index)
+            check(rt.cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo", device=index)
+    _pinned.trim()
+
+
+# ---------------------------------------------------------------------------------------------
+# Pinned host memory
+
+
+def _free_host(ptr: int) -> None:
+    try:
+        rt.cudaFreeHost(ptr)
+    except Exception:
+        pass
+
+
+class PinnedBuffer:
+    """Page-locked host memory (``cudaHostAlloc``), for asynchronous copies.
+
+    ``array(dtype, shape)`` views it as a NumPy array. ``close()`` frees it (idempotent).
+    """
+
+    __slots__ = ("ptr", "nbytes", "_finalizer", "__weakref__")
+
+    def __init__(self, nbytes: int) -> None:
+        nbytes = max(int(nbytes), 1)
+        err, ptr = rt.cudaHostAlloc(nbytes, rt.cudaHostAllocPortable)
+        if err:
+            if err == rt.cudaError_t.cudaErrorMemoryAllocation:
+                rt.cudaGetLastError()
+                raise MemoryError(f"cudaHostAlloc: could not pin {nbytes:,} bytes of host memory")
+            check((err,), "cudaHostAlloc", nbytes=nbytes)
+        self.ptr = int(ptr)
+        self.nbytes = nbytes
+        self._finalizer = weakref.finalize(self, _free_host, self.ptr)
+
+    def array(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """A NumPy view of the first ``prod(shape) * itemsize`` bytes (valid while self lives)."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        if count * dtype.itemsize > self.nbytes:
+            raise ValueError("PinnedBuffer.array: view larger than the buffer")
+        raw = (ctypes.c_char * self.nbytes).from_address(self.ptr)
+        return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class _PinnedPool:
+    """Recycles staging buffers: a buffer goes back with the event of its last copy and is
+    reused only once that event has completed, so an in-flight copy is never overwritten."""
+
+    def __init__(self, cache_limit: int = 256 * 2**20) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[PinnedBuffer, Event | None]] = []
+        self._cache_limit = cache_limit
+
+    @staticmethod
+    def _size_class(nbytes: int) -> int:
+        return max(1 << 16, 1 << (max(int(nbytes), 1) - 1).bit_length())
+
+    def acquire(self, nbytes: int) -> PinnedBuffer:
+        with self._lock:
+            for i, (buf, event) in enumerate(self._idle):
+                if buf.nbytes >= nbytes and buf.nbytes <= 4 * self._size_class(nbytes) and (
+                        event is None or event.query()):
+                    del self._idle[i]
+                    return buf
+        return PinnedBuffer(self._size_class(nbytes))
+
+    def release(self, buf: PinnedBuffer, event: Event | None = None) -> None:
+        with self._lock:
+            self._idle.append((buf, event))
+            total = sum(b.nbytes for b, _ in self._idle)
+            if total > self._cache_limit:
+                # Drop completed buffers, oldest first, until under the limit.
+                keep = []
+                for b, e in self._idle:
+                    if total > self._cache_limit and (e is None or e.query()):
+                        total -= b.nbytes
+                        b.close()
+                    else:
+                        keep.append((b, e))
+                self._idle = keep
+
+    def trim(self) -> None:
+        with self._lock:
+            keep = []
+            for b, e in self._idle:
+                if e is None or e.query():
+                    b.close()
+                else:
+                    keep.append((b, e))
+            self._idle = keep
+
+
+_pinned = _PinnedPool()
+
+
+def pinned_buffer(nbytes: int) -> PinnedBuffer:
+    """A staging buffer from the recycling pool (give it back with ``release_pinned``)."""
+    return _pinned.acquire(nbytes)
+
+
+def release_pinned(buf: PinnedBuffer, event: Event | None = None) -> None:
+    """Return a staging buffer; it is reused only after ``event`` (its last copy) completes."""
+    _pinned.release(buf, event)

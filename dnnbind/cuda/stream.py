@@ -1,0 +1,288 @@
+"""Streams and events.
+
+The library never uses the legacy NULL stream: each device gets one
+library-created non-blocking stream (:func:`default_stream`), so work can be
+captured into CUDA graphs and does not serialise against other libraries.
+``with stream:`` makes a stream current for the calling thread;
+:func:`current_stream` is what every op uses when ``stream=None``.
+
+Ownership follows cuda.core: a small record holds the raw handle and is
+registered with ``weakref.finalize`` (no cycles, safe at exit); ``close()`` is
+idempotent; borrowed handles (``Stream.from_handle(h)``) are never destroyed.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from ._util import check, rt
+from .device import Device, _DeviceGuard, _index_of
+
+__all__ = ["Stream", "Event", "default_stream", "current_stream", "as_stream"]
+
+
+def _destroy_stream(handle: int) -> None:
+    try:
+        rt.cudaStreamDestroy(handle)
+    except Exception:  # interpreter shutdown: the runtime may already be gone
+        pass
+
+
+def _destroy_event(handle: int) -> None:
+    try:
+        rt.cudaEventDestroy(handle)
+    except Exception:
+        pass
+
+
+class Stream:
+    """A CUDA stream on one device.
+
+    Parameters
+    ----------
+    device:
+        Index, :class:`Device` or ``"cuda:N"``; ``None`` is the current device.
+    non_blocking:
+        ``True`` (default) creates it with ``cudaStreamNonBlocking``, so it never
+        synchronises with the legacy NULL stream.
+    """
+
+    __slots__ = ("_handle", "_device", "_owned", "_finalizer", "__weakref__")
+
+    def __init__(self, device: Any = None, *, non_blocking: bool = True) -> None:
+        index = _index_of(device)
+        flags = rt.cudaStreamNonBlocking if non_blocking else rt.cudaStreamDefault
+        with _DeviceGuard(index):
+            handle = check(rt.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags", device=index)
+        self._handle = int(handle)
+        self._device = index
+        self._owned = True
+        self._finalizer = weakref.finalize(self, _destroy_stream, self._handle)
+
+    @classmethod
+    def from_handle(cls, handle: int, *, owned: bool = False, device: Any = None) -> "Stream":
+        """Wrap a raw ``cudaStream_t`` (an int). A borrowed handle (``owned=False``) is never destroyed.
+
+        ``device`` defaults to the stream's own device (``cudaStreamGetDevice`` where the
+        runtime has it, else the current device).
+        """
+        self = object.__new__(cls)
+        self._handle = int(handle)
+        if device is None:
+            index = None
+            getter = getattr(rt, "cudaStreamGetDevice", None)
+            if getter is not None and self._handle not in (0, 1, 2):
+                try:
+                    index = int(check(getter(self._handle), "cudaStreamGetDevice"))
+                except Exception:
+                    index = None
+            self._device = current_device_index_safe() if index is None else index
+        else:
+            self._device = _index_of(device)
+        self._owned = bool(owned)
+        self._finalizer = (weakref.finalize(self, _destroy_stream, self._handle) if owned else None)
+        return self
+
+    @property
+    def handle(self) -> int:
+        """The raw ``cudaStream_t`` as an int."""
+        return self._handle
+
+    @property
+    def device(self) -> Device:
+        return Device(self._device)
+
+    @property
+    def device_index(self) -> int:
+        return self._device
+
+    @property
+    def closed(self) -> bool:
+        return self._finalizer is not None and not self._finalizer.alive
+
+    def synchronize(self) -> None:
+        """Block the host until all work queued on this stream has finished."""
+        check(rt.cudaStreamSynchronize(self._handle), "cudaStreamSynchronize")
+
+    def query(self) -> bool:
+        """True when all queued work has finished (never blocks)."""
+        err = rt.cudaStreamQuery(self._handle)[0]
+        if err == rt.cudaError_t.cudaErrorNotReady:
+            return False
+        check((err,), "cudaStreamQuery")
+        return True
+
+    def wait_event(self, event: "Event") -> None:
+        """Make future work on this stream wait for ``event`` (no host blocking)."""
+        check(rt.cudaStreamWaitEvent(self._handle, event.handle, 0), "cudaStreamWaitEvent")
+
+    def wait_stream(self, other: "Stream") -> None:
+        """Make future work on this stream wait for all work queued on ``other`` so far."""
+        if other.handle == self._handle:
+            return
+        event = Event(timing=False, device=other._device)
+        event.record(other)
+        self.wait_event(event)
+
+    def record(self, event: "Event | None" = None) -> "Event":
+        """Record ``event`` (a new timing event when ``None``) on this stream and return it."""
+        if event is None:
+            event = Event(device=self._device)
+        event.record(self)
+        return event
+
+    def is_capturing(self) -> bool:
+        """True while this stream is being captured into a CUDA graph."""
+        status = check(rt.cudaStreamIsCapturing(self._handle), "cudaStreamIsCapturing")
+        return status != rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone
+
+    def close(self) -> None:
+        """Destroy the stream (idempotent; a borrowed stream is only forgotten).
+
+        Work already queued still completes (``cudaStreamDestroy`` semantics).
+        """
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "Stream":
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        stack = _stack()
+        if stack and stack[-1] is self:
+            stack.pop()
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol (version 0, handle), as cuda.core and others read it."""
+        return (0, self._handle)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other._handle == self._handle
+
+    def __hash__(self) -> int:
+        return hash(self._handle)
+
+    def __repr__(self) -> str:
+        kind = "owned" if self._owned else "borrowed"
+        return f"Stream(0x{self._handle:x}, device=cuda:{self._device}, {kind})"
+
+
+def current_device_index_safe() -> int:
+    from .device import current_device_index
+
+    return current_device_index()
+
+
+class Event:
+    """A CUDA event.
+
+    ``timing=True`` (default) allows :meth:`elapsed_time`; ``timing=False`` creates a
+    lighter event (``cudaEventDisableTiming``) for pure ordering.
+    """
+
+    __slots__ = ("_handle", "_device", "_finalizer", "__weakref__")
+
+    def __init__(self, *, timing: bool = True, device: Any = None) -> None:
+        index = _index_of(device)
+        flags = rt.cudaEventDefault if timing else rt.cudaEventDisableTiming
+        with _DeviceGuard(index):
+            handle = check(rt.cudaEventCreateWithFlags(flags), "cudaEventCreateWithFlags", device=index)
+        self._handle = int(handle)
+        self._device = index
+        self._finalizer = weakref.finalize(self, _destroy_event, self._handle)
+
+    @property
+    def handle(self) -> int:
+        return self._handle
+
+    def record(self, stream: "Stream | None" = None) -> "Event":
+        """Record on ``stream`` (the current stream when ``None``); returns self."""
+        s = as_stream(stream)
+        check(rt.cudaEventRecord(self._handle, s.handle), "cudaEventRecord")
+        return self
+
+    def synchronize(self) -> None:
+        """Block the host until the recorded work has finished."""
+        check(rt.cudaEventSynchronize(self._handle), "cudaEventSynchronize")
+
+    def query(self) -> bool:
+        """True when the recorded work has finished (never blocks)."""
+        err = rt.cudaEventQuery(self._handle)[0]
+        if err == rt.cudaError_t.cudaErrorNotReady:
+            return False
+        check((err,), "cudaEventQuery")
+        return True
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds between this event and ``end`` (both recorded, ``end`` completed)."""
+        return float(check(rt.cudaEventElapsedTime(self._handle, end.handle), "cudaEventElapsedTime"))
+
+    def close(self) -> None:
+        """Destroy the event (idempotent)."""
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"Event(0x{self._handle:x}, device=cuda:{self._device})"
+
+
+_local = threading.local()
+_defaults: dict[int, Stream] = {}
+_defaults_lock = threading.Lock()
+
+
+def _stack() -> list:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def default_stream(device: Any = None) -> Stream:
+    """The library's stream for ``device``: one non-blocking stream per device, created once."""
+    index = _index_of(device)
+    stream = _defaults.get(index)
+    if stream is None:
+        with _defaults_lock:
+            stream = _defaults.get(index)
+            if stream is None:
+                stream = _defaults[index] = Stream(index)
+    return stream
+
+
+def current_stream(device: Any = None) -> Stream:
+    """The innermost ``with stream:`` of this thread (on ``device`` if given), else :func:`default_stream`."""
+    stack = getattr(_local, "stack", None)
+    if stack:
+        if device is None:
+            return stack[-1]
+        index = _index_of(device)
+        for stream in reversed(stack):
+            if stream._device == index:
+                return stream
+        return default_stream(index)
+    return default_stream(device)
+
+
+def as_stream(stream: Any = None) -> Stream:
+    """Normalise what callers pass as ``stream=``: None, a :class:`Stream`, a raw handle,
+    or any object with ``__cuda_stream__`` (cuda.core, recent CuPy) or ``.cuda_stream`` (torch)."""
+    if stream is None:
+        return current_stream()
+    if isinstance(stream, Stream):
+        return stream
+    if isinstance(stream, bool):
+        raise TypeError(f"stream must be a dnnbind.cuda.Stream, a raw handle or None, got {stream!r}")
+    if isinstance(stream, int):
+        return Stream.from_handle(stream)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return Stream.from_handle(int(proto()[1]))
+    raw = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    if raw is None:
+        raw = getattr(stream, "ptr", None)  # cupy.cuda.Stream
+    if isinstance(raw, int):
+        return Stream.from_handle(raw)
+    raise TypeError(f"stream must be a dnnbind.cuda.Stream, a raw handle or None, got {type(stream).__name__}")
