@@ -1,0 +1,440 @@
+"""Plumbing shared by the CUDA implementations of the ops.
+
+* streams and library handles (``stream=None`` is the current stream; the cuDNN and
+  cuBLAS handles come from the per-(device, stream) caches of :mod:`dnnbind.cudnn` /
+  :mod:`dnnbind.cublas`);
+* cuDNN descriptors cached by key (shape, dtype, layout, parameters) and never rebuilt
+  per call; they live as long as the process (a bounded number of distinct shapes);
+* host scalars (alpha/beta) of the right C type for a data type;
+* the grow-only workspace, one buffer per stream;
+* output allocation on the call's stream (stream-ordered pool: no cudaMalloc, capturable);
+* NVRTC kernels from the ``*.cu`` sources next to this file, compiled once per device.
+
+Nothing here touches the GPU at import time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import warnings
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from ...errors import CudnnError, DeviceOutOfMemoryError
+from .._params import LAYOUTS
+
+__all__ = [
+    "BF16", "F16", "F32", "F64", "FLOAT_DTYPES",
+    "stream_of", "cudnn_handle", "cublas_handle", "cudnn_call", "cudnn_dtype", "suffix",
+    "scalars", "ONE", "ZERO", "tensor_desc", "tensor_desc_nd", "filter_desc",
+    "nchw_dims", "layout_strides", "empty", "output", "workspace", "kernel", "launch",
+    "launch_rows", "memset", "memcpy", "config", "size_of", "ptr",
+]
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT_DTYPES = (F32, F64, F16, BF16)
+
+# cudnnDataType_t values (cudnn_graph_v9.h).
+_CUDNN_DTYPE = {F32: 0, F64: 1, F16: 2, BF16: 9, np.dtype(np.int8): 3, np.dtype(np.int32): 4,
+                np.dtype(np.uint8): 6, np.dtype(np.int64): 10}
+# Kernel name suffixes, as in prelude.cuh / elementwise.cu.
+_SUFFIX = {F32: "f32", F64: "f64", F16: "f16", BF16: "bf16", np.dtype(np.int32): "i32",
+           np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8",
+           np.dtype(np.bool_): "bool"}
+
+
+def config():
+    """``dnnbind.ops.config`` (imported on use: the ops package imports this room lazily)."""
+    from .. import config as cfg
+
+    return cfg
+
+
+# ------------------------------------------------------------------------ streams and handles
+
+def stream_of(stream: Any):
+    """The :class:`dnnbind.cuda.Stream` for ``stream=`` (None: the current stream)."""
+    from ...cuda.stream import as_stream
+
+    return as_stream(stream)
+
+
+def cudnn_handle(stream) -> int:
+    """Raw cudnnHandle_t bound to ``stream`` (cached per device and stream by dnnbind.cudnn)."""
+    from ...cudnn import get_handle
+
+    return get_handle(stream).handle
+
+
+def cublas_handle(stream) -> int:
+    """Raw cublasHandle_t bound to ``stream`` (workspace set, so graph-capturable)."""
+    from ...cublas import get_handle
+
+    return get_handle(stream).handle
+
+
+def cudnn_call(name: str, *args: Any, **context: Any) -> None:
+    """Call cuDNN function ``name``; a failure raises CudnnError carrying ``context``."""
+    from ..._lib import cudnn as C
+
+    C.call(name, *args, context=context)
+
+
+def cudnn_dtype(dtype: np.dtype) -> int:
+    try:
+        return _CUDNN_DTYPE[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"cuDNN has no data type for {np.dtype(dtype)}") from None
+
+
+def suffix(dtype: np.dtype) -> str:
+    try:
+        return _SUFFIX[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"no dnnbind kernel handles dtype {np.dtype(dtype)}") from None
+
+
+def size_of(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def ptr(array: Any) -> int:
+    """Device pointer of a DeviceArray (0 for None)."""
+    return 0 if array is None else int(array.ptr)
+
+
+# --------------------------------------------------------------------------------- scalars
+
+class _Scalars:
+    """alpha/beta host scalars: cuDNN wants double for double data and float otherwise.
+
+    They are read when the call is made (host pointer mode), so module-level constants are
+    safe, also under CUDA-graph capture (the values are baked into the graph).
+    """
+
+    def __init__(self, value: float) -> None:
+        self.f = ctypes.c_float(value)
+        self.d = ctypes.c_double(value)
+        self.f_ref = ctypes.byref(self.f)
+        self.d_ref = ctypes.byref(self.d)
+
+    def of(self, dtype: np.dtype):
+        return self.d_ref if dtype == F64 else self.f_ref
+
+
+ONE = _Scalars(1.0)
+ZERO = _Scalars(0.0)
+
+
+def scalars(value: float, dtype: np.dtype):
+    """A byref host scalar of ``value`` in the cuDNN scaling type of ``dtype``."""
+    return ctypes.byref(ctypes.c_double(value) if dtype == F64 else ctypes.c_float(value))
+
+
+# ------------------------------------------------------------------------------ descriptors
+
+class _Descriptor:
+    """A raw cuDNN descriptor, destroyed by a finalizer (never twice, safe at exit)."""
+
+    __slots__ = ("handle", "__weakref__")
+
+    def __init__(self, create: str, destroy: str) -> None:
+        from ..._lib import cudnn as C
+
+        raw = ctypes.c_void_p()
+        C.call(create, ctypes.byref(raw))
+        self.handle = int(raw.value or 0)
+        weakref.finalize(self, _destroy, destroy, self.handle)
+
+
+def _destroy(destroy: str, handle: int) -> None:
+    try:
+        from ..._lib import cudnn as C
+
+        C.raw(destroy)(handle)
+    except Exception:  # interpreter shutdown: the library may be gone already
+        pass
+
+
+_desc_lock = threading.Lock()
+_tensor_cache: dict[tuple, _Descriptor] = {}
+_filter_cache: dict[tuple, _Descriptor] = {}
+
+
+def nchw_dims(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:
+    """(N, C, H, W) of a 4-d shape stored in ``layout``."""
+    if layout == "NCHW":
+        return tuple(int(v) for v in shape)  # type: ignore[return-value]
+    n, h, w, c = (int(v) for v in shape)
+    return (n, c, h, w)
+
+
+def layout_strides(dims_nchw: Sequence[int], layout: str) -> tuple[int, int, int, int]:
+    """Element strides (for N, C, H, W) of a packed tensor in ``layout``."""
+    n, c, h, w = dims_nchw
+    if layout == "NCHW":
+        return (c * h * w, h * w, w, 1)
+    return (h * w * c, 1, w * c, c)
+
+
+def tensor_desc_nd(dims: Sequence[int], strides: Sequence[int], dtype: np.dtype) -> int:
+    """A cached cudnnTensorDescriptor_t for ``dims``/``strides`` (elements), N-d (>= 4 dims)."""
+    dims = tuple(int(d) for d in dims)
+    strides = tuple(int(s) for s in strides)
+    key = (dims, strides, np.dtype(dtype).str)
+    desc = _tensor_cache.get(key)
+    if desc is not None:
+        return desc.handle
+    with _desc_lock:
+        desc = _tensor_cache.get(key)
+        if desc is None:
+            desc = _Descriptor("cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor")
+            n = len(dims)
+            cudnn_call("cudnnSetTensorNdDescriptor", desc.handle, cudnn_dtype(dtype), n,
+                       (ctypes.c_int * n)(*dims), (ctypes.c_int * n)(*strides),
+                       dims=dims, strides=strides, dtype=str(np.dtype(dtype)))
+            _tensor_cache[key] = desc
+    return desc.handle
+
+
+def tensor_desc(dims_nchw: Sequence[int], dtype: np.dtype, layout: str = "NCHW") -> int:
+    """A cached descriptor of a packed 4-d tensor; ``dims_nchw`` are (N, C, H, W)."""
+    return tensor_desc_nd(dims_nchw, layout_strides(dims_nchw, layout), dtype)
+
+
+def filter_desc(kcrs: Sequence[int], dtype: np.dtype, layout: str = "NCHW") -> int:
+    """A cached cudnnFilterDescriptor_t; ``kcrs`` = (K, C/groups, R, S) whatever the layout.
+
+    NCHW filters are stored KCRS, NHWC filters KRSC (cuDNN's CUDNN_TENSOR_NHWC format).
+    """
+    kcrs = tuple(int(v) for v in kcrs)
+    key = (kcrs, np.dtype(dtype).str, layout)
+    desc = _filter_cache.get(key)
+    if desc is not None:
+        return desc.handle
+    with _desc_lock:
+        desc = _filter_cache.get(key)
+        if desc is None:
+            desc = _Descriptor("cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor")
+            cudnn_call("cudnnSetFilter4dDescriptor", desc.handle, cudnn_dtype(dtype),
+                       LAYOUTS.index(layout), *kcrs, filter=kcrs, dtype=str(np.dtype(dtype)), layout=layout)
+            _filter_cache[key] = desc
+    return desc.handle
+
+
+def cached_descriptor(cache: dict, key: tuple, create: str, destroy: str,
+                      setup: Callable[[int], None]) -> int:
+    """Get or build (with ``setup(handle)``) a descriptor of another kind, cached by ``key``."""
+    desc = cache.get(key)
+    if desc is not None:
+        return desc.handle
+    with _desc_lock:
+        desc = cache.get(key)
+        if desc is None:
+            desc = _Descriptor(create, destroy)
+            setup(desc.handle)
+            cache[key] = desc
+    return desc.handle
+
+
+# ------------------------------------------------------------------------------- memory
+
+def empty(shape: Sequence[int], dtype: Any, stream) -> Any:
+    """A new DeviceArray on ``stream`` (stream-ordered pool allocation)."""
+    from ...cuda.array import empty as _empty
+
+    return _empty(tuple(int(s) for s in shape), dtype, stream=stream)
+
+
+def output(out: Any, shape: Sequence[int], dtype: Any, stream) -> Any:
+    """``out`` when given (the public op checked its shape/dtype), else a new array."""
+    if out is not None:
+        return out
+    return empty(shape, dtype, stream)
+
+
+def memset(array: Any, byte: int, stream) -> None:
+    from ...cuda._util import check, rt
+
+    if array.nbytes:
+        check(rt.cudaMemsetAsync(array.ptr, int(byte), array.nbytes, stream.handle), "cudaMemsetAsync",
+              nbytes=array.nbytes)
+
+
+def memcpy(dst: Any, src: Any, stream, nbytes: "int | None" = None) -> None:
+    """Device-to-device copy on ``stream`` (stream-ordered, capturable)."""
+    from ...cuda._util import check, rt
+
+    n = src.nbytes if nbytes is None else nbytes
+    if n and dst.ptr != src.ptr:
+        check(rt.cudaMemcpyAsync(dst.ptr, src.ptr, n, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
+                                 stream.handle), "cudaMemcpyAsync", nbytes=n)
+
+
+class _Workspace:
+    """One grow-only scratch buffer per stream (cuDNN workspaces)."""
+
+    def __init__(self) -> None:
+        self.allocation = None
+        self.nbytes = 0
+
+
+_workspaces: dict[tuple[int, int], _Workspace] = {}
+_WORKSPACE_GRANULE = 1 << 20  # grow in whole MiB so slightly larger requests do not reallocate
+
+
+def workspace(stream, nbytes: int) -> int:
+    """Pointer to at least ``nbytes`` of scratch on ``stream`` (0 for 0 bytes).
+
+    Grows by allocating the larger buffer first and then dropping the old one (freed
+    stream-ordered, after the work already queued on this stream that uses it). Raises
+    DeviceOutOfMemoryError when the pool cannot grow; the old buffer stays usable.
+    """
+    if nbytes <= 0:
+        return 0
+    key = (stream.device_index, stream.handle)
+    ws = _workspaces.get(key)
+    if ws is None:
+        ws = _workspaces.setdefault(key, _Workspace())
+    if ws.nbytes < nbytes:
+        from ...cuda.memory import alloc
+
+        size = -(-nbytes // _WORKSPACE_GRANULE) * _WORKSPACE_GRANULE
+        allocation = alloc(size, stream, what="the cuDNN workspace")
+        ws.allocation, ws.nbytes = allocation, size
+    return ws.allocation.ptr
+
+
+def release_workspaces() -> None:
+    """Drop every cached workspace (tests, or to give the memory back to the pool)."""
+    _workspaces.clear()
+
+
+# ------------------------------------------------------------------------------- kernels
+
+_SOURCE_DIR = Path(__file__).resolve().parent
+_sources: dict[str, str] = {}
+_kernels: dict[tuple[str, str, int], Any] = {}
+_kernel_lock = threading.Lock()
+_sm_counts: dict[int, int] = {}
+KERNEL_OPTIONS = ("-std=c++17",)
+
+
+def source(filename: str) -> str:
+    """prelude.cuh followed by ``filename`` (a .cu file next to this module)."""
+    text = _sources.get(filename)
+    if text is None:
+        prelude = (_SOURCE_DIR / "prelude.cuh").read_text()
+        text = prelude + "\n#line 1 \"" + filename + "\"\n" + (_SOURCE_DIR / filename).read_text()
+        _sources[filename] = text
+    return text
+
+
+def kernel(filename: str, name: str, device: int):
+    """The compiled ``extern "C"`` kernel ``name`` of ``filename`` for ``device`` (cached)."""
+    key = (filename, name, device)
+    k = _kernels.get(key)
+    if k is not None:
+        return k
+    with _kernel_lock:
+        k = _kernels.get(key)
+        if k is None:
+            from ...cuda import Kernel
+
+            k = Kernel(source(filename), name, options=KERNEL_OPTIONS, device=device)
+            _kernels[key] = k
+    return k
+
+
+def _sm_count(device: int) -> int:
+    n = _sm_counts.get(device)
+    if n is None:
+        from ...cuda.device import Device
+
+        n = _sm_counts[device] = int(Device(device).multiprocessor_count)
+    return n
+
+
+BLOCK = 256
+
+
+def launch(filename: str, name: str, n: int, args: Sequence[Any], stream, *, block: int = BLOCK) -> None:
+    """Launch a grid-stride kernel over ``n`` items on ``stream``.
+
+    ``args`` are pointers (:func:`p`) and NumPy scalars of the parameters' exact C types
+    (:data:`i64`, :data:`i32`, :data:`f32`, :data:`f64`, :data:`u64`), in the kernel's order. The grid is capped at 32 blocks per SM: the loops stride.
+    """
+    if n <= 0:
+        return
+    device = stream.device_index
+    grid = max(1, min(-(-int(n) // block), _sm_count(device) * 32))
+    kernel(filename, name, device)((grid, 1, 1), (block, 1, 1), tuple(args), stream=stream)
+
+
+def launch_rows(filename: str, name: str, rows: int, args: Sequence[Any], stream, *,
+                block: int = BLOCK, max_grid: int = 65535) -> None:
+    """Launch a kernel that takes one block per row (rows beyond the grid are strided)."""
+    if rows <= 0:
+        return
+    device = stream.device_index
+    kernel(filename, name, device)((max(1, min(int(rows), max_grid)), 1, 1), (block, 1, 1), tuple(args),
+                                   stream=stream)
+
+
+# Kernel argument helpers: NumPy scalars carry their exact C type; pointers are
+# dnnbind.cuda.Pointer (what dnnbind.cuda.Kernel packs as void*).
+def p(array_or_ptr: Any):
+    from ...cuda.kernel import Pointer
+
+    value = array_or_ptr if isinstance(array_or_ptr, int) else ptr(array_or_ptr)
+    return Pointer(int(value))
+
+
+i64 = np.int64
+i32 = np.int32
+f32 = np.float32
+f64 = np.float64
+u64 = np.uint64
+
+
+def warn_once(key: Any, message: str, _seen: set = set()) -> None:  # noqa: B006 - process-wide memo
+    if key in _seen:
+        return
+    _seen.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def device_scalar_ptr(value: Any, op: str, name: str) -> "tuple[float, int]":
+    """(host value, device pointer) for a number or a 0-d float32 DeviceArray.
+
+    A device scalar is read by the kernel at run time (so a captured graph sees the
+    current value on replay); a Python number is baked in.
+    """
+    from ...backend import is_device_array
+
+    if value is None:
+        return 0.0, 0
+    if is_device_array(value):
+        if value.size != 1 or np.dtype(value.dtype) != F32:
+            raise TypeError(f"{op}: {name} as a device array must be one float32 element, got shape "
+                            f"{tuple(value.shape)} {value.dtype}")
+        return 0.0, int(value.ptr)
+    try:
+        return float(value), 0
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: {name} must be a number or a 0-d float32 DeviceArray, got {value!r}") from None
+
+
+__all__ += ["cached_descriptor", "release_workspaces", "source", "p", "i64", "i32", "f32", "f64", "u64",
+            "warn_once", "device_scalar_ptr", "BLOCK", "CudnnError", "DeviceOutOfMemoryError"]

@@ -1,0 +1,341 @@
+"""2-d convolution on cuDNN: forward, backward data, backward filter, bias add/grad, fused
+conv + bias + activation.
+
+cuDNN calls: cudnnConvolutionForward / BackwardData / BackwardFilter (algorithms from
+:mod:`.algo`), cudnnConvolutionBiasActivationForward; NVRTC kernels from ``layout.cu``
+for explicit padding, cropping and the bias add/reduction.
+
+Asymmetric padding (Keras ``padding="same"`` with an even window or stride > 1) cannot be
+put in a cuDNN descriptor. It is done exactly instead: the input is copied into a
+zero-filled buffer padded by (top, bottom, left, right) (``pad2d``), the convolution runs
+with pad 0; backward data computes the gradient of the padded input and crops its interior
+out (``crop2d``); backward filter convolves the padded input. Symmetric padding goes into the
+descriptor as usual.
+
+Filters: NCHW uses KCRS, NHWC uses KRSC (``(K, R, S, C/groups)``). All computations
+accumulate in float32 (float64 for float64 data); fp16/bf16 run with tensor-op math, fp32
+with TF32 when ``config.allow_tf32`` (CUDNN_DEFAULT_MATH) and strict FMA math otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._params import ConvParams
+from . import _common as cm
+from . import algo
+
+__all__ = [
+    "conv2d_forward",
+    "conv2d_backward_data",
+    "conv2d_backward_filter",
+    "bias_add",
+    "bias_backward",
+    "conv2d_bias_activation_forward",
+]
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """Descriptors and shapes of one (x, w, params, layout, dtype) combination, cached."""
+
+    layout: str
+    dtype: np.dtype
+    x_dims: tuple  # (N, C, H, W) of the user's x
+    xp_dims: tuple  # (N, C, H, W) cuDNN sees (padded when the padding is explicit)
+    w_kcrs: tuple
+    y_dims: tuple
+    explicit: "tuple[int, int, int, int] | None"  # (top, bottom, left, right) done by pad2d
+    desc_pad: tuple  # (pad_h, pad_w) in the descriptor
+    x_desc: int  # describes xp_dims
+    w_desc: int
+    y_desc: int
+    params: ConvParams
+
+    def layout_shape(self, dims: tuple) -> tuple:
+        n, c, h, w = dims
+        return dims if self.layout == "NCHW" else (n, h, w, c)
+
+    def key(self, direction: str, device: int) -> algo.ConvKey:
+        cfg = cm.config()
+        return algo.ConvKey(
+            direction=direction, device=device, x_dims=self.xp_dims, w_dims=self.w_kcrs, y_dims=self.y_dims,
+            dtype=str(self.dtype), layout=self.layout, pad=self.desc_pad, stride=self.params.stride,
+            dilation=self.params.dilation, groups=self.params.groups, math=algo.math_for(self.dtype),
+            workspace_limit=cfg.workspace_limit, deterministic=bool(cfg.deterministic),
+            benchmark=bool(cfg.benchmark),
+        )
+
+    def context(self, function: str, choice: "algo.AlgoChoice | None" = None, direction: str = "forward") -> dict:
+        ctx = {
+            "function": function,
+            "x shape (N,C,H,W)": self.x_dims,
+            "padded x shape" if self.explicit else "x shape seen by cuDNN": self.xp_dims,
+            "x strides (elements)": cm.layout_strides(self.xp_dims, self.layout),
+            "w shape (K,C/g,R,S)": self.w_kcrs,
+            "y shape (N,K,P,Q)": self.y_dims,
+            "y strides (elements)": cm.layout_strides(self.y_dims, self.layout),
+            "layout": self.layout,
+            "dtype": str(self.dtype),
+            "stride": self.params.stride,
+            "padding (t,b,l,r)": self.params.pad,
+            "dilation": self.params.dilation,
+            "groups": self.params.groups,
+        }
+        if choice is not None:
+            ctx["algorithm"] = f"{choice.name(direction)} ({choice.source}, workspace {choice.workspace} B, " \
+                               f"math {choice.math})"
+        return ctx
+
+
+_geometries: dict[tuple, _Geometry] = {}
+
+
+def _kcrs(w_shape, layout: str) -> tuple:
+    if layout == "NCHW":
+        return tuple(int(v) for v in w_shape)
+    k, r, s, c = (int(v) for v in w_shape)
+    return (k, c, r, s)
+
+
+def _geometry(x_shape, w_shape, params: ConvParams, layout: str, dtype) -> _Geometry:
+    dtype = np.dtype(dtype)
+    key = (tuple(x_shape), tuple(w_shape), params, layout, dtype.str, str(dtype))
+    g = _geometries.get(key)
+    if g is not None:
+        return g
+    x_dims = cm.nchw_dims(x_shape, layout)
+    w_kcrs = _kcrs(w_shape, layout)
+    t, b, l, r = params.pad
+    if params.symmetric:
+        explicit, desc_pad, xp_dims = None, (t, l), x_dims
+    else:
+        explicit, desc_pad = params.pad, (0, 0)
+        xp_dims = (x_dims[0], x_dims[1], x_dims[2] + t + b, x_dims[3] + l + r)
+    oh, ow = params.output_hw(x_dims[2:], w_kcrs[2:])
+    y_dims = (x_dims[0], w_kcrs[0], oh, ow)
+    g = _Geometry(
+        layout=layout, dtype=dtype, x_dims=x_dims, xp_dims=xp_dims, w_kcrs=w_kcrs, y_dims=y_dims,
+        explicit=explicit, desc_pad=desc_pad,
+        x_desc=cm.tensor_desc(xp_dims, dtype, layout), w_desc=cm.filter_desc(w_kcrs, dtype, layout),
+        y_desc=cm.tensor_desc(y_dims, dtype, layout), params=params,
+    )
+    _geometries[key] = g
+    return g
+
+
+# ------------------------------------------------------------------------- explicit padding
+
+def pad_nchw(x: Any, dims: tuple, pad: tuple, layout: str, value: float, stream) -> Any:
+    """A new array: ``x`` (dims (N, C, H, W) in ``layout``) padded by (t, b, l, r) with ``value``."""
+    n, c, h, w = dims
+    t, b, l, r = pad
+    hp, wp = h + t + b, w + l + r
+    shape = (n, c, hp, wp) if layout == "NCHW" else (n, hp, wp, c)
+    xp = cm.empty(shape, x.dtype, stream)
+    cm.launch("layout.cu", f"pad2d_{cm.suffix(x.dtype)}", n * c * hp * wp,
+              (cm.p(x), cm.p(xp), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(hp), cm.i32(wp),
+               cm.i32(t), cm.i32(l), cm.f32(value), cm.i32(layout == "NHWC")), stream)
+    return xp
+
+
+def crop_nchw(xp: Any, dims: tuple, pad: tuple, layout: str, out: Any, stream) -> Any:
+    """Write the interior of padded ``xp`` (unpadded dims ``dims``) into ``out``."""
+    n, c, h, w = dims
+    t, b, l, r = pad
+    cm.launch("layout.cu", f"crop2d_{cm.suffix(xp.dtype)}", n * c * h * w,
+              (cm.p(xp), cm.p(out), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(h + t + b),
+               cm.i32(w + l + r), cm.i32(t), cm.i32(l), cm.i32(layout == "NHWC")), stream)
+    return out
+
+
+def _padded_input(x: Any, g: _Geometry, stream) -> Any:
+    return x if g.explicit is None else pad_nchw(x, g.x_dims, g.explicit, g.layout, 0.0, stream)
+
+
+def _run(direction: str, g: _Geometry, stream, buffers: tuple, function: str, call) -> None:
+    """Choose the algorithm (cached), get its workspace, make the cuDNN call with context on errors."""
+    handle = cm.cudnn_handle(stream)
+    key = g.key(direction, stream.device_index)
+    choice = None
+    try:
+        choice = algo.choose(key, handle, g.x_desc, g.w_desc, g.y_desc, stream, buffers)
+        algo.run_with_workspace(key, choice, stream, handle, g.x_desc, g.w_desc, g.y_desc,
+                                lambda ch, ws: call(handle, ch, ws))
+    except cm.CudnnError as exc:
+        for name, value in g.context(function, choice, direction).items():
+            exc.context.setdefault(name, value)
+        exc.add_context()
+        raise
+
+
+# ------------------------------------------------------------------------------------ ops
+
+def conv2d_forward(x: Any, w: Any, *, params: ConvParams, layout: str = "NCHW", out: Any = None,
+                   stream: Any = None) -> Any:
+    """``y = conv(x, w)`` (cross-correlation); y is (N, K, P, Q) in ``layout``."""
+    s = cm.stream_of(stream)
+    g = _geometry(x.shape, w.shape, params, layout, x.dtype)
+    y = cm.output(out, g.layout_shape(g.y_dims), x.dtype, s)
+    xin = _padded_input(x, g, s)
+    one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
+
+    def call(handle, choice, ws):
+        cm.cudnn_call("cudnnConvolutionForward", handle, one, g.x_desc, xin.ptr, g.w_desc, w.ptr,
+                      choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.y_desc, y.ptr)
+
+    _run("forward", g, s, (xin.ptr, w.ptr, y.ptr), "cudnnConvolutionForward", call)
+    return y
+
+
+def conv2d_backward_data(dy: Any, w: Any, x_shape, *, params: ConvParams, layout: str = "NCHW",
+                         out: Any = None, stream: Any = None) -> Any:
+    """``dx`` of shape ``x_shape`` from ``dy`` and ``w``."""
+    s = cm.stream_of(stream)
+    g = _geometry(tuple(x_shape), w.shape, params, layout, dy.dtype)
+    dx = cm.output(out, tuple(x_shape), dy.dtype, s)
+    dxp = dx if g.explicit is None else cm.empty(g.layout_shape(g.xp_dims), dy.dtype, s)
+    one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
+
+    def call(handle, choice, ws):
+        cm.cudnn_call("cudnnConvolutionBackwardData", handle, one, g.w_desc, w.ptr, g.y_desc, dy.ptr,
+                      choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.x_desc, dxp.ptr)
+
+    _run("backward_data", g, s, (dxp.ptr, w.ptr, dy.ptr), "cudnnConvolutionBackwardData", call)
+    if g.explicit is not None:
+        crop_nchw(dxp, g.x_dims, g.explicit, layout, dx, s)
+    return dx
+
+
+def conv2d_backward_filter(x: Any, dy: Any, w_shape, *, params: ConvParams, layout: str = "NCHW",
+                           out: Any = None, stream: Any = None) -> Any:
+    """``dw`` of shape ``w_shape`` (KCRS for NCHW, KRSC for NHWC) from ``x`` and ``dy``."""
+    s = cm.stream_of(stream)
+    g = _geometry(x.shape, tuple(w_shape), params, layout, x.dtype)
+    dw = cm.output(out, tuple(w_shape), x.dtype, s)
+    xin = _padded_input(x, g, s)
+    one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
+
+    def call(handle, choice, ws):
+        cm.cudnn_call("cudnnConvolutionBackwardFilter", handle, one, g.x_desc, xin.ptr, g.y_desc, dy.ptr,
+                      choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.w_desc, dw.ptr)
+
+    _run("backward_filter", g, s, (xin.ptr, dw.ptr, dy.ptr), "cudnnConvolutionBackwardFilter", call)
+    return dw
+
+
+# ---------------------------------------------------------------------------------- bias
+
+def _channel_split(shape, layout: str) -> "tuple[int, int, int]":
+    """(outer, C, inner) of a tensor whose channel axis is 1 (4-d NCHW) or the last one."""
+    shape = tuple(int(v) for v in shape)
+    axis = 1 if (len(shape) == 4 and layout == "NCHW") else len(shape) - 1
+    return cm.size_of(shape[:axis]), shape[axis], cm.size_of(shape[axis + 1:])
+
+
+def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: Any = None) -> Any:
+    """``y + b`` along the channel axis (axis 1 of 4-d NCHW, else the last axis); ``out`` may be ``y``."""
+    s = cm.stream_of(stream)
+    res = cm.output(out, y.shape, y.dtype, s)
+    outer, c, inner = _channel_split(y.shape, layout)
+    sfx = cm.suffix(y.dtype)
+    name = f"bias_add_{sfx}" if b.dtype == y.dtype else f"bias_add_f32bias_{sfx}"
+    if b.dtype != y.dtype and b.dtype != cm.F32:
+        raise TypeError(f"bias_add: b must be {y.dtype} or float32, got {b.dtype}")
+    cm.launch("layout.cu", name, outer * c * inner,
+              (cm.p(y), cm.p(b), cm.p(res), cm.i64(outer * c * inner), cm.i64(c), cm.i64(inner)), s)
+    return res
+
+
+def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
+    """``db[c] = sum of dy over every axis but the channel axis``, dtype of dy, shape (C,).
+
+    One block per channel sums in a fixed order, so the result is deterministic.
+    """
+    s = cm.stream_of(stream)
+    outer, c, inner = _channel_split(dy.shape, layout)
+    db = cm.empty((c,), dy.dtype, s)
+    cm.launch_rows("layout.cu", f"channel_sum_{cm.suffix(dy.dtype)}", c,
+                   (cm.p(dy), cm.p(db), cm.i64(outer), cm.i64(c), cm.i64(inner), cm.f64(1.0)), s)
+    return db
+
+
+# --------------------------------------------------------------------- fused conv+bias+act
+
+_FUSED_UNSUPPORTED: set = set()  # geometries where cuDNN refused the fused call
+_act_descs: dict = {}
+_IMPLICIT_PRECOMP_GEMM = 1
+
+
+def _relu_desc(mode: int) -> int:
+    def setup(handle: int) -> None:
+        cm.cudnn_call("cudnnSetActivationDescriptor", handle, mode, 1, 0.0)  # 1: CUDNN_PROPAGATE_NAN
+
+    return cm.cached_descriptor(_act_descs, (mode,), "cudnnCreateActivationDescriptor",
+                                "cudnnDestroyActivationDescriptor", setup)
+
+
+def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = "relu",
+                                   alpha: "float | None" = None, params: ConvParams, layout: str = "NCHW",
+                                   out: Any = None, stream: Any = None) -> Any:
+    """``activation(conv(x, w) + b)``.
+
+    relu and linear go through cudnnConvolutionBiasActivationForward for float32/float16
+    (linear only with the IMPLICIT_PRECOMP_GEMM algorithm, the one cuDNN allows with an
+    identity activation); other cases, or a configuration cuDNN refuses, run conv, bias add
+    and the activation as three launches (same numbers).
+    """
+    s = cm.stream_of(stream)
+    g = _geometry(x.shape, w.shape, params, layout, x.dtype)
+    fusable = activation in ("relu", "linear") and g.dtype in (cm.F32, cm.F16) and g not in _FUSED_UNSUPPORTED
+    if fusable:
+        y = cm.output(out, g.layout_shape(g.y_dims), x.dtype, s)
+        xin = _padded_input(x, g, s)
+        b_desc = cm.tensor_desc((1, g.w_kcrs[0], 1, 1), g.dtype, "NCHW")
+        act = _relu_desc(1 if activation == "relu" else 5)  # CUDNN_ACTIVATION_RELU / IDENTITY
+        one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
+        handle = cm.cudnn_handle(s)
+        key = g.key("forward", s.device_index)
+        try:
+            if activation == "relu":
+                choice = algo.choose(key, handle, g.x_desc, g.w_desc, g.y_desc, s, (xin.ptr, w.ptr, y.ptr))
+            else:
+                cdesc = algo.conv_desc(g.desc_pad, params.stride, params.dilation, params.groups, cm.F32,
+                                       algo.math_for(g.dtype))
+                size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, cdesc,
+                                           _IMPLICIT_PRECOMP_GEMM)
+                if size is None:
+                    raise cm.CudnnError(9, "CUDNN_STATUS_NOT_SUPPORTED", "cudnnGetConvolutionForwardWorkspaceSize",
+                                        "IMPLICIT_PRECOMP_GEMM cannot run this configuration")
+                choice = algo.AlgoChoice(_IMPLICIT_PRECOMP_GEMM, algo.math_for(g.dtype), size, cdesc, True,
+                                         "fixed")
+
+            def call(ch, ws):
+                # z = y with alpha2 = 0: cuDNN requires a z operand; y is never read for alpha2 == 0.
+                cm.cudnn_call("cudnnConvolutionBiasActivationForward", handle, one, g.x_desc, xin.ptr, g.w_desc,
+                              w.ptr, ch.conv_desc, ch.algo, ws, ch.workspace, zero, g.y_desc, y.ptr, b_desc,
+                              b.ptr, act, g.y_desc, y.ptr)
+
+            ws = cm.workspace(s, choice.workspace)
+            call(choice, ws)
+            return y
+        except cm.CudnnError as exc:
+            if exc.status_name not in ("CUDNN_STATUS_NOT_SUPPORTED", "CUDNN_STATUS_BAD_PARAM"):
+                for name, value in g.context("cudnnConvolutionBiasActivationForward").items():
+                    exc.context.setdefault(name, value)
+                exc.add_context()
+                raise
+            _FUSED_UNSUPPORTED.add(g)
+            cm.warn_once(("fused", g), "conv2d_bias_activation_forward: cuDNN's fused kernel does not support "
+                         f"this configuration ({exc.status_name}); running conv, bias and {activation} "
+                         "separately")
+    from . import activation as act_mod
+
+    y = conv2d_forward(x, w, params=params, layout=layout, out=out, stream=s)
+    bias_add(y, b, layout=layout, out=y, stream=s)
+    if activation != "linear":
+        act_mod.activation_forward(y, activation, alpha=alpha, out=y, stream=s)
+    return y

@@ -1,0 +1,183 @@
+"""Fused multi-tensor optimizer updates on NVRTC kernels (``optim.cu``).
+
+All tensors of one (parameter dtype, gradient dtype) group are updated by one launch. The
+launch reads a small device "pointer table" (int64: per tensor the parameter, gradient and
+state pointers and the size, then per chunk of :data:`CHUNK` items the tensor and start). The
+table is built on the host and uploaded once per list of arrays (cached by their pointers and
+sizes), so a training loop that keeps its arrays pays for it once; graph capture should be
+preceded by one eager step so that the upload does not happen inside the capture.
+
+``lr``, ``step`` and ``grad_scale`` may be numbers (baked into the launch) or 0-d device
+arrays (read by the kernel, so a replayed CUDA graph sees their current values); ``skip`` is
+a number or a 0-d int32 device flag (nonzero: nothing changes).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _common as cm
+
+__all__ = ["sgd_update", "adam_update", "rmsprop_update", "CHUNK"]
+
+_FILE = "optim.cu"
+CHUNK = 1 << 16  # items per chunk: enough work per block, few table entries
+_TABLE_CACHE_SIZE = 64
+_tables: "OrderedDict[tuple, Any]" = OrderedDict()
+_PARAM_SUFFIX = {cm.F32: "f32", cm.F64: "f64", cm.F16: "f16"}
+
+
+def _table(params: list, grads: list, states: Sequence["list | None"], stream) -> "tuple[Any, int, int]":
+    """(device table, ntensors, nchunks) for one dtype group, cached by pointers and sizes."""
+    cols = [params, grads] + [s if s is not None else [None] * len(params) for s in states]
+    cols += [[None] * len(params)] * (5 - len(cols))
+    sizes = [int(p.size) for p in params]
+    key = (stream.device_index,) + tuple(tuple(cm.ptr(a) for a in col) for col in cols) + (tuple(sizes),)
+    hit = _tables.get(key)
+    if hit is not None:
+        _tables.move_to_end(key)
+        return hit
+    n = len(params)
+    chunks = [(t, start) for t, size in enumerate(sizes) for start in range(0, size, CHUNK)]
+    host = np.zeros(6 * n + 2 * len(chunks), dtype=np.int64)
+    for t in range(n):
+        host[6 * t: 6 * t + 5] = [cm.ptr(col[t]) for col in cols]
+        host[6 * t + 5] = sizes[t]
+    if chunks:
+        host[6 * n:] = np.asarray(chunks, dtype=np.int64).reshape(-1)
+    from ...cuda.array import to_device
+
+    entry = (to_device(host, stream=stream), n, len(chunks))
+    _tables[key] = entry
+    if len(_tables) > _TABLE_CACHE_SIZE:
+        _tables.popitem(last=False)
+    return entry
+
+
+def _groups(params: list, grads: list, states: Sequence["list | None"]) -> dict:
+    """{(param suffix, grad suffix): (params, grads, states...)} preserving order."""
+    groups: dict = {}
+    for i, (p, g) in enumerate(zip(params, grads)):
+        try:
+            key = (_PARAM_SUFFIX[np.dtype(p.dtype)], cm.suffix(g.dtype))
+        except KeyError:
+            raise TypeError(f"optimizer update: params[{i}] has dtype {p.dtype}; the CUDA kernels update "
+                            "float32, float64 or float16 parameters") from None
+        entry = groups.setdefault(key, ([], [], [[] for _ in states]))
+        entry[0].append(p)
+        entry[1].append(g)
+        for k, st in enumerate(states):
+            entry[2][k].append(None if st is None else st[i])
+    return {k: (ps, gs, [None if states[j] is None else sts[j] for j in range(len(states))])
+            for k, (ps, gs, sts) in groups.items()}
+
+
+def _skip(skip: Any, op: str) -> "tuple[bool, int]":
+    """(skip now on the host, device flag pointer)."""
+    from ...backend import is_device_array
+
+    if skip is None:
+        return False, 0
+    if is_device_array(skip):
+        if skip.size != 1 or np.dtype(skip.dtype) != np.int32:
+            raise TypeError(f"{op}: skip as a device array must be one int32 element, got {skip.dtype} "
+                            f"{tuple(skip.shape)}")
+        return False, int(skip.ptr)
+    return bool(int(np.asarray(skip))), 0
+
+
+def _inv_scale(grad_scale: Any, op: str) -> "tuple[float, int]":
+    value, ptr = cm.device_scalar_ptr(grad_scale, op, "grad_scale")
+    if grad_scale is None:
+        return 1.0, 0
+    if ptr:
+        return 1.0, ptr
+    if value == 0:
+        raise ValueError(f"{op}: grad_scale must be nonzero")
+    return 1.0 / value, 0
+
+
+def _step(step: Any, op: str) -> "tuple[float, int, int]":
+    """(host step, device pointer, kind 0 host / 1 float32 / 2 int32 / 3 int64)."""
+    from ...backend import is_device_array
+
+    if is_device_array(step):
+        kinds = {np.dtype(np.float32): 1, np.dtype(np.int32): 2, np.dtype(np.int64): 3}
+        kind = kinds.get(np.dtype(step.dtype))
+        if kind is None or step.size != 1:
+            raise TypeError(f"{op}: step as a device array must be one float32/int32/int64 element, got "
+                            f"{step.dtype} {tuple(step.shape)}")
+        return 0.0, int(step.ptr), kind
+    t = float(np.asarray(step))
+    if t < 1:
+        raise ValueError(f"{op}: step must be >= 1 (the 1-based update count), got {t}")
+    return t, 0, 0
+
+
+def _launch(name: str, group_key: tuple, params: list, grads: list, states: list, args: tuple, stream) -> None:
+    table, n, nchunks = _table(params, grads, states, stream)
+    if nchunks == 0:
+        return
+    cm.launch_rows(_FILE, f"{name}_{group_key[0]}_{group_key[1]}", nchunks,
+                   (cm.p(table), cm.i64(n), cm.i64(nchunks), cm.i64(CHUNK)) + args, stream, max_grid=4096)
+
+
+def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any, momentum: float = 0.0,
+               nesterov: bool = False, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
+               stream: Any = None) -> None:
+    """SGD (momentum, nesterov, decoupled weight decay) in place over every tensor."""
+    op = "sgd_update"
+    s = cm.stream_of(stream)
+    skip_now, skip_ptr = _skip(skip, op)
+    if skip_now:
+        return None
+    lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
+    inv, gs_ptr = _inv_scale(grad_scale, op)
+    vel = velocities if momentum else None
+    for key, (ps, gs, sts) in _groups(params, grads, [vel]).items():
+        _launch("sgd", key, ps, gs, sts, (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(momentum), cm.i32(bool(nesterov)),
+                                          cm.f32(weight_decay), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)), s)
+    return None
+
+
+def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: Any, beta1: float = 0.9,
+                beta2: float = 0.999, epsilon: float = 1e-7, weight_decay: float = 0.0, amsgrad: bool = False,
+                vhat: "list | None" = None, grad_scale: Any = None, skip: Any = None, stream: Any = None) -> None:
+    """Adam / AdamW (amsgrad optional) in place over every tensor; ``step`` is 1-based."""
+    op = "adam_update"
+    s = cm.stream_of(stream)
+    skip_now, skip_ptr = _skip(skip, op)
+    if skip_now:
+        return None
+    lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
+    step_v, step_ptr, step_kind = _step(step, op)
+    inv, gs_ptr = _inv_scale(grad_scale, op)
+    for key, (ps, gs, sts) in _groups(params, grads, [m, v, vhat if amsgrad else None]).items():
+        _launch("adam", key, ps, gs, sts,
+                (cm.f32(lr_v), cm.p(lr_ptr), cm.f64(step_v), cm.p(step_ptr), cm.i32(step_kind), cm.f64(beta1),
+                 cm.f64(beta2), cm.f32(epsilon), cm.f32(weight_decay), cm.i32(bool(amsgrad)), cm.f64(inv),
+                 cm.p(gs_ptr), cm.p(skip_ptr)), s)
+    return None
+
+
+def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: float = 0.9, momentum: float = 0.0,
+                   epsilon: float = 1e-7, centered: bool = False, mom: "list | None" = None,
+                   avg: "list | None" = None, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
+                   stream: Any = None) -> None:
+    """RMSprop (momentum, centered; epsilon inside the root as Keras) in place over every tensor."""
+    op = "rmsprop_update"
+    s = cm.stream_of(stream)
+    skip_now, skip_ptr = _skip(skip, op)
+    if skip_now:
+        return None
+    lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
+    inv, gs_ptr = _inv_scale(grad_scale, op)
+    states = [avg_sq, mom if momentum else None, avg if centered else None]
+    for key, (ps, gs, sts) in _groups(params, grads, states).items():
+        _launch("rmsprop", key, ps, gs, sts,
+                (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(rho), cm.f32(momentum), cm.f32(epsilon), cm.i32(bool(centered)),
+                 cm.f32(weight_decay), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)), s)
+    return None

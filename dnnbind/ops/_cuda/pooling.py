@@ -1,0 +1,202 @@
+"""2-d pooling on cuDNN (cudnnPoolingForward / cudnnPoolingBackward), both layouts.
+
+Modes: ``max`` (CUDNN_POOLING_MAX, or MAX_DETERMINISTIC under ``config.deterministic``),
+``avg`` (average excluding padding), ``avg_include_pad``.
+
+Asymmetric padding (Keras ``"same"``) cannot go in the descriptor, so it is made explicit:
+
+* max: pad the input with -inf (``pad2d``), pool with pad 0; backward pools the same
+  padded input and crops the gradient's interior (``crop2d``).
+* avg_include_pad: pad with zeros, pool with pad 0 (the divisor is the window area).
+* avg (exclude padding): pad with zeros, pool "include padding" with pad 0, then multiply
+  each output position by area / (number of real pixels in its window), a float32 (Ho, Wo)
+  map built on the host once per shape key and uploaded once. Backward multiplies dy by the
+  same map, runs the include-padding backward and crops.
+
+Global average pooling is a row reduction (``reduce_rows`` / ``reduce_mid``) and a broadcast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._params import PoolParams
+from . import _common as cm
+from .conv import crop_nchw, pad_nchw
+
+__all__ = ["pool2d_forward", "pool2d_backward", "global_avg_pool2d_forward", "global_avg_pool2d_backward"]
+
+_MAX, _AVG_INCLUDE, _AVG_EXCLUDE, _MAX_DETERMINISTIC = 0, 1, 2, 3
+_pool_descs: dict = {}
+_maps: dict = {}
+
+
+def _pool_desc(mode: int, window: tuple, pad: tuple, stride: tuple) -> int:
+    def setup(handle: int) -> None:
+        # 1: CUDNN_PROPAGATE_NAN, so a NaN in a window shows in the output as in NumPy.
+        cm.cudnn_call("cudnnSetPooling2dDescriptor", handle, mode, 1, window[0], window[1], pad[0], pad[1],
+                      stride[0], stride[1], mode=mode, window=window, pad=pad, stride=stride)
+
+    return cm.cached_descriptor(_pool_descs, (mode, window, pad, stride), "cudnnCreatePoolingDescriptor",
+                                "cudnnDestroyPoolingDescriptor", setup)
+
+
+class _Plan:
+    """How one (x shape, params, layout, dtype) is pooled."""
+
+    def __init__(self, x_shape, params: PoolParams, layout: str, dtype) -> None:
+        self.layout = layout
+        self.dtype = np.dtype(dtype)
+        self.params = params
+        self.x_dims = cm.nchw_dims(x_shape, layout)
+        n, c, h, w = self.x_dims
+        oh, ow = params.output_hw((h, w))
+        self.y_dims = (n, c, oh, ow)
+        t, b, l, r = params.pad
+        self.explicit = None if params.symmetric else params.pad
+        if self.explicit is None:
+            self.xp_dims, desc_pad = self.x_dims, (t, l)
+        else:
+            self.xp_dims, desc_pad = (n, c, h + t + b, w + l + r), (0, 0)
+        if params.mode == "max":
+            mode = _MAX_DETERMINISTIC if cm.config().deterministic else _MAX
+        elif params.mode == "avg_include_pad" or self.explicit is not None:
+            mode = _AVG_INCLUDE
+        else:
+            mode = _AVG_EXCLUDE
+        self.mode = mode
+        self.needs_map = params.mode == "avg" and self.explicit is not None
+        self.pool_desc = _pool_desc(mode, params.window, desc_pad, params.stride)
+        self.x_desc = cm.tensor_desc(self.xp_dims, self.dtype, layout)
+        self.y_desc = cm.tensor_desc(self.y_dims, self.dtype, layout)
+        self.pad_value = float("-inf") if params.mode == "max" else 0.0
+
+    def layout_shape(self, dims: tuple) -> tuple:
+        n, c, h, w = dims
+        return dims if self.layout == "NCHW" else (n, h, w, c)
+
+    def context(self, function: str) -> dict:
+        return {"function": function, "x shape (N,C,H,W)": self.x_dims, "pooled shape": self.xp_dims,
+                "y shape": self.y_dims, "layout": self.layout, "dtype": str(self.dtype),
+                "mode": self.params.mode, "window": self.params.window, "stride": self.params.stride,
+                "padding (t,b,l,r)": self.params.pad}
+
+
+_plans: dict = {}
+
+
+def _plan(x_shape, params: PoolParams, layout: str, dtype) -> _Plan:
+    key = (tuple(x_shape), params, layout, np.dtype(dtype).str, str(np.dtype(dtype)),
+           bool(cm.config().deterministic))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _Plan(x_shape, params, layout, dtype)
+    return plan
+
+
+def exclude_pad_map(x_hw, params: PoolParams) -> np.ndarray:
+    """float32 (Ho, Wo): window area / number of real (unpadded) pixels in each window."""
+    (kh, kw), (sh, sw) = params.window, params.stride
+    t, _, l, _ = params.pad
+    oh, ow = params.output_hw(x_hw)
+
+    def counts(size: int, out: int, k: int, s: int, lo: int) -> np.ndarray:
+        start = np.arange(out) * s - lo
+        return np.minimum(start + k, size) - np.maximum(start, 0)
+
+    cnt = np.outer(counts(x_hw[0], oh, kh, sh, t), counts(x_hw[1], ow, kw, sw, l)).astype(np.float64)
+    return np.ascontiguousarray((kh * kw) / np.maximum(cnt, 1.0), dtype=np.float32)
+
+
+def _map(plan: _Plan, stream) -> Any:
+    key = (stream.device_index, plan.x_dims[2:], plan.params)
+    m = _maps.get(key)
+    if m is None:
+        from ...cuda.array import to_device
+
+        m = _maps[key] = to_device(exclude_pad_map(plan.x_dims[2:], plan.params), stream=stream)
+    return m
+
+
+def _scale_by_map(src: Any, dst: Any, plan: _Plan, stream) -> None:
+    n, c, oh, ow = plan.y_dims
+    cm.launch("layout.cu", f"scale_hw_{cm.suffix(src.dtype)}", n * c * oh * ow,
+              (cm.p(src), cm.p(dst), cm.p(_map(plan, stream)), cm.i64(n * c * oh * ow), cm.i32(c),
+               cm.i32(oh * ow), cm.i32(plan.layout == "NHWC")), stream)
+
+
+def _padded(x: Any, plan: _Plan, stream) -> Any:
+    if plan.explicit is None:
+        return x
+    return pad_nchw(x, plan.x_dims, plan.explicit, plan.layout, plan.pad_value, stream)
+
+
+def pool2d_forward(x: Any, *, params: PoolParams, layout: str = "NCHW", out: Any = None,
+                   stream: Any = None) -> Any:
+    """Pooled ``y`` of shape (N, C, Ho, Wo) in ``layout``."""
+    s = cm.stream_of(stream)
+    plan = _plan(x.shape, params, layout, x.dtype)
+    y = cm.output(out, plan.layout_shape(plan.y_dims), x.dtype, s)
+    xin = _padded(x, plan, s)
+    try:
+        cm.cudnn_call("cudnnPoolingForward", cm.cudnn_handle(s), plan.pool_desc, cm.ONE.of(plan.dtype), plan.x_desc,
+                      xin.ptr, cm.ZERO.of(plan.dtype), plan.y_desc, y.ptr)
+    except cm.CudnnError as exc:
+        exc.add_context(**plan.context("cudnnPoolingForward"))
+        raise
+    if plan.needs_map:
+        _scale_by_map(y, y, plan, s)
+    return y
+
+
+def pool2d_backward(dy: Any, x: Any, y: Any, *, params: PoolParams, layout: str = "NCHW",
+                    stream: Any = None) -> Any:
+    """``dx`` (the shape of ``x``) from ``dy``, the forward input ``x`` and output ``y``."""
+    s = cm.stream_of(stream)
+    plan = _plan(x.shape, params, layout, x.dtype)
+    dx = cm.empty(x.shape, x.dtype, s)
+    xin = _padded(x, plan, s)
+    dxp = dx if plan.explicit is None else cm.empty(plan.layout_shape(plan.xp_dims), x.dtype, s)
+    g = dy
+    if plan.needs_map:
+        g = cm.empty(dy.shape, dy.dtype, s)
+        _scale_by_map(dy, g, plan, s)
+    try:
+        cm.cudnn_call("cudnnPoolingBackward", cm.cudnn_handle(s), plan.pool_desc, cm.ONE.of(plan.dtype),
+                      plan.y_desc, y.ptr, plan.y_desc, g.ptr, plan.x_desc, xin.ptr, cm.ZERO.of(plan.dtype),
+                      plan.x_desc, dxp.ptr)
+    except cm.CudnnError as exc:
+        exc.add_context(**plan.context("cudnnPoolingBackward"))
+        raise
+    if plan.explicit is not None:
+        crop_nchw(dxp, plan.x_dims, plan.explicit, layout, dx, s)
+    return dx
+
+
+def global_avg_pool2d_forward(x: Any, *, layout: str = "NCHW", out: Any = None, stream: Any = None) -> Any:
+    """(N, C) means over H and W (deterministic fixed-order sums)."""
+    s = cm.stream_of(stream)
+    n, c, h, w = cm.nchw_dims(x.shape, layout)
+    y = cm.output(out, (n, c), x.dtype, s)
+    sfx = cm.suffix(x.dtype)
+    scale = 1.0 / (h * w) if h * w else float("nan")
+    if layout == "NCHW":
+        cm.launch_rows("elementwise.cu", f"reduce_rows_{sfx}", n * c,
+                       (cm.p(x), cm.p(y), cm.i64(n * c), cm.i64(h * w), cm.f64(scale)), s)
+    else:
+        cm.launch("elementwise.cu", f"reduce_mid_{sfx}", n * c,
+                  (cm.p(x), cm.p(y), cm.i64(n), cm.i64(h * w), cm.i64(c), cm.f64(scale)), s)
+    return y
+
+
+def global_avg_pool2d_backward(dy: Any, x_shape, *, layout: str = "NCHW", stream: Any = None) -> Any:
+    """``dx[n, c, h, w] = dy[n, c] / (H * W)`` in ``layout``."""
+    s = cm.stream_of(stream)
+    n, c, h, w = cm.nchw_dims(x_shape, layout)
+    dx = cm.empty(tuple(x_shape), dy.dtype, s)
+    cm.launch("layout.cu", f"broadcast_hw_{cm.suffix(dy.dtype)}", n * c * h * w,
+              (cm.p(dy), cm.p(dx), cm.i64(n * c * h * w), cm.i32(c), cm.i32(h * w), cm.i32(layout == "NHWC"),
+               cm.f64(1.0 / (h * w) if h * w else 0.0)), s)
+    return dx

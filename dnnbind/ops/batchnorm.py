@@ -1,0 +1,222 @@
+"""Batch normalization: training forward (with running statistics), inference forward, backward.
+
+Modes:
+
+* ``"spatial"``: one statistic per channel, over N, H and W (Keras BatchNormalization
+  on a conv output). Parameters have shape ``(C,)``.
+* ``"per_activation"``: one statistic per feature, over N only. Parameters have
+  the shape of one sample, ``x.shape[1:]``.
+
+A 2-d ``(N, C)`` input is normalised per column in either mode (parameters ``(C,)``;
+``layout`` is ignored).
+
+``gamma``, ``beta``, the running statistics and the saved statistics are float32
+(float64 when ``x`` is float64), whatever ``x``'s dtype. Running statistics follow
+Keras: ``running = momentum * running + (1 - momentum) * batch`` (cuDNN's exponential
+factor is ``1 - momentum``); the batch variance used there is the unbiased one (as
+cuDNN and PyTorch), while the normalisation itself uses the biased variance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
+from ._params import check_layout
+
+__all__ = ["BN_MODES", "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward"]
+
+BN_MODES = ("spatial", "per_activation")
+
+
+def _geometry(op: str, x: Any, mode: str, layout: str) -> "tuple[str, str, tuple[int, ...], tuple[int, ...]]":
+    """Validate; return (mode, layout, reduction axes, parameter shape)."""
+    mode = str(mode).lower()
+    if mode not in BN_MODES:
+        raise ValueError(f"{op}: mode must be 'spatial' or 'per_activation', got {mode!r}")
+    layout = check_layout(layout)
+    check_float(op, "x", x)
+    if x.ndim == 2:
+        return mode, layout, (0,), (x.shape[1],)
+    if x.ndim != 4:
+        raise ValueError(f"{op}: x must be 2-d (N, C) or 4-d, got shape {tuple(x.shape)}")
+    if mode == "per_activation":
+        return mode, layout, (0,), tuple(x.shape[1:])
+    if layout == "NCHW":
+        return mode, layout, (0, 2, 3), (x.shape[1],)
+    return mode, layout, (0, 1, 2), (x.shape[3],)
+
+
+def _param_dtype(x_dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if x_dtype == np.float64 else np.dtype(np.float32)
+
+
+def _check_params(op: str, x: Any, shape: tuple[int, ...], **params: Any) -> None:
+    want = _param_dtype(x.dtype)
+    for name, p in params.items():
+        if p is None:
+            raise ValueError(f"{op}: {name} is required")
+        if tuple(p.shape) != shape:
+            raise ValueError(f"{op}: {name} has shape {tuple(p.shape)}, expected {shape} for x of shape {tuple(x.shape)}")
+        if p.dtype != want and not (p.dtype == np.float32 and want == np.float64):
+            raise TypeError(f"{op}: {name} must be {want} for x of dtype {x.dtype}, got {p.dtype}")
+
+
+def _broadcast(p: np.ndarray, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """View a parameter so that it broadcasts against ``x`` (reduced axes become 1)."""
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
+    return p.reshape(shape)
+
+
+def batchnorm_forward_training(
+    x: Any,
+    gamma: Any,
+    beta: Any,
+    running_mean: Any,
+    running_var: Any,
+    *,
+    momentum: float = 0.99,
+    epsilon: float = 1e-3,
+    mode: str = "spatial",
+    layout: str = "NCHW",
+    out: Any = None,
+    stream: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Normalise with the batch statistics; update the running statistics in place.
+
+    Returns ``(y, save_mean, save_inv_std)``: ``y`` like ``x``; the batch mean and
+    ``1 / sqrt(biased_var + epsilon)`` (parameter shape, float32) for the backward.
+
+    CUDA: ``_cuda.batchnorm.batchnorm_forward_training(x, gamma, beta, running_mean, running_var,
+    momentum=momentum, epsilon=epsilon, mode=mode, layout=layout, out=out, stream=stream)``
+    (floats; ``mode`` lower case, ``layout`` upper case).
+    """
+    op = "batchnorm_forward_training"
+    x = as_array(x)
+    gamma, beta, running_mean, running_var = map(as_array, (gamma, beta, running_mean, running_var))
+    mode, layout, axes, pshape = _geometry(op, x, mode, layout)
+    _check_params(op, x, pshape, gamma=gamma, beta=beta, running_mean=running_mean, running_var=running_var)
+    momentum, epsilon = float(momentum), float(epsilon)
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError(f"{op}: momentum must be in [0, 1], got {momentum}")
+    if epsilon <= 0:
+        raise ValueError(f"{op}: epsilon must be > 0, got {epsilon}")
+    check_out(op, out, x.shape, x.dtype)
+    impl = route(op, "batchnorm", x=x, gamma=gamma, beta=beta, running_mean=running_mean,
+                 running_var=running_var, out=out)
+    if impl is not None:
+        return impl.batchnorm_forward_training(
+            x, gamma, beta, running_mean, running_var, momentum=momentum, epsilon=epsilon, mode=mode,
+            layout=layout, out=out, stream=stream,
+        )
+    xc = to_compute(x)
+    count = x.size // int(np.prod(pshape))
+    mean = xc.mean(axis=axes)
+    centered = xc - _broadcast(mean, xc, axes)
+    var = np.square(centered).mean(axis=axes)
+    inv_std = 1.0 / np.sqrt(var + epsilon)
+    scale = _broadcast(to_compute(gamma) * inv_std, xc, axes)
+    centered *= scale
+    centered += _broadcast(to_compute(beta), xc, axes)
+    unbiased = var * (count / (count - 1)) if count > 1 else var
+    running_mean *= momentum
+    running_mean += (1 - momentum) * mean
+    running_var *= momentum
+    running_var += (1 - momentum) * unbiased
+    sdt = _param_dtype(x.dtype)
+    return finish(centered, out, x.dtype), mean.astype(sdt, copy=False), inv_std.astype(sdt, copy=False)
+
+
+def batchnorm_forward_inference(
+    x: Any,
+    gamma: Any,
+    beta: Any,
+    running_mean: Any,
+    running_var: Any,
+    *,
+    epsilon: float = 1e-3,
+    mode: str = "spatial",
+    layout: str = "NCHW",
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """``y = gamma * (x - running_mean) / sqrt(running_var + epsilon) + beta``.
+
+    CUDA: ``_cuda.batchnorm.batchnorm_forward_inference(x, gamma, beta, running_mean, running_var,
+    epsilon=epsilon, mode=mode, layout=layout, out=out, stream=stream)``.
+    """
+    op = "batchnorm_forward_inference"
+    x = as_array(x)
+    gamma, beta, running_mean, running_var = map(as_array, (gamma, beta, running_mean, running_var))
+    mode, layout, axes, pshape = _geometry(op, x, mode, layout)
+    _check_params(op, x, pshape, gamma=gamma, beta=beta, running_mean=running_mean, running_var=running_var)
+    epsilon = float(epsilon)
+    if epsilon <= 0:
+        raise ValueError(f"{op}: epsilon must be > 0, got {epsilon}")
+    check_out(op, out, x.shape, x.dtype)
+    impl = route(op, "batchnorm", x=x, gamma=gamma, beta=beta, running_mean=running_mean,
+                 running_var=running_var, out=out)
+    if impl is not None:
+        return impl.batchnorm_forward_inference(
+            x, gamma, beta, running_mean, running_var, epsilon=epsilon, mode=mode, layout=layout, out=out,
+            stream=stream,
+        )
+    xc = to_compute(x)
+    cdt = xc.dtype
+    scale = (gamma / np.sqrt(running_var.astype(np.float64) + epsilon)).astype(cdt)
+    shift = (beta - running_mean * scale).astype(cdt)
+    y = xc * _broadcast(scale, xc, axes)
+    y += _broadcast(shift, xc, axes)
+    return finish(y, out, x.dtype)
+
+
+def batchnorm_backward(
+    dy: Any,
+    x: Any,
+    gamma: Any,
+    save_mean: Any,
+    save_inv_std: Any,
+    *,
+    epsilon: float = 1e-3,
+    mode: str = "spatial",
+    layout: str = "NCHW",
+    stream: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Gradients of :func:`batchnorm_forward_training`: ``(dx, dgamma, dbeta)``.
+
+    ``save_mean``/``save_inv_std`` are the forward's saved statistics; ``epsilon``
+    must be the forward's (cuDNN checks it; the NumPy reference does not need it).
+
+    CUDA: ``_cuda.batchnorm.batchnorm_backward(dy, x, gamma, save_mean, save_inv_std, epsilon=epsilon,
+    mode=mode, layout=layout, stream=stream)``.
+    """
+    op = "batchnorm_backward"
+    dy, x, gamma, save_mean, save_inv_std = map(as_array, (dy, x, gamma, save_mean, save_inv_std))
+    mode, layout, axes, pshape = _geometry(op, x, mode, layout)
+    if tuple(dy.shape) != tuple(x.shape) or dy.dtype != x.dtype:
+        raise ValueError(
+            f"{op}: dy has shape {tuple(dy.shape)} and dtype {dy.dtype}, expected x's {tuple(x.shape)}, {x.dtype}"
+        )
+    _check_params(op, x, pshape, gamma=gamma, save_mean=save_mean, save_inv_std=save_inv_std)
+    epsilon = float(epsilon)
+    impl = route(op, "batchnorm", dy=dy, x=x, gamma=gamma, save_mean=save_mean, save_inv_std=save_inv_std)
+    if impl is not None:
+        return impl.batchnorm_backward(
+            dy, x, gamma, save_mean, save_inv_std, epsilon=epsilon, mode=mode, layout=layout, stream=stream
+        )
+    g, xc = to_compute(dy), to_compute(x)
+    cdt = xc.dtype
+    count = x.size // int(np.prod(pshape))
+    inv_std = save_inv_std.astype(cdt, copy=False)
+    xhat = (xc - _broadcast(save_mean.astype(cdt, copy=False), xc, axes)) * _broadcast(inv_std, xc, axes)
+    dbeta = g.sum(axis=axes)
+    dgamma = (g * xhat).sum(axis=axes)
+    # dx = gamma * inv_std / m * (m * dy - sum(dy) - xhat * sum(dy * xhat))
+    xhat *= _broadcast(dgamma / count, xc, axes)
+    dx = g - _broadcast(dbeta / count, xc, axes)
+    dx -= xhat
+    dx *= _broadcast(gamma.astype(cdt, copy=False) * inv_std, xc, axes)
+    pdt = _param_dtype(x.dtype)
+    return finish(dx, None, x.dtype), dgamma.astype(pdt, copy=False), dbeta.astype(pdt, copy=False)

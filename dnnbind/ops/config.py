@@ -1,0 +1,73 @@
+"""Global switches of the ops (read by the CUDA implementations; the NumPy backend ignores them).
+
+``allow_tf32``
+    fp32 convolutions and GEMMs may use TF32 tensor-op math (about 1e-3 relative error).
+``deterministic``
+    only deterministic cuDNN algorithms, so repeated runs are bitwise equal.
+``benchmark``
+    run ``cudnnFind*AlgorithmEx`` once per shape key instead of the ``_v7`` heuristics.
+``workspace_limit``
+    the most workspace bytes an algorithm may use (``None``: no cap).
+
+Read them as module attributes (``config.allow_tf32``) or with :func:`get`; change them
+by assignment or temporarily with ``with config.override(allow_tf32=False): ...``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from typing import Any, Iterator
+
+__all__ = ["allow_tf32", "deterministic", "benchmark", "workspace_limit", "get", "override"]
+
+allow_tf32: bool = True
+deterministic: bool = False
+benchmark: bool = False
+workspace_limit: "int | None" = None
+
+_NAMES = ("allow_tf32", "deterministic", "benchmark", "workspace_limit")
+_lock = threading.RLock()
+_module = sys.modules[__name__]
+
+
+def _check(name: str, value: Any) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"dnnbind.ops.config has no setting {name!r}; settings: {', '.join(_NAMES)}")
+    if name == "workspace_limit":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"workspace_limit must be None or a number of bytes >= 0, got {value!r}")
+        return value
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def get(name: "str | None" = None) -> Any:
+    """One setting by name, or all of them as a dict."""
+    if name is None:
+        return {key: getattr(_module, key) for key in _NAMES}
+    if name not in _NAMES:
+        raise AttributeError(f"dnnbind.ops.config has no setting {name!r}; settings: {', '.join(_NAMES)}")
+    return getattr(_module, name)
+
+
+@contextlib.contextmanager
+def override(**settings: Any) -> Iterator[None]:
+    """Change settings inside a ``with`` block and restore the previous values on exit.
+
+    The settings are process-wide (cuDNN algorithm choice is per process), so
+    an override in one thread is seen by the others while it lasts.
+    """
+    checked = {name: _check(name, value) for name, value in settings.items()}
+    with _lock:
+        saved = {name: getattr(_module, name) for name in checked}
+        for name, value in checked.items():
+            setattr(_module, name, value)
+    try:
+        yield
+    finally:
+        with _lock:
+            for name, value in saved.items():
+                setattr(_module, name, value)

@@ -1,0 +1,277 @@
+"""Fused optimizer updates, in place over lists of tensors (Keras 3 formulas).
+
+Shared arguments:
+
+* ``params``/``grads``/state lists are parallel (one entry per variable, same shapes;
+  state and parameters share a dtype, gradients may be of lower precision).
+* ``lr`` and ``step`` may be Python numbers or 0-d arrays (so a captured CUDA graph
+  reads the current value on replay).
+* ``weight_decay`` is decoupled (Keras 3 / AdamW): ``p -= lr * weight_decay * p`` before the step.
+* ``grad_scale``: the gradients are divided by it first (mixed-precision loss scaling).
+* ``skip``: a 0-d int flag; nonzero means no parameter or state changes (an overflowed step).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._dispatch import as_array, route, scalar
+
+__all__ = ["sgd_update", "adam_update", "rmsprop_update"]
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if hasattr(value, "shape"):
+        return [value]
+    return list(value)
+
+
+def _check_lists(op: str, params: list, **lists: "list | None") -> None:
+    if not params:
+        raise ValueError(f"{op}: params is empty")
+    for i, p in enumerate(params):
+        if p.dtype.kind != "f":
+            raise TypeError(f"{op}: params[{i}] must be float32 or float64, got {p.dtype}")
+    for name, items in lists.items():
+        if items is None:
+            continue
+        if len(items) != len(params):
+            raise ValueError(f"{op}: {name} has {len(items)} entries but params has {len(params)}")
+        for i, (p, a) in enumerate(zip(params, items)):
+            if a is None:
+                raise ValueError(f"{op}: {name}[{i}] is None")
+            if tuple(a.shape) != tuple(p.shape):
+                raise ValueError(f"{op}: {name}[{i}] has shape {tuple(a.shape)} but params[{i}] has {tuple(p.shape)}")
+            if name != "grads" and a.dtype != p.dtype:
+                raise TypeError(f"{op}: {name}[{i}] has dtype {a.dtype} but params[{i}] has {p.dtype}")
+
+
+def _route(op: str, params: list, grads: list, *states: list) -> Any:
+    arrays = {"params[0]": params[0], "grads[0]": grads[0]}
+    for k, st in enumerate(states):
+        if st:
+            arrays[f"state{k}[0]"] = st[0]
+    return route(op, "optim", **arrays)
+
+
+def _skipped(skip: Any) -> bool:
+    return skip is not None and int(np.asarray(skip)) != 0
+
+
+def _grad(g: np.ndarray, dtype: np.dtype, inv_scale: "float | None") -> np.ndarray:
+    g = g.astype(dtype, copy=inv_scale is not None)
+    if inv_scale is not None:
+        g *= inv_scale
+    return g
+
+
+def _inv_scale(op: str, grad_scale: Any) -> "float | None":
+    if grad_scale is None:
+        return None
+    s = scalar(grad_scale, op, "grad_scale")
+    if s == 0:
+        raise ValueError(f"{op}: grad_scale must be nonzero")
+    return 1.0 / s
+
+
+def sgd_update(
+    params: Sequence[Any],
+    grads: Sequence[Any],
+    velocities: "Sequence[Any] | None",
+    *,
+    lr: Any,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    grad_scale: Any = None,
+    skip: Any = None,
+    stream: Any = None,
+) -> None:
+    """SGD (Keras 3): with momentum ``v = momentum * v - lr * g``; ``p += v`` or, with
+    nesterov, ``p += momentum * v - lr * g``; without momentum ``p -= lr * g``
+    (``velocities`` may then be None).
+
+    CUDA: ``_cuda.optim.sgd_update(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
+    weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, stream=stream)`` with lists
+    (``velocities`` None or a list) and ``momentum``/``weight_decay`` floats.
+    """
+    op = "sgd_update"
+    params, grads = [as_array(p) for p in _as_list(params)], [as_array(g) for g in _as_list(grads)]
+    velocities = [as_array(v) for v in _as_list(velocities)] or None
+    momentum, weight_decay, nesterov = float(momentum), float(weight_decay), bool(nesterov)
+    if momentum < 0:
+        raise ValueError(f"{op}: momentum must be >= 0, got {momentum}")
+    if momentum and velocities is None:
+        raise ValueError(f"{op}: momentum={momentum} needs velocities")
+    _check_lists(op, params, grads=grads, velocities=velocities)
+    impl = _route(op, params, grads, velocities or [])
+    if impl is not None:
+        return impl.sgd_update(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
+                               weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, stream=stream)
+    if _skipped(skip):
+        return None
+    lr_f = scalar(lr, op, "lr")
+    inv = _inv_scale(op, grad_scale)
+    for i, (p, g) in enumerate(zip(params, grads)):
+        g = _grad(g, p.dtype, inv)
+        if weight_decay:
+            p -= (lr_f * weight_decay) * p
+        if momentum:
+            v = velocities[i]
+            v *= momentum
+            v -= lr_f * g
+            if nesterov:
+                p += momentum * v - lr_f * g
+            else:
+                p += v
+        else:
+            p -= lr_f * g
+    return None
+
+
+def adam_update(
+    params: Sequence[Any],
+    grads: Sequence[Any],
+    m: Sequence[Any],
+    v: Sequence[Any],
+    *,
+    lr: Any,
+    step: Any,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-7,
+    weight_decay: float = 0.0,
+    amsgrad: bool = False,
+    vhat: "Sequence[Any] | None" = None,
+    grad_scale: Any = None,
+    skip: Any = None,
+    stream: Any = None,
+) -> None:
+    """Adam / AdamW (Keras 3). ``step`` is the 1-based number of this update (Keras ``iterations + 1``):
+
+    ``m += (g - m)(1 - b1)``, ``v += (g^2 - v)(1 - b2)``,
+    ``lr_t = lr * sqrt(1 - b2^step) / (1 - b1^step)``, ``p -= lr_t * m / (sqrt(v) + eps)``.
+    With ``amsgrad``, ``vhat = max(vhat, v)`` replaces ``v`` in the last formula.
+
+    CUDA: ``_cuda.optim.adam_update(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2,
+    epsilon=epsilon, weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
+    skip=skip, stream=stream)`` with lists and float hyper-parameters.
+    """
+    op = "adam_update"
+    params, grads = [as_array(p) for p in _as_list(params)], [as_array(g) for g in _as_list(grads)]
+    m, v = [as_array(a) for a in _as_list(m)], [as_array(a) for a in _as_list(v)]
+    vhat = [as_array(a) for a in _as_list(vhat)] or None
+    beta1, beta2, epsilon, weight_decay = float(beta1), float(beta2), float(epsilon), float(weight_decay)
+    amsgrad = bool(amsgrad)
+    for name, b in (("beta1", beta1), ("beta2", beta2)):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"{op}: {name} must be in [0, 1), got {b}")
+    if amsgrad and vhat is None:
+        raise ValueError(f"{op}: amsgrad=True needs vhat (one zero-initialised tensor per parameter)")
+    _check_lists(op, params, grads=grads, m=m, v=v, vhat=vhat)
+    impl = _route(op, params, grads, m, v)
+    if impl is not None:
+        return impl.adam_update(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                                weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
+                                skip=skip, stream=stream)
+    if _skipped(skip):
+        return None
+    lr_f = scalar(lr, op, "lr")
+    t = scalar(step, op, "step")
+    if t < 1:
+        raise ValueError(f"{op}: step must be >= 1 (the 1-based update count), got {t}")
+    lr_t = lr_f * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
+    inv = _inv_scale(op, grad_scale)
+    for i, (p, g) in enumerate(zip(params, grads)):
+        g = _grad(g, p.dtype, inv)
+        if weight_decay:
+            p -= (lr_f * weight_decay) * p
+        mi, vi = m[i], v[i]
+        mi += (g - mi) * (1.0 - beta1)
+        vi += (g * g - vi) * (1.0 - beta2)
+        denom = vi
+        if amsgrad:
+            np.maximum(vhat[i], vi, out=vhat[i])
+            denom = vhat[i]
+        denom = np.sqrt(denom)
+        denom += epsilon
+        p -= lr_t * mi / denom
+    return None
+
+
+def rmsprop_update(
+    params: Sequence[Any],
+    grads: Sequence[Any],
+    avg_sq: Sequence[Any],
+    *,
+    lr: Any,
+    rho: float = 0.9,
+    momentum: float = 0.0,
+    epsilon: float = 1e-7,
+    centered: bool = False,
+    mom: "Sequence[Any] | None" = None,
+    avg: "Sequence[Any] | None" = None,
+    weight_decay: float = 0.0,
+    grad_scale: Any = None,
+    skip: Any = None,
+    stream: Any = None,
+) -> None:
+    """RMSprop (Keras 3): ``avg_sq = rho * avg_sq + (1 - rho) g^2``; centered also keeps
+    ``avg = rho * avg + (1 - rho) g`` and uses ``avg_sq - avg^2``; ``inc = lr * g / sqrt(denominator + eps)``
+    (epsilon inside the root, as Keras); with momentum ``mom = momentum * mom + inc; p -= mom``,
+    else ``p -= inc``.
+
+    CUDA: ``_cuda.optim.rmsprop_update(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum,
+    epsilon=epsilon, centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
+    grad_scale=grad_scale, skip=skip, stream=stream)``.
+    """
+    op = "rmsprop_update"
+    params, grads = [as_array(p) for p in _as_list(params)], [as_array(g) for g in _as_list(grads)]
+    avg_sq = [as_array(a) for a in _as_list(avg_sq)]
+    mom = [as_array(a) for a in _as_list(mom)] or None
+    avg = [as_array(a) for a in _as_list(avg)] or None
+    rho, momentum, epsilon, weight_decay = float(rho), float(momentum), float(epsilon), float(weight_decay)
+    centered = bool(centered)
+    if momentum and mom is None:
+        raise ValueError(f"{op}: momentum={momentum} needs mom (one zero-initialised tensor per parameter)")
+    if centered and avg is None:
+        raise ValueError(f"{op}: centered=True needs avg (one zero-initialised tensor per parameter)")
+    _check_lists(op, params, grads=grads, avg_sq=avg_sq, mom=mom if momentum else None, avg=avg if centered else None)
+    impl = _route(op, params, grads, avg_sq)
+    if impl is not None:
+        return impl.rmsprop_update(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum, epsilon=epsilon,
+                                   centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
+                                   grad_scale=grad_scale, skip=skip, stream=stream)
+    if _skipped(skip):
+        return None
+    lr_f = scalar(lr, op, "lr")
+    inv = _inv_scale(op, grad_scale)
+    for i, (p, g) in enumerate(zip(params, grads)):
+        g = _grad(g, p.dtype, inv)
+        if weight_decay:
+            p -= (lr_f * weight_decay) * p
+        s = avg_sq[i]
+        s *= rho
+        s += (1.0 - rho) * g * g
+        if centered:
+            a = avg[i]
+            a *= rho
+            a += (1.0 - rho) * g
+            denom = s - a * a
+        else:
+            denom = s.copy()
+        denom += epsilon
+        inc = lr_f * g / np.sqrt(denom)
+        if momentum:
+            mo = mom[i]
+            mo *= momentum
+            mo += inc
+            p -= mo
+        else:
+            p -= inc
+    return None

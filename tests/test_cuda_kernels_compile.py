@@ -1,0 +1,247 @@
+"""CPU checks of the CUDA implementations (no GPU needed).
+
+* every NVRTC source of dnnbind/ops/_cuda compiles for sm_90 and exports every kernel name
+  the Python side launches;
+* cuDNN descriptors built by the ops (tensor, filter, convolution, pooling) read back as set
+  (cuDNN's descriptor functions work without a GPU);
+* the explicit-padding geometry of asymmetric convolutions agrees with cuDNN's own output-size
+  rule on the padded input, and with the NumPy reference's shape;
+* algorithm-cache keys change with everything that changes the choice;
+* host-side helpers: average-pooling exclude-padding map, reduction axis merging, dtype maps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+
+import numpy as np
+import pytest
+
+from dnnbind.ops import config
+from dnnbind.ops._cuda import _common as cm
+from dnnbind.ops._params import ConvParams, PoolParams, resolve_padding
+
+FLOATS = ("f32", "f64", "f16", "bf16")
+ALL = FLOATS + ("i32", "i64", "u8", "i8", "bool")
+
+
+def _expected_kernels() -> dict[str, list[str]]:
+    act = [f"act_{d}_{t}" for d in ("fwd", "bwd") for t in FLOATS]
+    layout = [f"{k}_{t}" for k in ("pad2d", "crop2d", "scale_hw", "bias_add", "bias_add_f32bias", "channel_sum",
+                                   "broadcast_hw") for t in FLOATS]
+    elem = [f"{k}_{t}" for k in ("binary", "scale", "axpy", "reduce_rows", "reduce_mid", "argmax", "all_finite",
+                                 "random_crop_flip") for t in FLOATS]
+    elem += [f"{k}_{t}_{i}" for k in ("accuracy_count", "top_k_count") for t in FLOATS for i in ("i32", "i64")]
+    elem += [f"cast_{a}_{b}" for a, b in itertools.product(ALL, ALL)]
+    elem += [f"fill_{t}" for t in ALL]
+    elem += [f"take_rows_{w}_{i}" for w in ("w4", "b1") for i in ("i32", "i64")]
+    losses = [f"{k}_{t}_{lab}" for k in ("softmax_xent", "probs_xent") for t in FLOATS for lab in ("i32", "i64", "dense")]
+    losses += [f"elementwise_loss_{t}" for t in FLOATS] + ["sum_to_scalar_f32", "sum_to_scalar_f64"]
+    optim = [f"{k}_{p}_{g}" for k in ("sgd", "adam", "rmsprop") for p in ("f32", "f64", "f16") for g in FLOATS]
+    return {"activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
+            "optim.cu": optim}
+
+
+@pytest.mark.parametrize("filename", sorted(_expected_kernels()))
+def test_nvrtc_sources_compile_for_sm90_and_export_every_kernel(filename):
+    from dnnbind.cuda.kernel import compile_kernel
+
+    cubin = compile_kernel(cm.source(filename), arch="sm_90", options=cm.KERNEL_OPTIONS)
+    assert cubin[:4] == b"\x7fELF"
+    missing = [name for name in _expected_kernels()[filename] if name.encode() + b"\x00" not in cubin]
+    assert not missing, f"{filename} does not export {missing[:10]}"
+
+
+def test_compile_error_in_a_kernel_source_carries_the_log():
+    from dnnbind.cuda.kernel import compile_kernel
+    from dnnbind.errors import NvrtcError
+
+    bad = cm.source("activation.cu") + '\nextern "C" __global__ void broken(float* x) { x[0] = undefined_name; }\n'
+    with pytest.raises(NvrtcError) as info:
+        compile_kernel(bad, arch="sm_90", options=cm.KERNEL_OPTIONS)
+    assert "undefined_name" in str(info.value)
+
+
+# ------------------------------------------------------------------------------ descriptors
+
+def _tensor_readback(handle: int) -> tuple[int, tuple, tuple]:
+    from dnnbind._lib import cudnn as C
+
+    dtype, nb = ctypes.c_int(), ctypes.c_int()
+    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+    C.call("cudnnGetTensorNdDescriptor", handle, 8, ctypes.byref(dtype), ctypes.byref(nb), dims, strides)
+    return dtype.value, tuple(dims[: nb.value]), tuple(strides[: nb.value])
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype, code", [(np.float32, 0), (np.float16, 2), (cm.BF16, 9), (np.float64, 1)])
+def test_tensor_descriptor_reads_back_dims_and_layout_strides(layout, dtype, code):
+    dims = (3, 5, 7, 9)
+    h = cm.tensor_desc(dims, np.dtype(dtype), layout)
+    assert cm.tensor_desc(dims, np.dtype(dtype), layout) == h  # cached, not rebuilt
+    got_dtype, got_dims, got_strides = _tensor_readback(h)
+    assert got_dtype == code and got_dims == dims
+    want = (315, 63, 9, 1) if layout == "NCHW" else (315, 1, 45, 5)
+    assert got_strides == want
+
+
+@pytest.mark.parametrize("layout, fmt", [("NCHW", 0), ("NHWC", 1)])
+def test_filter_descriptor_reads_back_kcrs_and_format(layout, fmt):
+    from dnnbind._lib import cudnn as C
+
+    h = cm.filter_desc((8, 3, 5, 2), cm.F16, layout)
+    vals = [ctypes.c_int() for _ in range(6)]
+    C.call("cudnnGetFilter4dDescriptor", h, *[ctypes.byref(v) for v in vals])
+    assert [v.value for v in vals] == [2, fmt, 8, 3, 5, 2]
+
+
+@pytest.mark.parametrize("math", [0, 1, 3])
+def test_convolution_descriptor_carries_padding_stride_dilation_groups_math(math):
+    from dnnbind._lib import cudnn as C
+    from dnnbind.ops._cuda import algo
+
+    h = algo.conv_desc((1, 2), (2, 3), (1, 2), 4, cm.F32, math)
+    vals = [ctypes.c_int() for _ in range(8)]
+    C.call("cudnnGetConvolution2dDescriptor", h, *[ctypes.byref(v) for v in vals])
+    assert [v.value for v in vals] == [1, 2, 2, 3, 1, 2, 1, 0]  # ..., CROSS_CORRELATION, FLOAT
+    groups, got_math = ctypes.c_int(), ctypes.c_int()
+    C.call("cudnnGetConvolutionGroupCount", h, ctypes.byref(groups))
+    C.call("cudnnGetConvolutionMathType", h, ctypes.byref(got_math))
+    assert (groups.value, got_math.value) == (4, math)
+
+
+def test_pooling_descriptor_reads_back():
+    from dnnbind._lib import cudnn as C
+    from dnnbind.ops._cuda.pooling import _pool_desc
+
+    h = _pool_desc(2, (3, 2), (1, 0), (2, 1))
+    vals = [ctypes.c_int() for _ in range(8)]
+    C.call("cudnnGetPooling2dDescriptor", h, *[ctypes.byref(v) for v in vals])
+    assert [v.value for v in vals] == [2, 1, 3, 2, 1, 0, 2, 1]
+
+
+# ------------------------------------------------------------------------- conv geometry
+
+CASES = [
+    # x (NCHW), w (KCRS), stride, padding, dilation, groups
+    ((2, 3, 7, 7), (4, 3, 3, 3), (2, 2), "same", (1, 1), 1),
+    ((1, 4, 8, 6), (4, 1, 2, 2), (2, 2), "same", (1, 1), 4),
+    ((2, 6, 9, 10), (6, 3, 3, 2), (3, 2), "same", (2, 1), 2),
+    ((2, 3, 5, 5), (2, 3, 1, 1), (1, 1), "valid", (1, 1), 1),
+    ((1, 2, 6, 7), (3, 2, 3, 3), (1, 1), (0, 1, 2, 0), (1, 1), 1),
+    ((1, 2, 6, 7), (3, 2, 3, 3), (1, 2), 1, (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding, dilation, groups", CASES)
+def test_conv_geometry_matches_cudnn_output_dims_and_reference(layout, x_shape, w_shape, stride, padding, dilation,
+                                                               groups):
+    from dnnbind._lib import cudnn as C
+    from dnnbind.ops import conv as public
+    from dnnbind.ops._cuda import algo, conv
+
+    pad = resolve_padding(padding, x_shape[2:], w_shape[2:], stride, dilation)
+    params = ConvParams(stride=stride, pad=pad, dilation=dilation, groups=groups)
+    n, c, h, w = x_shape
+    k, cg, r, s = w_shape
+    xs = x_shape if layout == "NCHW" else (n, h, w, c)
+    ws = w_shape if layout == "NCHW" else (k, r, s, cg)
+    g = conv._geometry(xs, ws, params, layout, cm.F32)
+    assert (g.explicit is None) == params.symmetric
+    cdesc = algo.conv_desc(g.desc_pad, stride, dilation, groups, cm.F32, 0)
+    out = [ctypes.c_int() for _ in range(4)]
+    C.call("cudnnGetConvolution2dForwardOutputDim", cdesc, g.x_desc, g.w_desc, *[ctypes.byref(v) for v in out])
+    assert tuple(v.value for v in out) == g.y_dims
+    # The public op's output shape (NumPy reference geometry) is what the CUDA path allocates.
+    _, y_shape = public.conv_params("test", xs, ws, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                                    layout=layout)
+    assert g.layout_shape(g.y_dims) == tuple(y_shape)
+    if g.explicit is not None:
+        t, b, l, r_ = pad
+        assert g.xp_dims == (n, c, h + t + b, w + l + r_) and g.desc_pad == (0, 0)
+
+
+def test_algorithm_key_covers_every_setting_that_changes_the_choice():
+    from dnnbind.ops._cuda import conv
+
+    params = ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    g = conv._geometry((2, 3, 8, 8), (4, 3, 3, 3), params, "NCHW", cm.F32)
+    with config.override(allow_tf32=True, deterministic=False, benchmark=False, workspace_limit=None):
+        base = g.key("forward", 0)
+        assert base.math == 0  # CUDNN_DEFAULT_MATH: TF32 allowed
+        assert g.key("forward", 0) == base
+    with config.override(allow_tf32=False):
+        assert g.key("forward", 0).math == 3  # CUDNN_FMA_MATH: strict fp32
+    with config.override(deterministic=True):
+        assert g.key("forward", 0) != base
+    with config.override(benchmark=True):
+        assert g.key("forward", 0) != base
+    with config.override(workspace_limit=1 << 20):
+        assert g.key("forward", 0).workspace_limit == 1 << 20
+    assert g.key("backward_filter", 0) != base and g.key("forward", 1) != base
+    g16 = conv._geometry((2, 3, 8, 8), (4, 3, 3, 3), params, "NCHW", cm.F16)
+    assert g16.key("forward", 0).math == 1  # tensor-op math for fp16
+    gnhwc = conv._geometry((2, 8, 8, 3), (4, 3, 3, 3), params, "NHWC", cm.F32)
+    assert gnhwc.key("forward", 0) != base
+
+
+def test_strict_fp32_refuses_tensor_op_algorithms():
+    from dnnbind.ops._cuda import algo, conv
+
+    params = ConvParams(stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+    g = conv._geometry((1, 1, 4, 4), (1, 1, 3, 3), params, "NCHW", cm.F32)
+    with config.override(allow_tf32=False):
+        key = g.key("forward", 0)
+    assert not algo.is_acceptable(algo.MATH_TENSOR_OP, key)
+    assert not algo.is_acceptable(algo.MATH_TENSOR_OP_ALLOW_CONVERSION, key)
+    assert algo.is_acceptable(algo.MATH_DEFAULT, key) and algo.exec_math(algo.MATH_DEFAULT, key) == algo.MATH_FMA
+    with config.override(allow_tf32=True):
+        key = g.key("forward", 0)
+    assert algo.is_acceptable(algo.MATH_TENSOR_OP, key) and algo.exec_math(algo.MATH_TENSOR_OP, key) == 1
+
+
+# ------------------------------------------------------------------------------ host helpers
+
+@pytest.mark.parametrize("x_hw, window, stride, padding", [
+    ((7, 7), (2, 2), (2, 2), "same"), ((6, 5), (3, 3), (2, 2), "same"), ((5, 8), (3, 2), (1, 3), "same"),
+])
+def test_exclude_padding_map_matches_the_reference_average(x_hw, window, stride, padding):
+    from dnnbind.ops import pool2d_forward
+    from dnnbind.ops._cuda.pooling import exclude_pad_map
+
+    pad = resolve_padding(padding, x_hw, window, stride)
+    params = PoolParams(mode="avg", window=window, stride=stride, pad=pad)
+    m = exclude_pad_map(x_hw, params)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.5, 1.5, size=(1, 1) + tuple(x_hw))
+    avg_ex = pool2d_forward(x, mode="avg", window=window, stride=stride, padding=padding)
+    avg_in = pool2d_forward(x, mode="avg_include_pad", window=window, stride=stride, padding=padding)
+    np.testing.assert_allclose(avg_in[0, 0] * m, avg_ex[0, 0], rtol=1e-6)
+
+
+def test_reduction_axis_runs_merge():
+    from dnnbind.ops._cuda.elementwise import _merge_runs
+
+    assert _merge_runs((2, 3, 4, 5), (1, 2)) == ((2, 12, 5), (1,))
+    assert _merge_runs((2, 3, 4, 5), (0, 3)) == ((2, 12, 5), (0, 2))
+    assert _merge_runs((2, 3, 4, 5), (0, 2)) == ((2, 3, 4, 5), (0, 2))
+    assert _merge_runs((2, 3), (0, 1)) == ((6,), (0,))
+
+
+def test_dtype_tables():
+    assert [cm.suffix(d) for d in (cm.F32, cm.F64, cm.F16, cm.BF16)] == list(FLOATS)
+    assert [cm.cudnn_dtype(d) for d in (cm.F32, cm.F64, cm.F16, cm.BF16)] == [0, 1, 2, 9]
+    with pytest.raises(TypeError):
+        cm.cudnn_dtype(np.complex64)
+    assert cm.ONE.of(cm.F64)._obj.value == 1.0 and isinstance(cm.ONE.of(cm.F32)._obj, ctypes.c_float)
+
+
+def test_activation_kernel_kinds_cover_everything_cudnn_lacks():
+    from dnnbind.ops.activation import ACTIVATIONS
+    from dnnbind.ops._cuda.activation import CUDNN_KINDS, KERNEL_KINDS
+
+    assert set(CUDNN_KINDS) | set(KERNEL_KINDS) == set(ACTIVATIONS)
+    # only clipped_relu has both: the kernel serves bfloat16, where cuDNN's backward is off
+    assert set(CUDNN_KINDS) & set(KERNEL_KINDS) == {"clipped_relu"}

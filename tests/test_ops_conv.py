@@ -1,0 +1,197 @@
+"""NumPy convolution: forward against a naive loop, backward against finite differences (float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dnnbind import ops
+from testutil import TOLERANCE, numerical_grad, random, rel_error
+
+FD_TOL = 1e-7  # central differences with eps=1e-6 in float64
+
+
+def naive_conv_nchw(x, w, stride, pad, dilation, groups):
+    """Direct 7-loop cross-correlation; pad = (top, bottom, left, right)."""
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    t, b, l, rp = pad
+    xp = np.zeros((n, c, h + t + b, wd + l + rp))
+    xp[:, :, t:t + h, l:l + wd] = x
+    oh = (h + t + b - ((r - 1) * dilation[0] + 1)) // stride[0] + 1
+    ow = (wd + l + rp - ((s - 1) * dilation[1] + 1)) // stride[1] + 1
+    kg = k // groups
+    y = np.zeros((n, k, oh, ow))
+    for ni in range(n):
+        for ki in range(k):
+            g = ki // kg
+            for i in range(oh):
+                for j in range(ow):
+                    acc = 0.0
+                    for ci in range(cg):
+                        for ri in range(r):
+                            for si in range(s):
+                                acc += xp[ni, g * cg + ci, i * stride[0] + ri * dilation[0],
+                                          j * stride[1] + si * dilation[1]] * w[ki, ci, ri, si]
+                    y[ni, ki, i, j] = acc
+    return y
+
+
+def to_nhwc(a):
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+
+
+def to_nchw(a):
+    return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+
+
+# (x shape NCHW, w shape KCRS, stride, padding, dilation, groups)
+CASES = [
+    ((2, 3, 5, 5), (4, 3, 3, 3), 1, 0, 1, 1),
+    ((2, 3, 5, 5), (4, 3, 3, 3), 1, 1, 1, 1),
+    ((2, 3, 6, 5), (4, 3, 3, 2), (2, 1), (1, 0), 1, 1),
+    ((2, 3, 6, 6), (2, 3, 3, 3), 2, "same", 1, 1),       # asymmetric: (0, 1, 0, 1)
+    ((1, 2, 5, 5), (3, 2, 3, 3), 2, (1, 0, 2, 1), 1, 1),  # explicit asymmetric
+    ((2, 2, 7, 7), (2, 2, 3, 3), 1, 2, 2, 1),             # dilation
+    ((2, 4, 5, 5), (6, 2, 3, 3), 1, 1, 1, 2),             # groups
+    ((2, 3, 5, 5), (6, 1, 3, 3), 1, "same", 1, 3),        # depthwise, multiplier 2
+    ((2, 3, 4, 4), (5, 3, 1, 1), 1, "valid", 1, 1),       # 1x1
+    ((2, 6, 5, 5), (3, 6, 3, 3), 2, "same", 1, 1),        # wider input: row-major im2col path
+    ((1, 5, 7, 6), (2, 5, 2, 3), (1, 2), 1, (2, 1), 1),   # wide, dilated, strided
+]
+
+
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CASES)
+def test_conv_forward_matches_naive_both_layouts(rng, xs, ws, stride, padding, dilation, groups):
+    x = random(rng, xs)
+    w = random(rng, ws)
+    y = ops.conv2d_forward(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    params, _ = ops.conv.conv_params("t", xs, ws, stride=stride, padding=padding, dilation=dilation,
+                                     groups=groups, layout="NCHW")
+    ref = naive_conv_nchw(x, w, params.stride, params.pad, params.dilation, groups)
+    assert rel_error(y, ref) < TOLERANCE["float64"]
+    y_nhwc = ops.conv2d_forward(to_nhwc(x), w.transpose(0, 2, 3, 1).copy(), stride=stride, padding=padding,
+                                dilation=dilation, groups=groups, layout="NHWC")
+    assert rel_error(to_nchw(y_nhwc), ref) < TOLERANCE["float64"]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CASES)
+def test_conv_backward_finite_differences(rng, layout, xs, ws, stride, padding, dilation, groups):
+    x = random(rng, xs)
+    w = random(rng, ws)
+    if layout == "NHWC":
+        x, w = to_nhwc(x), w.transpose(0, 2, 3, 1).copy()
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout)
+    y = ops.conv2d_forward(x, w, **kw)
+    g = random(rng, y.shape)
+
+    def loss():
+        return float(np.sum(g * ops.conv2d_forward(x, w, **kw)))
+
+    dx = ops.conv2d_backward_data(g, w, x.shape, **kw)
+    dw = ops.conv2d_backward_filter(x, g, w.shape, **kw)
+    assert rel_error(dx, numerical_grad(loss, x)) < FD_TOL
+    assert rel_error(dw, numerical_grad(loss, w)) < FD_TOL
+
+
+@pytest.mark.parametrize("size, kernel, stride, dilation", [(6, 3, 2, 1), (7, 3, 2, 1), (5, 2, 1, 1), (9, 3, 3, 2), (8, 1, 2, 1)])
+def test_same_padding_output_shape_is_keras(size, kernel, stride, dilation):
+    x = np.ones((1, size, size, 2))
+    w = np.ones((3, kernel, kernel, 2))
+    y = ops.conv2d_forward(x, w, stride=stride, padding="same", dilation=dilation, layout="NHWC")
+    expected = -(-size // stride)  # Keras: ceil(in / stride)
+    assert y.shape == (1, expected, expected, 3)
+    pad = ops.resolve_padding("same", (size, size), (kernel, kernel), (stride, stride), (dilation, dilation))
+    assert pad[1] >= pad[0] and pad[1] - pad[0] <= 1  # the odd pixel at the bottom
+
+
+def test_same_padding_asymmetric_values(rng):
+    # 6x6, k=3, s=2: TensorFlow pads 0 on top/left and 1 on bottom/right.
+    x = random(rng, (1, 1, 6, 6))
+    w = random(rng, (1, 1, 3, 3))
+    y = ops.conv2d_forward(x, w, stride=2, padding="same")
+    ref = naive_conv_nchw(x, w, (2, 2), (0, 1, 0, 1), (1, 1), 1)
+    assert rel_error(y, ref) < 1e-12
+
+
+def test_bias_add_and_backward(rng):
+    for layout, shape, axis in (("NCHW", (2, 3, 4, 5), 1), ("NHWC", (2, 4, 5, 3), 3), ("NCHW", (4, 3), 1)):
+        y = random(rng, shape)
+        b = random(rng, (3,))
+        bshape = [1] * len(shape)
+        bshape[axis] = 3
+        assert rel_error(ops.bias_add(y, b, layout=layout), y + b.reshape(bshape)) < 1e-15
+        g = random(rng, shape)
+        db = ops.bias_backward(g, layout=layout)
+        num = numerical_grad(lambda: float(np.sum(g * ops.bias_add(y, b, layout=layout))), b)
+        assert rel_error(db, num) < FD_TOL
+
+
+def test_bias_add_in_place(rng):
+    y = random(rng, (2, 3, 2, 2)).astype(np.float32)
+    b = random(rng, (3,)).astype(np.float32)
+    expected = y + b.reshape(1, 3, 1, 1)
+    r = ops.bias_add(y, b, out=y)
+    assert r is y and rel_error(y, expected) < 1e-7
+
+
+@pytest.mark.parametrize("activation", ["relu", "linear", "sigmoid"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_fused_conv_bias_activation(rng, activation, layout):
+    x = random(rng, (2, 3, 5, 5) if layout == "NCHW" else (2, 5, 5, 3))
+    w = random(rng, (4, 3, 3, 3) if layout == "NCHW" else (4, 3, 3, 3))
+    b = random(rng, (4,))
+    y = ops.conv2d_bias_activation_forward(x, w, b, activation=activation, padding=1, layout=layout)
+    ref = ops.activation_forward(ops.bias_add(ops.conv2d_forward(x, w, padding=1, layout=layout), b, layout=layout),
+                                 activation)
+    assert rel_error(y, ref) < 1e-14
+
+
+def test_float16_and_bfloat16_compute_in_float32(rng):
+    import ml_dtypes
+
+    x = random(rng, (2, 3, 6, 6), np.float32)
+    w = random(rng, (4, 3, 3, 3), np.float32)
+    ref = ops.conv2d_forward(x, w, padding=1)
+    for dt, tol in ((np.float16, TOLERANCE["float16"]), (ml_dtypes.bfloat16, TOLERANCE["bfloat16"])):
+        y = ops.conv2d_forward(x.astype(dt), w.astype(dt), padding=1)
+        assert y.dtype == np.dtype(dt)
+        assert rel_error(y.astype(np.float32), ref) < tol
+        dx = ops.conv2d_backward_data(y, w.astype(dt), x.shape, padding=1)
+        assert dx.dtype == np.dtype(dt)
+
+
+def test_out_argument(rng):
+    x = random(rng, (2, 3, 5, 5), np.float32)
+    w = random(rng, (4, 3, 3, 3), np.float32)
+    out = np.full((2, 4, 3, 3), np.nan, np.float32)
+    r = ops.conv2d_forward(x, w, out=out)
+    assert r is out
+    assert rel_error(out, ops.conv2d_forward(x, w)) == 0
+    with pytest.raises(ValueError, match=r"conv2d_forward: out has shape \(2, 4, 5, 5\)"):
+        ops.conv2d_forward(x, w, out=np.empty((2, 4, 5, 5), np.float32))
+
+
+def test_validation_messages(rng):
+    x = random(rng, (2, 3, 5, 5), np.float32)
+    with pytest.raises(ValueError, match=r"conv2d_forward: x has 3 channels but w expects 4 \(w shape \(8, 4, 3, 3\), "
+                                         r"groups=1, layout NCHW\)"):
+        ops.conv2d_forward(x, np.zeros((8, 4, 3, 3), np.float32))
+    with pytest.raises(TypeError, match="conv2d_forward: w has dtype float64 but x has dtype float32"):
+        ops.conv2d_forward(x, np.zeros((8, 3, 3, 3)))
+    with pytest.raises(ValueError, match="conv2d_forward: x must be 4-d"):
+        ops.conv2d_forward(x[0], np.zeros((8, 3, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="does not divide"):
+        ops.conv2d_forward(random(rng, (1, 4, 5, 5), np.float32), np.zeros((3, 2, 3, 3), np.float32), groups=2)
+    with pytest.raises(ValueError, match="output would be empty"):
+        ops.conv2d_forward(x, np.zeros((8, 3, 7, 7), np.float32))
+    with pytest.raises(ValueError, match="layout must be 'NCHW' or 'NHWC'"):
+        ops.conv2d_forward(x, np.zeros((8, 3, 3, 3), np.float32), layout="CHWN")
+    with pytest.raises(ValueError, match=r"conv2d_backward_data: dy has shape \(2, 8, 5, 5\) but the forward output "
+                                         r"shape is \(2, 8, 3, 3\)"):
+        ops.conv2d_backward_data(np.zeros((2, 8, 5, 5), np.float32), np.zeros((8, 3, 3, 3), np.float32), x.shape)
+    with pytest.raises(ValueError, match=r"bias_add: b has shape \(4,\) but y"):
+        ops.bias_add(x, np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="conv2d_forward: x must be float16, bfloat16, float32 or float64"):
+        ops.conv2d_forward(x.astype(np.int32), np.zeros((8, 3, 3, 3), np.int32))

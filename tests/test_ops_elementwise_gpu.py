@@ -1,0 +1,121 @@
+"""CUDA elementwise ops, reductions, counts, casts, gathers and augmentation vs NumPy."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dnnbind import ops
+from gpu_errlog import BF16, DTYPES, check, dev, host, poisoned, quantize
+from testutil import random
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply"])
+def test_binary(rng, label, dtype, op):
+    a, b = quantize(random(rng, (5, 77)), dtype), quantize(random(rng, (5, 77)), dtype)
+    got = getattr(ops, op)(dev(a, dtype), dev(b, dtype), out=poisoned(a.shape, dtype))
+    check(op, label, got, getattr(ops, op)(a, b), tol=1e-7 if label == "float32" else None)
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+def test_scale_and_axpy_with_host_and_device_alpha(rng, label, dtype):
+    x, y = quantize(random(rng, (1000,)), dtype), quantize(random(rng, (1000,)), dtype)
+    check("scale", label, ops.scale(dev(x, dtype), 0.25), x * 0.25)
+    alpha = dev(np.asarray(-1.5, dtype=np.float32))
+    check("scale", label, ops.scale(dev(x, dtype), alpha), x * -1.5, "device alpha")
+    yd = dev(y, dtype)
+    ops.axpy(alpha, dev(x, dtype), yd)
+    check("axpy", label, yd, y - 1.5 * x)
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("axis", [None, 0, 1, 2, (0, 2), (1, 2), (0, 1, 2)])
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_reductions(rng, label, dtype, axis, keepdims, op):
+    x = quantize(random(rng, (4, 33, 5)), dtype)
+    ref = getattr(ops, op)(x, axis=axis, keepdims=keepdims)
+    got = getattr(ops, op)(dev(x, dtype), axis=axis, keepdims=keepdims)
+    assert tuple(got.shape) == tuple(np.shape(ref))
+    check(op, label, got, ref, f"axis={axis} keepdims={keepdims}", tol=1e-6 if label == "float32" else None)
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+def test_argmax_accuracy_top_k(rng, label, dtype):
+    scores = quantize(random(rng, (300, 37)), dtype)
+    labels = rng.integers(0, 37, size=300)
+    labels[:50] = np.argmax(scores[:50], axis=1)  # make sure there are hits
+    sd = dev(scores, dtype)
+    for axis in (0, 1):
+        assert np.array_equal(host(ops.argmax(sd, axis=axis)), np.argmax(scores, axis=axis))
+    for lab in (labels.astype(np.int32), labels.astype(np.int64), np.eye(37)[labels].astype(np.float32)):
+        got = ops.accuracy_count(sd, dev(lab))
+        assert got.dtype == np.int64 and int(host(got)) == int(ops.accuracy_count(scores, lab))
+        for k in (1, 3, 10):
+            assert int(host(ops.top_k_count(sd, dev(lab), k))) == int(ops.top_k_count(scores, lab, k))
+
+
+NAMES = [np.float32, np.float64, np.float16, BF16, np.int32, np.int64, np.uint8, np.int8, np.bool_]
+
+
+@pytest.mark.parametrize("src, dst", list(itertools.product(NAMES, NAMES)))
+def test_cast_every_pair(rng, src, dst):
+    x = rng.uniform(0, 100, size=(257,)).round(1)
+    x[:3] = [0, 1, 100]
+    xs = x.astype(src)
+    got = ops.cast(dev(xs), dst, out=poisoned(x.shape, np.dtype(dst)))
+    assert np.array_equal(np.asarray(got.to_host()).astype(np.float64), xs.astype(dst).astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", NAMES)
+def test_fill_zeros_copy(dtype):
+    x = poisoned((11, 3), np.dtype(dtype))
+    ops.fill(x, 7)
+    assert np.all(np.asarray(x.to_host()).astype(np.float64) == float(np.asarray(7).astype(dtype)))
+    assert np.all(np.asarray(ops.zeros_like(x).to_host()).astype(np.float64) == 0)
+    c = ops.copy(x, out=poisoned((11, 3), np.dtype(dtype)))
+    assert np.array_equal(c.to_host(), x.to_host())
+
+
+@pytest.mark.parametrize("shape, dtype", [((50, 3, 4), np.float32), ((50,), np.float16), ((50, 3), np.uint8)])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_take_rows(rng, shape, dtype, index_dtype):
+    x = (rng.uniform(0, 50, size=shape)).astype(dtype)
+    idx = rng.integers(-50, 50, size=17).astype(index_dtype)
+    ref = np.take(x, idx, axis=0)
+    assert np.array_equal(ops.take(dev(x), dev(idx)).to_host(), ref)
+    assert np.array_equal(ops.take(dev(x), idx).to_host(), ref)  # host indices
+
+
+def test_all_finite(rng):
+    arrays = [random(rng, (100,)).astype(np.float32), random(rng, (7, 3)).astype(np.float16),
+              np.arange(5, dtype=np.int32)]
+    devs = [dev(a) for a in arrays]
+    assert int(host(ops.all_finite(devs))) == 1
+    for bad, dtype in ((np.inf, np.float32), (np.nan, np.float16), (-np.inf, BF16)):
+        a = random(rng, (64,)).astype(dtype)
+        a[37] = bad
+        assert int(host(ops.all_finite(devs + [dev(a)]))) == 0
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("flip", [True, False])
+def test_random_crop_flip_gives_a_valid_crop_per_sample(rng, layout, flip):
+    n, c, h, w, p = 6, 3, 8, 7, 2
+    x = random(rng, (n, c, h, w), low=0.5, high=1.5).astype(np.float32)
+    xl = x if layout == "NCHW" else x.transpose(0, 2, 3, 1)
+    got = host(ops.random_crop_flip(dev(np.ascontiguousarray(xl)), padding=p, flip=flip, layout=layout, seed=5))
+    got = got if layout == "NCHW" else got.transpose(0, 3, 1, 2)
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    for i in range(n):
+        candidates = [xp[i, :, oy:oy + h, ox:ox + w] for oy in range(2 * p + 1) for ox in range(2 * p + 1)]
+        if flip:
+            candidates += [cand[:, :, ::-1] for cand in candidates]
+        assert any(np.array_equal(got[i], cand) for cand in candidates), f"sample {i} is no crop/flip of the input"
+    again = host(ops.random_crop_flip(dev(np.ascontiguousarray(xl)), padding=p, flip=flip, layout=layout, seed=5))
+    assert np.array_equal(again if layout == "NCHW" else again.transpose(0, 3, 1, 2), got)  # same seed, same crops

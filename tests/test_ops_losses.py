@@ -1,0 +1,124 @@
+"""NumPy softmax and losses: values against direct formulas, gradients against finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dnnbind import ops
+from testutil import numerical_grad, random, rel_error
+
+FD_TOL = 1e-7
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_forward_backward(rng, log):
+    x = random(rng, (3, 5), low=-4, high=4)
+    y = ops.softmax_forward(x, log=log)
+    ref = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
+    assert rel_error(y, np.log(ref) if log else ref) < 1e-14
+    g = random(rng, x.shape)
+    dx = ops.softmax_backward(g, y, log=log)
+    num = numerical_grad(lambda: float(np.sum(g * ops.softmax_forward(x, log=log))), x)
+    assert rel_error(dx, num) < FD_TOL
+
+
+def test_softmax_is_stable():
+    y = ops.softmax_forward(np.array([[1000.0, 0.0, -1000.0]], np.float32))
+    assert np.all(np.isfinite(y)) and y[0, 0] == 1.0
+
+
+def _targets(labels, n, c, ls):
+    y = np.eye(c)[labels] if labels.dtype.kind == "i" else labels.copy()
+    return y * (1 - ls) + ls / c
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_softmax_cross_entropy(rng, sparse, ls):
+    n, c = 4, 5
+    x = random(rng, (n, c), low=-3, high=3)
+    labels = rng.integers(0, c, n)
+    if not sparse:
+        labels = rng.dirichlet(np.ones(c), n)  # soft labels
+    loss, dx = ops.softmax_cross_entropy(x, labels, label_smoothing=ls, grad_scale=2.0)
+    y = _targets(labels, n, c, ls)
+    logp = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    assert loss.shape == () and abs(float(loss) + np.sum(y * logp) / n) < 1e-14
+    num = numerical_grad(lambda: float(ops.softmax_cross_entropy(x, labels, label_smoothing=ls)[0]), x)
+    assert rel_error(dx, 2.0 * num) < FD_TOL
+
+
+def test_softmax_cross_entropy_float32_loss_and_scale(rng):
+    x = random(rng, (8, 10), np.float32)
+    labels = rng.integers(0, 10, 8).astype(np.int32)
+    loss, dx = ops.softmax_cross_entropy(x, labels, grad_scale=np.asarray(128.0, np.float32))
+    assert loss.dtype == np.float32 and loss.shape == () and dx.dtype == np.float32
+    loss1, dx1 = ops.softmax_cross_entropy(x, labels)
+    assert float(loss) == float(loss1) and rel_error(dx, 128 * dx1) < 1e-6
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("ls", [0.0, 0.2])
+def test_crossentropy_from_probs(rng, sparse, ls):
+    n, c = 3, 4
+    p = rng.uniform(0.1, 1.0, (n, c))
+    p /= p.sum(axis=1, keepdims=True)
+    labels = rng.integers(0, c, n) if sparse else np.eye(c)[rng.integers(0, c, n)]
+    loss, dp = ops.crossentropy_from_probs(p, labels, label_smoothing=ls)
+    y = _targets(labels, n, c, ls)
+    assert abs(float(loss) + np.sum(y * np.log(p)) / n) < 1e-14
+    num = numerical_grad(lambda: float(ops.crossentropy_from_probs(p, labels, label_smoothing=ls)[0]), p)
+    assert rel_error(dp, num) < FD_TOL
+
+
+def test_crossentropy_from_probs_clips_like_keras():
+    p = np.array([[1.0, 0.0]])
+    loss, dp = ops.crossentropy_from_probs(p, np.array([1]))
+    assert abs(float(loss) + np.log(1e-7)) < 1e-9
+    assert np.all(np.isfinite(dp))
+
+
+@pytest.mark.parametrize("from_logits", [True, False])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_binary_crossentropy(rng, from_logits, ls):
+    x = random(rng, (4, 3), low=-2, high=2) if from_logits else rng.uniform(0.05, 0.95, (4, 3))
+    t = rng.uniform(0, 1, (4, 3))
+    loss, dx = ops.binary_crossentropy(x, t, from_logits=from_logits, label_smoothing=ls)
+    ts = t * (1 - ls) + 0.5 * ls
+    p = 1 / (1 + np.exp(-x)) if from_logits else x
+    ref = -np.mean(ts * np.log(p) + (1 - ts) * np.log(1 - p))
+    assert abs(float(loss) - ref) < 1e-13
+    num = numerical_grad(lambda: float(ops.binary_crossentropy(x, t, from_logits=from_logits, label_smoothing=ls)[0]), x)
+    assert rel_error(dx, num) < FD_TOL
+
+
+def test_binary_crossentropy_accepts_n_vs_n1(rng):
+    x = random(rng, (5, 1))
+    t = (rng.uniform(size=5) > 0.5).astype(np.float64)
+    loss, dx = ops.binary_crossentropy(x, t, from_logits=True)
+    loss2, _ = ops.binary_crossentropy(x, t.reshape(5, 1), from_logits=True)
+    assert float(loss) == float(loss2) and dx.shape == (5, 1)
+
+
+def test_mean_squared_error(rng):
+    x = random(rng, (3, 4))
+    t = random(rng, (3, 4))
+    loss, dx = ops.mean_squared_error(x, t, grad_scale=3.0)
+    assert abs(float(loss) - np.mean((x - t) ** 2)) < 1e-15
+    num = numerical_grad(lambda: float(ops.mean_squared_error(x, t)[0]), x)
+    assert rel_error(dx, 3.0 * num) < FD_TOL
+
+
+def test_loss_validation(rng):
+    x = random(rng, (4, 5), np.float32)
+    with pytest.raises(ValueError, match=r"softmax_cross_entropy: integer labels must have shape \(4,\)"):
+        ops.softmax_cross_entropy(x, np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match=r"float labels must have the predictions' shape \(4, 5\)"):
+        ops.softmax_cross_entropy(x, np.zeros((4, 4), np.float32))
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        ops.softmax_cross_entropy(x, np.zeros(4, np.int64), label_smoothing=1.5)
+    with pytest.raises(ValueError, match="class indices in"):
+        ops.softmax_cross_entropy(x, np.array([0, 1, 2, 5]))
+    with pytest.raises(ValueError, match=r"mean_squared_error: target has shape \(4, 4\)"):
+        ops.mean_squared_error(x, np.zeros((4, 4), np.float32))

@@ -1,0 +1,85 @@
+"""CUDA loss kernels vs the NumPy reference: loss and gradient, sparse and dense labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dnnbind import ops
+from gpu_errlog import DTYPES, check, dev, host, quantize
+from testutil import random
+
+pytestmark = pytest.mark.gpu
+
+
+def _labels(rng, n, c, kind):
+    if kind == "dense":
+        p = rng.uniform(0.1, 1.0, size=(n, c))
+        return p / p.sum(axis=1, keepdims=True)
+    return rng.integers(0, c, size=n).astype(np.int32 if kind == "int32" else np.int64)
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["int32", "int64", "dense"])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+@pytest.mark.parametrize("n, c", [(1, 10), (128, 10), (7, 1000)])
+def test_softmax_cross_entropy(rng, label, dtype, kind, ls, n, c):
+    logits = quantize(random(rng, (n, c), low=-6, high=6), dtype)
+    labels = _labels(rng, n, c, kind)
+    loss_ref, d_ref = ops.softmax_cross_entropy(logits, labels, label_smoothing=ls, grad_scale=3.0)
+    loss, d = ops.softmax_cross_entropy(dev(logits, dtype), dev(labels), label_smoothing=ls, grad_scale=3.0)
+    assert loss.shape == () and loss.dtype == np.float32
+    case = f"{kind} ls={ls} ({n},{c})"
+    check("softmax_cross_entropy.loss", label, host(loss), loss_ref, case, tol=1e-5 if label == "float32" else None)
+    check("softmax_cross_entropy.grad", label, d, d_ref, case, tol=1e-5 if label == "float32" else None)
+
+
+def test_softmax_cross_entropy_device_grad_scale_and_determinism(rng):
+    logits = random(rng, (64, 10)).astype(np.float32)
+    labels = rng.integers(0, 10, size=64)
+    gs = dev(np.asarray(128.0, dtype=np.float32))
+    runs = [ops.softmax_cross_entropy(dev(logits), dev(labels), grad_scale=gs) for _ in range(2)]
+    _, d_ref = ops.softmax_cross_entropy(logits.astype(np.float64), labels, grad_scale=128.0)
+    check("softmax_cross_entropy.grad", "float32", runs[0][1], d_ref, "device grad_scale")
+    assert host(runs[0][0]) == host(runs[1][0]) and np.array_equal(host(runs[0][1]), host(runs[1][1]))
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["int64", "dense"])
+@pytest.mark.parametrize("ls", [0.0, 0.2])
+def test_crossentropy_from_probs(rng, label, dtype, kind, ls):
+    n, c = 16, 7
+    q = rng.uniform(0.05, 1.0, size=(n, c))
+    q[0, 0] = 1e-9  # exercises the clip
+    q = quantize(q / q.sum(axis=1, keepdims=True), dtype)
+    labels = _labels(rng, n, c, kind)
+    loss_ref, d_ref = ops.crossentropy_from_probs(q, labels, label_smoothing=ls)
+    loss, d = ops.crossentropy_from_probs(dev(q, dtype), dev(labels), label_smoothing=ls)
+    check("crossentropy_from_probs.loss", label, host(loss), loss_ref, f"{kind} ls={ls}")
+    check("crossentropy_from_probs.grad", label, d, d_ref, f"{kind} ls={ls}")
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("from_logits", [True, False])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_binary_crossentropy(rng, label, dtype, from_logits, ls):
+    shape = (33, 3)
+    pred = random(rng, shape, low=-4, high=4) if from_logits else rng.uniform(0.01, 0.99, size=shape)
+    pred = quantize(pred, dtype)
+    target = (rng.uniform(size=shape) > 0.5).astype(np.float64)
+    loss_ref, d_ref = ops.binary_crossentropy(pred, target, from_logits=from_logits, label_smoothing=ls,
+                                              grad_scale=2.0)
+    loss, d = ops.binary_crossentropy(dev(pred, dtype), dev(target, dtype), from_logits=from_logits,
+                                      label_smoothing=ls, grad_scale=2.0)
+    case = f"from_logits={from_logits} ls={ls}"
+    check("binary_crossentropy.loss", label, host(loss), loss_ref, case)
+    check("binary_crossentropy.grad", label, d, d_ref, case)
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+def test_mean_squared_error(rng, label, dtype):
+    pred, target = quantize(random(rng, (20, 4)), dtype), quantize(random(rng, (20, 4)), dtype)
+    loss_ref, d_ref = ops.mean_squared_error(pred, target)
+    loss, d = ops.mean_squared_error(dev(pred, dtype), dev(target, dtype))
+    check("mean_squared_error.loss", label, host(loss), loss_ref)
+    check("mean_squared_error.grad", label, d, d_ref)

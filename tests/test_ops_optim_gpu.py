@@ -1,0 +1,84 @@
+"""CUDA fused optimizer kernels vs the NumPy reference (several steps, many tensors, one launch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dnnbind import ops
+from gpu_errlog import check, dev, host
+from testutil import random
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(3, 5), (70001,), (1,), (4, 4, 3, 3)]  # one tensor spans several chunks
+
+
+def _params(rng, grad_dtype=np.float32):
+    ps = [random(rng, s).astype(np.float32) for s in SHAPES]
+    gs = [random(rng, s).astype(grad_dtype) for s in SHAPES]
+    return ps, gs
+
+
+def _zeros():
+    return [np.zeros(s, np.float32) for s in SHAPES]
+
+
+def _compare(op, host_lists, dev_lists, case):
+    for name, hs, ds in zip(("params", "state0", "state1", "state2"), host_lists, dev_lists):
+        for i, (h, d) in enumerate(zip(hs, ds)):
+            check(op, "float32", d, h.astype(np.float64), f"{case} {name}[{i}]", tol=2e-6)
+
+
+@pytest.mark.parametrize("momentum, nesterov, wd", [(0.0, False, 0.0), (0.9, False, 0.0), (0.9, True, 0.01)])
+@pytest.mark.parametrize("device_lr", [False, True])
+def test_sgd(rng, momentum, nesterov, wd, device_lr):
+    ps, gs = _params(rng)
+    vs = _zeros()
+    dps, dgs, dvs = [dev(p) for p in ps], [dev(g) for g in gs], [dev(v) for v in vs]
+    lr = dev(np.asarray(0.05, np.float32)) if device_lr else 0.05
+    for _ in range(3):
+        ops.sgd_update(ps, gs, vs, lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd)
+        ops.sgd_update(dps, dgs, dvs, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=wd)
+    _compare("sgd_update", [ps, vs], [dps, dvs], f"m={momentum} n={nesterov} wd={wd}")
+
+
+@pytest.mark.parametrize("amsgrad, wd", [(False, 0.0), (True, 0.0), (False, 0.004)])
+@pytest.mark.parametrize("device_scalars", [False, True])
+@pytest.mark.parametrize("grad_dtype", [np.float32, np.float16])
+def test_adam(rng, amsgrad, wd, device_scalars, grad_dtype):
+    ps, gs = _params(rng, grad_dtype)
+    m, v, vh = _zeros(), _zeros(), _zeros()
+    dps, dgs = [dev(p) for p in ps], [dev(g) for g in gs]
+    dm, dv, dvh = [dev(a) for a in m], [dev(a) for a in v], [dev(a) for a in vh]
+    for step in (1, 2, 3):
+        lr = dev(np.asarray(1e-2, np.float32)) if device_scalars else 1e-2
+        st = dev(np.asarray(step, np.int64)) if device_scalars else step
+        ops.adam_update(ps, gs, m, v, lr=1e-2, step=step, weight_decay=wd, amsgrad=amsgrad, vhat=vh, grad_scale=4.0)
+        ops.adam_update(dps, dgs, dm, dv, lr=lr, step=st, weight_decay=wd, amsgrad=amsgrad, vhat=dvh,
+                        grad_scale=dev(np.asarray(4.0, np.float32)) if device_scalars else 4.0)
+    _compare("adam_update", [ps, m, v] + ([vh] if amsgrad else []), [dps, dm, dv] + ([dvh] if amsgrad else []),
+             f"amsgrad={amsgrad} wd={wd} grads={np.dtype(grad_dtype)}")
+
+
+@pytest.mark.parametrize("momentum, centered", [(0.0, False), (0.9, False), (0.5, True)])
+def test_rmsprop(rng, momentum, centered):
+    ps, gs = _params(rng)
+    sq, mo, av = _zeros(), _zeros(), _zeros()
+    dps, dgs = [dev(p) for p in ps], [dev(g) for g in gs]
+    dsq, dmo, dav = [dev(a) for a in sq], [dev(a) for a in mo], [dev(a) for a in av]
+    for _ in range(3):
+        ops.rmsprop_update(ps, gs, sq, lr=1e-3, momentum=momentum, centered=centered, mom=mo, avg=av)
+        ops.rmsprop_update(dps, dgs, dsq, lr=1e-3, momentum=momentum, centered=centered, mom=dmo, avg=dav)
+    _compare("rmsprop_update", [ps, sq], [dps, dsq], f"momentum={momentum} centered={centered}")
+
+
+def test_skip_flag_leaves_everything_unchanged(rng):
+    ps, gs = _params(rng)
+    dps, dgs = [dev(p) for p in ps], [dev(g) for g in gs]
+    dm, dv = [dev(a) for a in _zeros()], [dev(a) for a in _zeros()]
+    ops.adam_update(dps, dgs, dm, dv, lr=0.1, step=1, skip=dev(np.asarray(1, np.int32)))
+    for p, d in zip(ps, dps):
+        assert np.array_equal(host(d), p.astype(np.float64))
+    ops.adam_update(dps, dgs, dm, dv, lr=0.1, step=1, skip=dev(np.asarray(0, np.int32)))
+    assert not np.array_equal(host(dps[0]), ps[0].astype(np.float64))
