@@ -1,0 +1,632 @@
+"""Training callbacks with Keras 3 names and semantics, the progress bar, and History.
+
+Batch-level ``logs`` are *lazy*: a value is read from the device only when a callback looks it
+up. Callbacks that do not read batch logs (the default set) therefore cost no host
+synchronisation per step; the progress bar reads them only when it redraws (at most ~20 times a
+second on a terminal, once per epoch otherwise).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from .errors import DnnbindError
+
+__all__ = [
+    "Callback",
+    "CallbackList",
+    "History",
+    "ProgbarLogger",
+    "Progbar",
+    "EarlyStopping",
+    "ModelCheckpoint",
+    "LearningRateScheduler",
+    "ReduceLROnPlateau",
+    "CSVLogger",
+    "TerminateOnNaN",
+    "LambdaCallback",
+    "LazyLogs",
+    "MissingDependencyError",
+]
+
+
+class MissingDependencyError(DnnbindError, ImportError):
+    """An optional dependency is not installed; the message names the pip extra."""
+
+
+class LazyLogs(Mapping):
+    """A read-only mapping whose values are computed (read from the device) on first access."""
+
+    def __init__(self, thunks: "dict[str, Callable[[], float]]", base: Mapping | None = None) -> None:
+        self._thunks = dict(thunks)
+        self._values: dict[str, Any] = dict(base or {})
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._values:
+            return self._values[key]
+        if key in self._thunks:
+            value = self._thunks[key]()
+            self._values[key] = value
+            return value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._values
+        yield from (k for k in self._thunks if k not in self._values)
+
+    def __len__(self) -> int:
+        return len(set(self._values) | set(self._thunks))
+
+    def __repr__(self) -> str:
+        return f"LazyLogs({sorted(self)})"
+
+
+class Callback:
+    """Base class: override any of the ``on_*`` hooks; ``self.model`` is the model being trained."""
+
+    def __init__(self) -> None:
+        self.model = None
+        self.params: dict = {}
+
+    def set_model(self, model) -> None:
+        self.model = model
+
+    def set_params(self, params: dict) -> None:
+        self.params = params
+
+    def on_train_begin(self, logs=None): ...
+    def on_train_end(self, logs=None): ...
+    def on_epoch_begin(self, epoch, logs=None): ...
+    def on_epoch_end(self, epoch, logs=None): ...
+    def on_train_batch_begin(self, batch, logs=None): ...
+    def on_train_batch_end(self, batch, logs=None): ...
+    def on_test_begin(self, logs=None): ...
+    def on_test_end(self, logs=None): ...
+    def on_test_batch_begin(self, batch, logs=None): ...
+    def on_test_batch_end(self, batch, logs=None): ...
+    def on_predict_begin(self, logs=None): ...
+    def on_predict_end(self, logs=None): ...
+    def on_predict_batch_begin(self, batch, logs=None): ...
+    def on_predict_batch_end(self, batch, logs=None): ...
+
+
+_HOOKS = [name for name in vars(Callback) if name.startswith("on_")]
+
+
+class CallbackList(Callback):
+    """Calls every hook on each callback in order."""
+
+    def __init__(self, callbacks: Iterable[Callback] = (), model=None, params: dict | None = None) -> None:
+        super().__init__()
+        self.callbacks = list(callbacks)
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks must be dnnbind.callbacks.Callback instances, got {type(cb).__name__}")
+        if model is not None:
+            self.set_model(model)
+        if params is not None:
+            self.set_params(params)
+
+    def set_model(self, model):
+        super().set_model(model)
+        for cb in self.callbacks:
+            cb.set_model(model)
+
+    def set_params(self, params):
+        super().set_params(params)
+        for cb in self.callbacks:
+            cb.set_params(params)
+
+    def __getattribute__(self, name: str):
+        if name in _HOOKS:
+            callbacks = object.__getattribute__(self, "callbacks")
+
+            # Keras always passes a logs dict, and LambdaCallback functions rely on it
+            wants = 2 if ("epoch" in name or "batch" in name) else 1
+
+            def call_all(*args, **kwargs):
+                if len(args) < wants and "logs" not in kwargs:
+                    args = (*args, {})
+                for cb in callbacks:
+                    getattr(cb, name)(*args, **kwargs)
+
+            return call_all
+        return object.__getattribute__(self, name)
+
+
+# ----- History and plotting -------------------------------------------------------------------
+class History(Callback):
+    """Records epoch logs: ``history.history["loss"]``, ``history.epoch``; ``plot(path)`` draws them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict[str, list[float]] = {}
+        self.epoch: list[int] = []
+
+    def on_train_begin(self, logs=None):
+        self.epoch = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch.append(epoch)
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(value)
+
+    def plot(self, path: "str | os.PathLike", metrics: "Iterable[str] | None" = None, dpi: int = 100) -> str:
+        """Save the curves (one panel per quantity, train and ``val_`` together) to a PNG at ``path``.
+
+        Needs matplotlib (``pip install "dnnbind[plot]"``); uses the non-interactive Agg backend.
+        """
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg", force=False)
+            from matplotlib.figure import Figure
+        except ImportError as exc:
+            raise MissingDependencyError(
+                'History.plot needs matplotlib, which is not installed: pip install "dnnbind[plot]"'
+            ) from exc
+        names = list(metrics) if metrics is not None else [k for k in self.history if not k.startswith("val_")
+                                                            and k not in ("learning_rate", "lr")]
+        if not names:
+            raise ValueError("History.plot: nothing to plot (train first, or name the metrics to plot)")
+        fig = Figure(figsize=(5 * len(names), 4))
+        epochs = [e + 1 for e in self.epoch] or list(range(1, len(self.history[names[0]]) + 1))
+        for i, name in enumerate(names, start=1):
+            ax = fig.add_subplot(1, len(names), i)
+            if name not in self.history:
+                raise ValueError(f"History.plot: no '{name}' in history; recorded: {', '.join(self.history)}")
+            ax.plot(epochs[: len(self.history[name])], self.history[name], marker="o", label=name)
+            val = self.history.get(f"val_{name}")
+            if val:
+                ax.plot(epochs[: len(val)], val, marker="o", label=f"val_{name}")
+            ax.set_xlabel("epoch")
+            ax.set_title(name)
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        path = os.fspath(path)
+        from .saving import atomic_write
+
+        with atomic_write(path) as fh:
+            fig.savefig(fh, format="png", dpi=dpi)
+        return path
+
+
+# ----- progress bar ---------------------------------------------------------------------------
+def _format_value(value: Any) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if v != 0 and abs(v) < 1e-3:
+        return f"{v:.4e}"
+    return f"{v:.4f}"
+
+
+def _format_duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
+    if seconds >= 60:
+        return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+    return f"{int(round(seconds))}s"
+
+
+def _format_per_step(seconds: float, unit: str) -> str:
+    if seconds >= 1:
+        return f"{seconds:.0f}s/{unit}"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.0f}ms/{unit}"
+    return f"{seconds * 1e6:.0f}us/{unit}"
+
+
+class Progbar:
+    """Keras-style progress bar.
+
+    ``verbose=1`` on a terminal redraws one line with ``\\r`` (at most every ``interval`` seconds):
+    ``12/469 [>.............................] - ETA: 3s - loss: 0.1234``. Otherwise (or with
+    ``verbose=2``) it writes one line when finished. ``values`` may be a callable returning the
+    metric dict, called only when something is drawn (reading metrics costs a device sync).
+    """
+
+    def __init__(self, target: int | None, width: int = 30, verbose: int = 1, interval: float = 0.05,
+                 stream=None, unit_name: str = "step") -> None:
+        self.target = target
+        self.width = width
+        self.verbose = verbose
+        self.interval = interval
+        self.stream = stream if stream is not None else sys.stdout
+        self.unit_name = unit_name
+        isatty = getattr(self.stream, "isatty", None)
+        self.dynamic = bool(isatty and isatty()) and verbose == 1
+        self._start = time.perf_counter()
+        self._last_draw = 0.0
+        self._drawn_width = 0
+        self._seen = 0
+
+    def _bar(self, current: int) -> str:
+        if not self.target:
+            return ""
+        frac = min(current / self.target, 1.0)
+        filled = int(self.width * frac)
+        bar = "=" * max(filled - 1, 0)
+        if current < self.target:
+            bar += ">" if filled > 0 else ""
+        else:
+            bar += "=" if filled > 0 else ""
+        return f"[{bar}{'.' * (self.width - len(bar))}]"
+
+    def _metrics(self, values) -> str:
+        if callable(values):
+            values = values()
+        return "".join(f" - {k}: {_format_value(v)}" for k, v in (values or {}).items())
+
+    def _counter(self, current: int) -> str:
+        if self.target is None:
+            return f"{current}"
+        digits = len(str(self.target))
+        return f"{current:>{digits}}/{self.target}"
+
+    def update(self, current: int, values: Any = None, finalize: bool | None = None) -> None:
+        """Report progress ``current`` (steps done); ``finalize`` (default: reached target) ends the line."""
+        if finalize is None:
+            finalize = self.target is not None and current >= self.target
+        self._seen = current
+        if self.verbose == 0:
+            return
+        now = time.perf_counter()
+        elapsed = now - self._start
+        if not finalize:
+            if not self.dynamic or now - self._last_draw < self.interval:
+                return
+            self._last_draw = now
+            per = elapsed / current if current else 0.0
+            eta = per * (self.target - current) if self.target else 0.0
+            line = f"{self._counter(current)} {self._bar(current)} - ETA: {_format_duration(eta)}{self._metrics(values)}"
+            self._write("\r" + line.ljust(self._drawn_width))
+            self._drawn_width = len(line)
+            return
+        per = elapsed / current if current else 0.0
+        timing = f"{_format_duration(elapsed)} {_format_per_step(per, self.unit_name)}"
+        if self.verbose == 1:
+            line = f"{self._counter(current)} {self._bar(current)} - {timing}{self._metrics(values)}"
+            prefix = "\r" if self.dynamic else ""
+            self._write(prefix + line.ljust(self._drawn_width) + "\n")
+        else:
+            line = (f"{self._counter(current)} - {_format_duration(elapsed)} - "
+                    f"{_format_per_step(per, self.unit_name)}{self._metrics(values)}")
+            self._write(line + "\n")
+        self._drawn_width = 0
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+
+class ProgbarLogger(Callback):
+    """Prints ``Epoch i/n`` and a :class:`Progbar` per epoch (``verbose``: 1 bar, 2 one line per epoch)."""
+
+    def __init__(self, verbose: int = 1, stream=None) -> None:
+        super().__init__()
+        self.verbose = verbose
+        self.stream = stream
+        self._bar: Progbar | None = None
+        self._last_logs: Mapping = {}
+
+    def _out(self):
+        return self.stream if self.stream is not None else sys.stdout
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.verbose:
+            out = self._out()
+            out.write(f"Epoch {epoch + 1}/{self.params.get('epochs', '?')}\n")
+            out.flush()
+        self._bar = Progbar(self.params.get("steps"), verbose=self.verbose, stream=self._out())
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._bar is not None and self._bar.dynamic:
+            logs = logs or {}
+            self._bar.update(batch + 1, lambda: dict(logs), finalize=False)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._bar is not None:
+            self._bar.update(self.params.get("steps") or 0, dict(logs or {}), finalize=True)
+
+
+# ----- monitoring helpers -----------------------------------------------------------------------
+def _monitor_mode(cls: str, mode: str, monitor: str) -> str:
+    if mode not in ("auto", "min", "max"):
+        warnings.warn(f"{cls}: mode {mode!r} is unknown, falling back to 'auto'", stacklevel=3)
+        mode = "auto"
+    if mode == "auto":
+        name = monitor.removeprefix("val_")
+        return "max" if ("acc" in name or name.startswith(("auc", "precision", "recall", "f1"))) else "min"
+    return mode
+
+
+def _as_float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class EarlyStopping(Callback):
+    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs (Keras 3 rules)."""
+
+    def __init__(self, monitor: str = "val_loss", min_delta: float = 0.0, patience: int = 0, verbose: int = 0,
+                 mode: str = "auto", baseline: float | None = None, restore_best_weights: bool = False,
+                 start_from_epoch: int = 0) -> None:
+        super().__init__()
+        self.monitor = monitor
+        self.patience = int(patience)
+        self.verbose = verbose
+        self.baseline = baseline
+        self.min_delta = abs(float(min_delta))
+        self.restore_best_weights = restore_best_weights
+        self.start_from_epoch = int(start_from_epoch)
+        self.mode = _monitor_mode("EarlyStopping", mode, monitor)
+        self.best_weights = None
+        self.stopped_epoch = 0
+
+    def _improved(self, value: float, reference: float | None) -> bool:
+        if reference is None:
+            return True
+        if self.mode == "max":
+            return value - self.min_delta > reference
+        return value + self.min_delta < reference
+
+    def on_train_begin(self, logs=None):
+        self.wait = 0
+        self.stopped_epoch = 0
+        self.best = None
+        self.best_weights = None
+        self.best_epoch = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        current = _as_float((logs or {}).get(self.monitor))
+        if current is None:
+            warnings.warn(f"EarlyStopping: metric '{self.monitor}' is not available; available: "
+                          f"{', '.join(logs or {})}", stacklevel=2)
+            return
+        if epoch < self.start_from_epoch:
+            return
+        if self.restore_best_weights and self.best_weights is None:
+            self.best_weights = self.model.get_weights()
+        self.wait += 1
+        if self._improved(current, self.best):
+            self.best = current
+            self.best_epoch = epoch
+            if self.restore_best_weights:
+                self.best_weights = self.model.get_weights()
+            if self.baseline is None or self._improved(current, self.baseline):
+                self.wait = 0
+            return
+        if self.wait >= self.patience and epoch > 0:
+            self.stopped_epoch = epoch
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        if self.stopped_epoch > 0 and self.verbose:
+            print(f"Epoch {self.stopped_epoch + 1}: early stopping")
+        if self.restore_best_weights and self.best_weights is not None:
+            if self.verbose:
+                print(f"Restoring model weights from the end of the best epoch: {self.best_epoch + 1}.")
+            self.model.set_weights(self.best_weights)
+
+
+class ModelCheckpoint(Callback):
+    """Save the model (or its weights) after each epoch; ``filepath`` may hold ``{epoch:02d}``,
+    ``{val_loss:.2f}`` and other log keys."""
+
+    def __init__(self, filepath: "str | os.PathLike", monitor: str = "val_loss", verbose: int = 0,
+                 save_best_only: bool = False, save_weights_only: bool = False, mode: str = "auto",
+                 save_freq: str = "epoch", initial_value_threshold: float | None = None) -> None:
+        super().__init__()
+        if save_freq != "epoch":
+            raise NotImplementedError("ModelCheckpoint: only save_freq='epoch' is supported")
+        self.filepath = os.fspath(filepath)
+        self.monitor = monitor
+        self.verbose = verbose
+        self.save_best_only = save_best_only
+        self.save_weights_only = save_weights_only
+        self.mode = _monitor_mode("ModelCheckpoint", mode, monitor)
+        self.best = initial_value_threshold
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = dict(logs or {})
+        try:
+            path = self.filepath.format(epoch=epoch + 1, **logs)
+        except KeyError as exc:
+            raise KeyError(f"ModelCheckpoint: filepath {self.filepath!r} names {exc} which is not in the logs "
+                           f"({', '.join(logs)})") from None
+        if self.save_best_only:
+            current = _as_float(logs.get(self.monitor))
+            if current is None:
+                warnings.warn(f"ModelCheckpoint: can save best model only with '{self.monitor}' available",
+                              stacklevel=2)
+                return
+            better = self.best is None or (current > self.best if self.mode == "max" else current < self.best)
+            if not better:
+                if self.verbose:
+                    print(f"\nEpoch {epoch + 1}: {self.monitor} did not improve from {self.best:.5f}")
+                return
+            if self.verbose:
+                print(f"\nEpoch {epoch + 1}: {self.monitor} improved to {current:.5f}, saving model to {path}")
+            self.best = current
+        elif self.verbose:
+            print(f"\nEpoch {epoch + 1}: saving model to {path}")
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        if self.save_weights_only:
+            self.model.save_weights(path)
+        else:
+            self.model.save(path)
+
+
+class LearningRateScheduler(Callback):
+    """At each epoch start, set the learning rate to ``schedule(epoch, lr)`` (or ``schedule(epoch)``)."""
+
+    def __init__(self, schedule: Callable, verbose: int = 0) -> None:
+        super().__init__()
+        self.schedule = schedule
+        self.verbose = verbose
+
+    def on_epoch_begin(self, epoch, logs=None):
+        opt = self.model.optimizer
+        lr = opt.learning_rate
+        try:
+            new = self.schedule(epoch, lr)
+        except TypeError:
+            new = self.schedule(epoch)
+        new_f = _as_float(new)
+        if new_f is None or not math.isfinite(new_f):
+            raise ValueError(f"LearningRateScheduler: the schedule must return a finite float, got {new!r}")
+        opt.learning_rate = new_f
+        if self.verbose:
+            print(f"\nEpoch {epoch + 1}: LearningRateScheduler setting learning rate to {new_f}.")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if isinstance(logs, dict):
+            logs["learning_rate"] = float(self.model.optimizer.learning_rate)
+
+
+class ReduceLROnPlateau(Callback):
+    """Multiply the learning rate by ``factor`` when ``monitor`` stalls for ``patience`` epochs."""
+
+    def __init__(self, monitor: str = "val_loss", factor: float = 0.1, patience: int = 10, verbose: int = 0,
+                 mode: str = "auto", min_delta: float = 1e-4, cooldown: int = 0, min_lr: float = 0.0,
+                 **kwargs) -> None:
+        super().__init__()
+        if "epsilon" in kwargs:
+            min_delta = kwargs.pop("epsilon")
+        if kwargs:
+            raise TypeError(f"ReduceLROnPlateau: unexpected argument(s) {', '.join(kwargs)}")
+        if factor >= 1.0:
+            raise ValueError(f"ReduceLROnPlateau does not support a factor >= 1.0, got {factor}")
+        self.monitor = monitor
+        self.factor = float(factor)
+        self.patience = int(patience)
+        self.verbose = verbose
+        self.mode = _monitor_mode("ReduceLROnPlateau", mode, monitor)
+        self.min_delta = float(min_delta)
+        self.cooldown = int(cooldown)
+        self.min_lr = float(min_lr)
+        self._reset()
+
+    def _reset(self):
+        self.wait = 0
+        self.cooldown_counter = 0
+        self.best = -np.inf if self.mode == "max" else np.inf
+
+    def _better(self, a: float, b: float) -> bool:
+        return a > b + self.min_delta if self.mode == "max" else a < b - self.min_delta
+
+    def on_train_begin(self, logs=None):
+        self._reset()
+
+    def on_epoch_end(self, epoch, logs=None):
+        opt = self.model.optimizer
+        if isinstance(logs, dict):
+            logs["learning_rate"] = float(opt.learning_rate)
+        current = _as_float((logs or {}).get(self.monitor))
+        if current is None:
+            warnings.warn(f"ReduceLROnPlateau: metric '{self.monitor}' is not available; available: "
+                          f"{', '.join(logs or {})}", stacklevel=2)
+            return
+        in_cooldown = self.cooldown_counter > 0
+        if in_cooldown:
+            self.cooldown_counter -= 1
+            self.wait = 0
+        if self._better(current, self.best):
+            self.best = current
+            self.wait = 0
+        elif not in_cooldown:
+            self.wait += 1
+            if self.wait >= self.patience:
+                old = float(opt.learning_rate)
+                if old > self.min_lr:
+                    new = max(old * self.factor, self.min_lr)
+                    opt.learning_rate = new
+                    if self.verbose:
+                        print(f"\nEpoch {epoch + 1}: ReduceLROnPlateau reducing learning rate to {new}.")
+                    self.cooldown_counter = self.cooldown
+                    self.wait = 0
+
+
+class CSVLogger(Callback):
+    """Write each epoch's logs to a CSV file (columns: ``epoch`` then the log keys, sorted)."""
+
+    def __init__(self, filename: "str | os.PathLike", separator: str = ",", append: bool = False) -> None:
+        super().__init__()
+        self.filename = os.fspath(filename)
+        self.sep = separator
+        self.append = append
+        self._file = None
+        self._writer = None
+        self._keys: list[str] | None = None
+
+    def on_train_begin(self, logs=None):
+        has_content = self.append and os.path.exists(self.filename) and os.path.getsize(self.filename) > 0
+        self._write_header = not has_content
+        self._file = open(self.filename, "a" if self.append else "w", newline="", encoding="utf-8")
+        self._writer = None
+        self._keys = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = dict(logs or {})
+        if self._keys is None:
+            self._keys = sorted(logs)
+        if self._writer is None:
+            self._writer = csv.DictWriter(self._file, fieldnames=["epoch", *self._keys], delimiter=self.sep)
+            if self._write_header:
+                self._writer.writeheader()
+        row = {"epoch": epoch}
+        row.update({k: logs.get(k, "NA") for k in self._keys})
+        self._writer.writerow(row)
+        self._file.flush()
+
+    def on_train_end(self, logs=None):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._writer = None
+
+
+class TerminateOnNaN(Callback):
+    """Stop training when a batch loss is NaN or infinite (reads the loss each batch: one sync per step)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = _as_float((logs or {}).get("loss"))
+        if loss is not None and not math.isfinite(loss):
+            print(f"Batch {batch}: Invalid loss, terminating training")
+            self.model.stop_training = True
+
+
+class LambdaCallback(Callback):
+    """A callback from plain functions: ``LambdaCallback(on_epoch_end=lambda epoch, logs: ...)``."""
+
+    def __init__(self, on_epoch_begin=None, on_epoch_end=None, on_train_begin=None, on_train_end=None,
+                 on_train_batch_begin=None, on_train_batch_end=None, **kwargs) -> None:
+        super().__init__()
+        hooks = dict(on_epoch_begin=on_epoch_begin, on_epoch_end=on_epoch_end, on_train_begin=on_train_begin,
+                     on_train_end=on_train_end, on_train_batch_begin=on_train_batch_begin,
+                     on_train_batch_end=on_train_batch_end)
+        # Keras also accepts on_batch_begin/on_batch_end and the test/predict hooks
+        for key, fn in kwargs.items():
+            name = {"on_batch_begin": "on_train_batch_begin", "on_batch_end": "on_train_batch_end"}.get(key, key)
+            if name not in _HOOKS:
+                raise TypeError(f"LambdaCallback: unknown hook {key!r}")
+            hooks[name] = fn
+        for name, fn in hooks.items():
+            if fn is not None:
+                setattr(self, name, fn)

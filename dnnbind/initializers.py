@@ -1,0 +1,263 @@
+"""Weight initialisers with Keras 3 names, defaults and fan computation.
+
+Initialisers run on the host (NumPy, float32 by default); layers then move the
+result to their device. Fans follow Keras: for a kernel of shape
+``(*receptive_field, fan_in_channels, fan_out_channels)`` (Keras layouts: Dense
+``(in, out)``, Conv2D ``(kh, kw, in/groups, out)``), ``fan_in = prod(receptive
+field) * shape[-2]`` and ``fan_out = prod(receptive field) * shape[-1]``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "Initializer",
+    "Zeros",
+    "Ones",
+    "Constant",
+    "RandomNormal",
+    "RandomUniform",
+    "TruncatedNormal",
+    "VarianceScaling",
+    "GlorotUniform",
+    "GlorotNormal",
+    "HeNormal",
+    "HeUniform",
+    "LecunNormal",
+    "LecunUniform",
+    "get",
+    "serialize",
+    "compute_fans",
+]
+
+
+def compute_fans(shape: Sequence[int]) -> tuple[float, float]:
+    """(fan_in, fan_out) of a Keras-layout weight shape, as Keras computes them."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 0:
+        return 1.0, 1.0
+    if len(shape) == 1:
+        return float(shape[0]), float(shape[0])
+    if len(shape) == 2:
+        return float(shape[0]), float(shape[1])
+    receptive = math.prod(shape[:-2])
+    return float(receptive * shape[-2]), float(receptive * shape[-1])
+
+
+class Initializer:
+    """Base class: ``init(shape, dtype="float32") -> np.ndarray`` in the Keras layout."""
+
+    def __call__(self, shape: Sequence[int], dtype: Any = "float32") -> np.ndarray:
+        raise NotImplementedError
+
+    def get_config(self) -> dict:
+        return {}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Initializer":
+        return cls(**config)
+
+
+class _Seeded(Initializer):
+    """An initialiser drawing from its own generator (seeded: reproducible; None: fresh entropy)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+
+    def get_config(self) -> dict:
+        return {"seed": self.seed}
+
+
+class Zeros(Initializer):
+    def __call__(self, shape, dtype="float32"):
+        return np.zeros(tuple(shape), dtype=dtype)
+
+
+class Ones(Initializer):
+    def __call__(self, shape, dtype="float32"):
+        return np.ones(tuple(shape), dtype=dtype)
+
+
+class Constant(Initializer):
+    def __init__(self, value: float = 0.0) -> None:
+        self.value = float(value)
+
+    def __call__(self, shape, dtype="float32"):
+        return np.full(tuple(shape), self.value, dtype=dtype)
+
+    def get_config(self) -> dict:
+        return {"value": self.value}
+
+
+class RandomNormal(_Seeded):
+    def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.mean, self.stddev = float(mean), float(stddev)
+
+    def __call__(self, shape, dtype="float32"):
+        return self._rng.normal(self.mean, self.stddev, size=tuple(shape)).astype(dtype)
+
+    def get_config(self) -> dict:
+        return {"mean": self.mean, "stddev": self.stddev, "seed": self.seed}
+
+
+class RandomUniform(_Seeded):
+    def __init__(self, minval: float = -0.05, maxval: float = 0.05, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.minval, self.maxval = float(minval), float(maxval)
+
+    def __call__(self, shape, dtype="float32"):
+        return self._rng.uniform(self.minval, self.maxval, size=tuple(shape)).astype(dtype)
+
+    def get_config(self) -> dict:
+        return {"minval": self.minval, "maxval": self.maxval, "seed": self.seed}
+
+
+def _truncated_normal(rng: np.random.Generator, mean: float, stddev: float, shape) -> np.ndarray:
+    """Normal samples redrawn until within two standard deviations (as TF/Keras)."""
+    out = rng.normal(0.0, 1.0, size=shape)
+    bad = np.abs(out) > 2.0
+    while np.any(bad):
+        out[bad] = rng.normal(0.0, 1.0, size=int(bad.sum()))
+        bad = np.abs(out) > 2.0
+    return mean + stddev * out
+
+
+class TruncatedNormal(_Seeded):
+    def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.mean, self.stddev = float(mean), float(stddev)
+
+    def __call__(self, shape, dtype="float32"):
+        return _truncated_normal(self._rng, self.mean, self.stddev, tuple(shape)).astype(dtype)
+
+    def get_config(self) -> dict:
+        return {"mean": self.mean, "stddev": self.stddev, "seed": self.seed}
+
+
+class VarianceScaling(_Seeded):
+    """Keras ``VarianceScaling``: variance ``scale / n`` with n the fan chosen by ``mode``."""
+
+    def __init__(self, scale: float = 1.0, mode: str = "fan_in", distribution: str = "truncated_normal",
+                 seed: int | None = None) -> None:
+        super().__init__(seed)
+        if scale <= 0:
+            raise ValueError(f"VarianceScaling: scale must be positive, got {scale}")
+        if mode not in ("fan_in", "fan_out", "fan_avg"):
+            raise ValueError(f"VarianceScaling: mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
+        if distribution not in ("truncated_normal", "untruncated_normal", "uniform"):
+            raise ValueError(
+                "VarianceScaling: distribution must be 'truncated_normal', 'untruncated_normal' or "
+                f"'uniform', got {distribution!r}"
+            )
+        self.scale, self.mode, self.distribution = float(scale), mode, distribution
+
+    def __call__(self, shape, dtype="float32"):
+        shape = tuple(int(s) for s in shape)
+        fan_in, fan_out = compute_fans(shape)
+        n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[self.mode]
+        variance = self.scale / max(1.0, n)
+        if self.distribution == "truncated_normal":
+            # 0.879... is the stddev of a unit normal truncated to [-2, 2]
+            stddev = math.sqrt(variance) / 0.87962566103423978
+            out = _truncated_normal(self._rng, 0.0, stddev, shape)
+        elif self.distribution == "untruncated_normal":
+            out = self._rng.normal(0.0, math.sqrt(variance), size=shape)
+        else:
+            limit = math.sqrt(3.0 * variance)
+            out = self._rng.uniform(-limit, limit, size=shape)
+        return out.astype(dtype)
+
+    def get_config(self) -> dict:
+        return {"scale": self.scale, "mode": self.mode, "distribution": self.distribution, "seed": self.seed}
+
+
+class _Preset(VarianceScaling):
+    """A VarianceScaling with fixed (scale, mode, distribution); only the seed is configurable."""
+
+    _preset: tuple[float, str, str] = (1.0, "fan_in", "truncated_normal")
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(*self._preset, seed=seed)
+
+    def get_config(self) -> dict:
+        return {"seed": self.seed}
+
+
+class GlorotUniform(_Preset):
+    _preset = (1.0, "fan_avg", "uniform")
+
+
+class GlorotNormal(_Preset):
+    _preset = (1.0, "fan_avg", "truncated_normal")
+
+
+class HeNormal(_Preset):
+    _preset = (2.0, "fan_in", "truncated_normal")
+
+
+class HeUniform(_Preset):
+    _preset = (2.0, "fan_in", "uniform")
+
+
+class LecunNormal(_Preset):
+    _preset = (1.0, "fan_in", "truncated_normal")
+
+
+class LecunUniform(_Preset):
+    _preset = (1.0, "fan_in", "uniform")
+
+
+_BY_NAME: dict[str, type] = {
+    "zeros": Zeros,
+    "ones": Ones,
+    "constant": Constant,
+    "random_normal": RandomNormal,
+    "random_uniform": RandomUniform,
+    "truncated_normal": TruncatedNormal,
+    "variance_scaling": VarianceScaling,
+    "glorot_uniform": GlorotUniform,
+    "glorot_normal": GlorotNormal,
+    "he_normal": HeNormal,
+    "he_uniform": HeUniform,
+    "lecun_normal": LecunNormal,
+    "lecun_uniform": LecunUniform,
+}
+_CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
+
+
+def get(identifier: "str | Initializer | dict | Callable | None") -> Initializer:
+    """An initialiser from a Keras name (``"he_normal"``), a class name, a config dict or an instance."""
+    if isinstance(identifier, Initializer):
+        return identifier
+    if isinstance(identifier, str):
+        key = identifier.strip()
+        name = _CLASS_TO_NAME.get(key, key.lower())
+        if name not in _BY_NAME:
+            raise ValueError(f"unknown initializer {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
+        return _BY_NAME[name]()
+    if isinstance(identifier, dict):
+        cls_name = identifier.get("class_name")
+        name = _CLASS_TO_NAME.get(cls_name, str(cls_name).lower())
+        if name not in _BY_NAME:
+            raise ValueError(f"unknown initializer {cls_name!r}; known: {', '.join(sorted(_BY_NAME))}")
+        return _BY_NAME[name].from_config(identifier.get("config", {}))
+    if callable(identifier):
+        fn = identifier
+
+        class _FromCallable(Initializer):
+            def __call__(self, shape, dtype="float32"):
+                return np.asarray(fn(tuple(shape), dtype), dtype=dtype)
+
+        return _FromCallable()
+    raise TypeError(f"cannot interpret {identifier!r} as an initializer")
+
+
+def serialize(init: Initializer) -> dict:
+    """``{"class_name": ..., "config": ...}`` (JSON-safe)."""
+    return {"class_name": type(init).__name__, "config": init.get_config()}

@@ -1,0 +1,245 @@
+"""Metrics with Keras 3 names, accumulated on the device.
+
+A metric keeps a running total in a 0-d float32 array on the predictions' device (updated in
+place by ``ops.axpy``) and a host-side sample count (known without asking the device). Nothing
+is read back until :meth:`Metric.result` is called (the progress bar, the end of an epoch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import backend, ops
+
+__all__ = [
+    "Metric",
+    "Mean",
+    "Accuracy",
+    "SparseCategoricalAccuracy",
+    "CategoricalAccuracy",
+    "BinaryAccuracy",
+    "TopKCategoricalAccuracy",
+    "SparseTopKCategoricalAccuracy",
+    "get",
+    "known_names",
+]
+
+_F32 = np.dtype(np.float32)
+
+
+class Metric:
+    """Base class: ``update_state(y_true, y_pred)``, ``result() -> float``, ``reset_state()``."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name or _CLASS_TO_NAME.get(type(self).__name__, type(self).__name__.lower())
+        self._total = None
+        self._count = 0.0
+        self._device = None
+
+    def _accumulator(self, like: Any) -> Any:
+        dev = backend.device_of(like)
+        if self._total is None or self._device != dev:
+            self._total = backend.asarray(np.zeros((), _F32), device=dev)
+            self._device = dev
+        return self._total
+
+    def _add(self, value: Any, like: Any, weight: float = 1.0) -> None:
+        """total += weight * value, on the device."""
+        acc = self._accumulator(like)
+        if value.dtype != _F32:
+            value = ops.cast(value, _F32)
+        if tuple(value.shape) != ():
+            value = value.reshape()
+        ops.axpy(float(weight), value, acc)
+
+    def reset_state(self) -> None:
+        if self._total is not None:
+            ops.fill(self._total, 0.0)
+        self._count = 0.0
+
+    def result(self) -> float:
+        """The metric so far (reads the device total: a synchronising transfer)."""
+        if self._count == 0 or self._total is None:
+            return 0.0
+        return float(backend.to_numpy(self._total)) / self._count
+
+    def update_state(self, y_true: Any, y_pred: Any) -> None:
+        raise NotImplementedError
+
+    def get_config(self) -> dict:
+        return {"name": self.name}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name}>"
+
+
+class Mean(Metric):
+    """Weighted running mean of values (the model uses it for the loss: value = batch mean loss)."""
+
+    def update_state(self, value: Any, sample_weight: float = 1.0) -> None:  # type: ignore[override]
+        self._add(value, value, sample_weight)
+        self._count += float(sample_weight)
+
+
+class SparseCategoricalAccuracy(Metric):
+    """Fraction of samples whose arg-max score is the integer label."""
+
+    label_kind = "sparse"
+
+    def update_state(self, y_true, y_pred):
+        self._add(ops.accuracy_count(y_pred, y_true), y_pred)
+        self._count += int(y_pred.shape[0])
+
+
+class CategoricalAccuracy(Metric):
+    """Fraction of samples whose arg-max score is the arg-max of the one-hot label."""
+
+    label_kind = "categorical"
+
+    def update_state(self, y_true, y_pred):
+        self._add(ops.accuracy_count(y_pred, y_true), y_pred)
+        self._count += int(y_pred.shape[0])
+
+
+class BinaryAccuracy(Metric):
+    """Fraction of elements where ``(y_pred > threshold) == (y_true > 0.5)``."""
+
+    label_kind = "binary"
+
+    def __init__(self, name: str | None = None, threshold: float = 0.5) -> None:
+        super().__init__(name)
+        self.threshold = float(threshold)
+
+    def _two_column(self, v: Any, threshold: float) -> Any:
+        """``(M, 2)`` rows ``[threshold, v]`` from ``v`` ``(M, 1)``, by one tiny GEMM on ``v``'s device:
+        their arg-max is 1 exactly when ``v > threshold`` (ties go to column 0, as ``>`` wants)."""
+        key = (str(backend.device_of(v)), str(v.dtype), threshold)
+        consts = self._consts.get(key) if hasattr(self, "_consts") else None
+        if consts is None:
+            self._consts = getattr(self, "_consts", {})
+            dev = backend.device_of(v)
+            w = backend.asarray(np.array([[0.0, 1.0]], dtype=v.dtype), device=dev)
+            b = backend.asarray(np.array([threshold, 0.0], dtype=v.dtype), device=dev)
+            consts = self._consts[key] = (w, b)
+        return ops.dense_forward(v, consts[0], consts[1])
+
+    def update_state(self, y_true, y_pred):
+        m = int(np.prod(y_pred.shape))
+        if y_true.dtype != y_pred.dtype:
+            y_true = ops.cast(y_true, y_pred.dtype)
+        scores = self._two_column(y_pred.reshape(m, 1), self.threshold)
+        labels = self._two_column(y_true.reshape(m, 1), 0.5)  # one-hot-like rows: arg-max = (y > 0.5)
+        self._add(ops.accuracy_count(scores, labels), y_pred)
+        self._count += m
+
+    def get_config(self):
+        return {**super().get_config(), "threshold": self.threshold}
+
+
+class TopKCategoricalAccuracy(Metric):
+    """Fraction of samples whose one-hot label is among the ``k`` highest scores."""
+
+    label_kind = "categorical"
+
+    def __init__(self, k: int = 5, name: str | None = None) -> None:
+        super().__init__(name)
+        self.k = int(k)
+
+    def update_state(self, y_true, y_pred):
+        self._add(ops.top_k_count(y_pred, y_true, self.k), y_pred)
+        self._count += int(y_pred.shape[0])
+
+    def get_config(self):
+        return {**super().get_config(), "k": self.k}
+
+
+class SparseTopKCategoricalAccuracy(TopKCategoricalAccuracy):
+    """Fraction of samples whose integer label is among the ``k`` highest scores."""
+
+    label_kind = "sparse"
+
+    def update_state(self, y_true, y_pred):
+        self._add(ops.top_k_count(y_pred, y_true, self.k), y_pred)
+        self._count += int(y_pred.shape[0])
+
+
+class Accuracy(Metric):
+    """Keras's ``"accuracy"``: sparse, categorical or binary, chosen from the label and output shapes.
+
+    As Keras (``compile_utils``): a 1-wide output is binary; labels of lower rank than the output, or
+    a 1-wide label for a wider output, are sparse; otherwise categorical.
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name or "accuracy")
+        self._impl: Metric | None = None
+
+    def resolve(self, label_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> Metric:
+        """Pick the concrete metric for ``(batch, *label_shape)`` labels and ``(batch, *output_shape)`` outputs."""
+        out_last = output_shape[-1] if output_shape else 1
+        label_last = label_shape[-1] if label_shape else 1
+        if out_last == 1:
+            impl: Metric = BinaryAccuracy(self.name)
+        elif len(label_shape) < len(output_shape) or (label_last == 1 and out_last > 1):
+            impl = SparseCategoricalAccuracy(self.name)
+        else:
+            impl = CategoricalAccuracy(self.name)
+        self._impl = impl
+        return impl
+
+    def update_state(self, y_true, y_pred):
+        if self._impl is None:
+            self.resolve(tuple(y_true.shape[1:]), tuple(y_pred.shape[1:]))
+        self._impl.update_state(y_true, y_pred)
+
+    def result(self):
+        return 0.0 if self._impl is None else self._impl.result()
+
+    def reset_state(self):
+        if self._impl is not None:
+            self._impl.reset_state()
+
+
+_BY_NAME: dict[str, type] = {
+    "accuracy": Accuracy,
+    "sparse_categorical_accuracy": SparseCategoricalAccuracy,
+    "categorical_accuracy": CategoricalAccuracy,
+    "binary_accuracy": BinaryAccuracy,
+    "top_k_categorical_accuracy": TopKCategoricalAccuracy,
+    "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
+}
+_ALIASES = {"acc": "accuracy"}
+_CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
+_CLASS_TO_NAME["Mean"] = "mean"
+
+
+def known_names() -> list[str]:
+    return sorted([*_BY_NAME, *_ALIASES])
+
+
+def get(identifier: Any) -> Metric:
+    """A metric from a name (``"accuracy"``, ``"acc"``, ``"top_k_categorical_accuracy"``...),
+    a config dict, a class or an instance. ``"acc"`` keeps the name ``"acc"`` in logs, as Keras."""
+    if isinstance(identifier, Metric):
+        return identifier
+    if isinstance(identifier, type) and issubclass(identifier, Metric):
+        return identifier()
+    if isinstance(identifier, str):
+        key = identifier.strip()
+        name = _CLASS_TO_NAME.get(key) or _ALIASES.get(key.lower(), key.lower())
+        if name not in _BY_NAME:
+            raise ValueError(f"unknown metric {identifier!r}; known metrics: {', '.join(known_names())}")
+        cls = _BY_NAME[name]
+        return cls(name=key) if key.lower() in _ALIASES else cls()
+    if isinstance(identifier, dict):
+        name = _CLASS_TO_NAME.get(identifier.get("class_name"))
+        if name is None:
+            raise ValueError(f"unknown metric class {identifier.get('class_name')!r}")
+        return _BY_NAME[name](**identifier.get("config", {}))
+    raise TypeError(f"cannot interpret {identifier!r} as a metric; use a name such as 'accuracy'")
+
+
+def serialize(metric: Metric) -> dict:
+    return {"class_name": type(metric).__name__, "config": metric.get_config()}

@@ -1,0 +1,82 @@
+"""Mixed precision policies, as ``keras.mixed_precision``.
+
+A policy names the dtype layers compute in and the dtype their variables are
+stored in. ``"mixed_bfloat16"`` and ``"mixed_float16"`` compute in 16 bits on
+Tensor Cores while keeping float32 master weights (and float32 BatchNorm
+statistics and final logits/loss); ``"mixed_float16"`` also turns on dynamic
+loss scaling in ``Sequential.compile`` (Keras's LossScaleOptimizer rules: initial scale 2**15,
+halved and the step skipped on non-finite gradients, doubled after 2000 finite steps; the
+bookkeeping lives in ``dnnbind.models`` and stays on the device). On the NumPy backend layers compute in
+float32 whatever the policy says (NumPy has no fast 16-bit math).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Policy", "set_global_policy", "global_policy", "DTypePolicy"]
+
+_KNOWN = {
+    "float32": ("float32", "float32"),
+    "float16": ("float16", "float16"),
+    "bfloat16": ("bfloat16", "bfloat16"),
+    "float64": ("float64", "float64"),
+    "mixed_float16": ("float16", "float32"),
+    "mixed_bfloat16": ("bfloat16", "float32"),
+}
+
+
+class Policy:
+    """A dtype policy: ``Policy("mixed_bfloat16").compute_dtype == "bfloat16"``."""
+
+    def __init__(self, name: "str | Policy" = "float32") -> None:
+        if isinstance(name, Policy):
+            name = name.name
+        if name not in _KNOWN:
+            raise ValueError(f"unknown dtype policy {name!r}; known: {', '.join(_KNOWN)}")
+        self.name = name
+        self.compute_dtype, self.variable_dtype = _KNOWN[name]
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.compute_dtype != self.variable_dtype
+
+    @property
+    def needs_loss_scaling(self) -> bool:
+        return self.compute_dtype == "float16"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Policy) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f'<DTypePolicy "{self.name}">'
+
+    def get_config(self) -> dict:
+        return {"name": self.name}
+
+
+DTypePolicy = Policy
+
+_global = Policy("float32")
+
+
+def set_global_policy(policy: "str | Policy") -> None:
+    """Set the policy that layers created from now on use."""
+    global _global
+    _global = Policy(policy)
+
+
+def global_policy() -> Policy:
+    return _global
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype for a policy dtype name (bfloat16 via ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)

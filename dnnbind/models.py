@@ -1,0 +1,804 @@
+"""``Sequential``: a stack of layers with Keras 3's compile / fit / evaluate / predict.
+
+Training runs the layers' forward and backward by hand (no autograd): forward through every
+layer, the loss returns its gradient, backward through the layers in reverse, then one fused
+optimizer update. A final softmax with a ``from_logits=False`` cross-entropy is fused into
+``ops.softmax_cross_entropy`` on the logits (the softmax's backward is never run).
+
+Devices: arrays given to ``fit`` are NumPy. On CUDA a dataset that fits comfortably in device
+memory is uploaded once and batched on the device (``ops.take`` with a permutation uploaded once
+per epoch); a larger one is streamed, copying the next batch on a second stream while the current
+step runs. No step waits for the host: loss and metrics accumulate in device scalars that are read
+when the progress bar draws and at the end of an epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import warnings
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from . import backend, callbacks as callbacks_module, losses as losses_module, metrics as metrics_module, ops
+from . import optimizers as optimizers_module
+from .backend import Device
+from .errors import DnnbindError
+from .layers.base import InputLayer, Layer, split_batch, unique_name
+from .mixed_precision import global_policy
+
+__all__ = ["Sequential", "Model"]
+
+_F32 = np.dtype(np.float32)
+
+
+def _is_tty(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # closed stream
+        return False
+
+
+def _resolve_verbose(verbose: Any, stream=None) -> int:
+    if verbose == "auto":
+        return 1 if _is_tty(stream if stream is not None else sys.stdout) else 2
+    if verbose not in (0, 1, 2, True, False):
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
+    return int(verbose)
+
+
+class _LossScale:
+    """Dynamic loss scaling state on the device (mixed_float16), with Keras's LossScaleOptimizer rules.
+
+    ``scale`` multiplies the loss gradient; the optimizer divides the gradients by it
+    (``grad_scale=``). A step whose gradients are not all finite is skipped on the device and halves
+    the scale. The finite-step counter is read back once every ``growth_steps`` steps (the only host
+    synchronisation) to double the scale after ``growth_steps`` finite steps in a row.
+    """
+
+    def __init__(self, device: Device, initial: float = 2.0**15, growth_steps: int = 2000) -> None:
+        up = lambda v: backend.asarray(np.array(v, _F32), device=device)  # noqa: E731
+        self.scale = up(initial)
+        self.good_steps = up(0.0)
+        self._one, self._half = up(1.0), up(0.5)
+        self.growth_steps = int(growth_steps)
+        self._steps = 0
+
+    def check(self, grads: list) -> tuple[Any, Any]:
+        """``(skip, finite)`` 0-d flags for this step's gradients: ``skip`` int32 (1 when not all finite,
+        as the optimizer ops take it), ``finite`` float32 (1.0 or 0.0, for the scale arithmetic)."""
+        finite = ops.cast(ops.all_finite(grads), _F32)
+        return ops.cast(ops.subtract(self._one, finite), np.int32), finite
+
+    def update(self, finite: Any) -> None:
+        """After the (possibly skipped) update: halve the scale on a non-finite step, count finite steps."""
+        factor = ops.add(ops.scale(finite, 0.5), self._half)       # 1.0 (finite) or 0.5
+        ops.multiply(self.scale, factor, out=self.scale)
+        ops.axpy(1.0, self._one, self.good_steps)
+        ops.multiply(self.good_steps, finite, out=self.good_steps)  # reset on a non-finite step
+
+    def maybe_grow(self) -> None:
+        self._steps += 1
+        if self._steps % self.growth_steps:
+            return
+        if float(backend.to_numpy(self.good_steps)) >= self.growth_steps:
+            ops.scale(self.scale, 2.0, out=self.scale)
+            ops.fill(self.good_steps, 0.0)
+
+
+class Sequential:
+    """A linear stack of layers (``keras.Sequential``).
+
+    ``Sequential([Input((28, 28, 1)), Conv2D(32, 3, activation="relu"), ...])``; then ``compile``,
+    ``fit``, ``evaluate``, ``predict``. Input shapes exclude the batch axis and are channels_last
+    by default.
+    """
+
+    def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None, trainable: bool = True) -> None:
+        self.name = name if name is not None else unique_name("sequential")
+        self._layers: list[Layer] = []
+        self._input_layer: InputLayer | None = None
+        self.built = False
+        self.trainable = trainable
+        self.optimizer = None
+        self.loss = None
+        self.compiled = False
+        self.stop_training = False
+        self.history = None
+        self._device: Device | None = None
+        self._metrics: list = []
+        self._compile_config: dict | None = None
+        self._loss_scale: _LossScale | None = None
+        self._output_shape: tuple[int, ...] | None = None
+        for layer in layers or []:
+            self.add(layer)
+
+    # ----- structure --------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[Layer]:
+        """The layers (the Input is not one, as in Keras 3)."""
+        return list(self._layers)
+
+    def add(self, layer: Layer) -> None:
+        """Append a layer (an ``Input`` only as the first element)."""
+        if isinstance(layer, InputLayer):
+            if self._layers or self._input_layer is not None:
+                raise ValueError(f"Sequential '{self.name}': an Input can only be the first element of the model")
+            self._input_layer = layer
+        elif isinstance(layer, Layer):
+            if any(existing is layer for existing in self._layers):
+                raise ValueError(f"Sequential '{self.name}': layer '{layer.name}' was already added")
+            self._layers.append(layer)
+        else:
+            raise TypeError(f"Sequential.add expects a dnnbind layer, got {type(layer).__name__}")
+        self.built = False
+        if self._declared_input_shape() is not None:
+            self.build()
+
+    def pop(self) -> Layer:
+        """Remove and return the last layer."""
+        if not self._layers:
+            raise IndexError(f"Sequential '{self.name}' has no layers to pop")
+        layer = self._layers.pop()
+        self.built = False
+        if self._layers and self._declared_input_shape() is not None:
+            self.build()
+        return layer
+
+    def _declared_input_shape(self) -> tuple[int, ...] | None:
+        if self._input_layer is not None:
+            return self._input_layer.input_shape
+        if self._layers and self._layers[0]._declared_input_shape is not None:
+            return self._layers[0]._declared_input_shape
+        if self._layers and self._layers[0].built:
+            return self._layers[0].input_shape
+        return None
+
+    @property
+    def input_shape(self) -> tuple:
+        shape = self._declared_input_shape()
+        return None if shape is None else (None, *shape)
+
+    @property
+    def output_shape(self) -> tuple:
+        if not self.built:
+            raise ValueError(f"Sequential '{self.name}' is not built yet")
+        return (None, *self._output_shape)
+
+    def build(self, input_shape: Sequence[Any] | None = None) -> None:
+        """Build every layer for inputs of ``input_shape`` (no batch axis; a leading None is fine)."""
+        if input_shape is None:
+            input_shape = self._declared_input_shape()
+            if input_shape is None:
+                raise ValueError(f"Sequential '{self.name}': the input shape is unknown; start the model with "
+                                 "keras.Input(shape=...) or call it on data")
+        _, shape = split_batch(input_shape)
+        dev = self.device
+        for layer in self._layers:
+            if layer._device is None:
+                layer._device = dev
+            elif layer._device != dev:
+                layer.to(dev)
+            layer._ensure_built(shape)
+            shape = tuple(layer.output_shape)
+        self._built_input_shape = tuple(split_batch(input_shape)[1])
+        self._output_shape = shape
+        self.built = True
+
+    # ----- device -----------------------------------------------------------------------------
+    @property
+    def device(self) -> Device:
+        if self._device is None:
+            self._device = backend.default_device()
+        return self._device
+
+    def to(self, device: "str | Device") -> "Sequential":
+        """Move weights and optimizer state to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
+        dev = backend.resolve_device(device)
+        for layer in self._layers:
+            layer.to(dev)
+        if self.optimizer is not None:
+            self.optimizer.to(dev)
+        for m in self._all_metrics():
+            m._total = None
+        if self._loss_scale is not None:
+            self._loss_scale = _LossScale(dev)
+        self._device = dev
+        return self
+
+    # ----- weights ----------------------------------------------------------------------------
+    @property
+    def weights(self):
+        return [w for layer in self._layers for w in layer._weights]
+
+    @property
+    def trainable_weights(self):
+        return [w for layer in self._layers for w in layer.trainable_weights] if self.trainable else []
+
+    @property
+    def non_trainable_weights(self):
+        if not self.trainable:
+            return self.weights
+        return [w for layer in self._layers for w in layer.non_trainable_weights]
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Every layer's weights in Keras layouts, layer by layer."""
+        return [arr for layer in self._layers for arr in layer.get_weights()]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Set every layer's weights (the list :meth:`get_weights` returns); all shapes are checked first."""
+        self._require_built("set_weights")
+        weights = list(weights)
+        expected = sum(len(layer._weights) for layer in self._layers)
+        if len(weights) != expected:
+            raise ValueError(f"Sequential '{self.name}': set_weights expects {expected} arrays, got {len(weights)}")
+        i = 0
+        for layer in self._layers:
+            for w in layer._weights:
+                if tuple(np.shape(weights[i])) != w.shape:
+                    raise ValueError(f"layer '{layer.name}' ({type(layer).__name__}): weight '{w.name}' expects "
+                                     f"shape {w.shape}, got {tuple(np.shape(weights[i]))}")
+                i += 1
+        i = 0
+        for layer in self._layers:
+            n = len(layer._weights)
+            layer.set_weights(weights[i:i + n])
+            i += n
+
+    def count_params(self) -> int:
+        self._require_built("count_params")
+        return sum(layer.count_params() for layer in self._layers)
+
+    def _require_built(self, what: str) -> None:
+        if not self.built:
+            if self._declared_input_shape() is not None:
+                self.build()
+            else:
+                raise ValueError(f"Sequential '{self.name}': {what} needs a built model; give it an Input "
+                                 "(keras.Input(shape=...)) or call fit/predict on data first")
+
+    # ----- summary ----------------------------------------------------------------------------
+    def summary(self, line_length: int | None = None, positions: Any = None, print_fn=None,
+                expand_nested: bool = False, show_trainable: bool = False) -> None:
+        """Print a Keras-style table: ``Layer (type) | Output Shape | Param #`` and the totals."""
+        names = [f"{layer.name} ({type(layer).__name__})" for layer in self._layers]
+        shapes = [str((None, *layer.output_shape)).replace(",)", ")") if layer.built else "(unbuilt)"
+                  for layer in self._layers]
+        c1 = max([29, *(len(n) + 2 for n in names)])
+        c2 = max([26, *(len(s) + 2 for s in shapes)])
+        width = max(line_length or 65, c1 + c2 + 12)
+        cols = [c1, c1 + c2, width]
+        out = print_fn or print
+
+        def row(fields):
+            line = ""
+            for i, field in enumerate(fields):
+                line = (line + " " + str(field))[: cols[i]].ljust(cols[i])
+            return line.rstrip()
+
+        out(f'Model: "{self.name}"')
+        out("_" * width)
+        out(row(["Layer (type)", "Output Shape", "Param #"]))
+        out("=" * width)
+        for i, layer in enumerate(self._layers):
+            out(row([names[i], shapes[i], f"{layer.count_params():,}"]))
+            if i != len(self._layers) - 1:
+                out("")
+        out("=" * width)
+        trainable = sum(int(np.prod(w.shape)) for w in self.trainable_weights)
+        total = sum(int(np.prod(w.shape)) for w in self.weights)
+        nbytes = lambda ws: sum(int(np.prod(w.shape)) * w.value.dtype.itemsize for w in ws)  # noqa: E731
+        out(f"Total params: {total:,} ({_human_bytes(nbytes(self.weights))})")
+        out(f"Trainable params: {trainable:,} ({_human_bytes(nbytes(self.trainable_weights))})")
+        out(f"Non-trainable params: {total - trainable:,} ({_human_bytes(nbytes(self.non_trainable_weights))})")
+        out("_" * width)
+
+    # ----- compile ----------------------------------------------------------------------------
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Sequence[Any] | None = None,
+                loss_weights: Any = None, weighted_metrics: Any = None, run_eagerly: bool = False,
+                steps_per_execution: int = 1, jit_compile: Any = "auto", auto_scale_loss: bool = True) -> None:
+        """Choose the optimizer, the loss and the metrics (names or objects)."""
+        if loss is None:
+            raise ValueError(f"Sequential '{self.name}': compile needs a loss, e.g. "
+                             "loss='sparse_categorical_crossentropy'")
+        if loss_weights is not None or weighted_metrics is not None:
+            raise NotImplementedError("compile: loss_weights and weighted_metrics are not supported")
+        if isinstance(metrics, (str, metrics_module.Metric)):
+            metrics = [metrics]
+        self.optimizer = optimizers_module.get(optimizer)
+        self.loss = losses_module.get(loss)
+        self._metrics = [metrics_module.get(m) for m in (metrics or [])]
+        names = [m.name for m in self._metrics]
+        if len(set(names)) != len(names):
+            raise ValueError(f"compile: metric names must be unique, got {names}")
+        self._loss_tracker = metrics_module.Mean(name="loss")
+        policy = global_policy()
+        self._loss_scale = _LossScale(self.device) if (auto_scale_loss and policy.needs_loss_scaling
+                                                       and self.device.is_cuda) else None
+        self._compile_config = {
+            "optimizer": optimizers_module.serialize(self.optimizer),
+            "loss": losses_module.serialize(self.loss),
+            "metrics": [m if isinstance(m, str) else metrics_module.serialize(m) for m in (metrics or [])],
+        }
+        self.compiled = True
+
+    @property
+    def metrics_names(self) -> list[str]:
+        return ["loss", *[m.name for m in self._metrics]]
+
+    def _all_metrics(self) -> list:
+        tracker = getattr(self, "_loss_tracker", None)
+        return ([tracker] if tracker is not None else []) + list(self._metrics)
+
+    def reset_metrics(self) -> None:
+        for m in self._all_metrics():
+            m.reset_state()
+
+    def _require_compiled(self, what: str) -> None:
+        if not self.compiled:
+            raise DnnbindError(f"Sequential '{self.name}': you must call compile(optimizer, loss, metrics) "
+                               f"before {what}()")
+
+    # ----- data checks ------------------------------------------------------------------------
+    def _check_x(self, x: Any, what: str) -> np.ndarray:
+        if backend.is_device_array(x):
+            raise TypeError(f"Sequential '{self.name}': {what} takes NumPy arrays; got a DeviceArray "
+                            "(use predict_on_batch/train_on_batch for device data)")
+        if isinstance(x, (list, tuple)) and x and hasattr(x[0], "shape") and np.ndim(x[0]) > 0 and len(x) == 1:
+            x = x[0]
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "fiub":
+            raise TypeError(f"Sequential '{self.name}': {what} expects numeric input data (floats or ints), got "
+                            f"dtype {arr.dtype}")
+        if arr.ndim < 1:
+            raise ValueError(f"Sequential '{self.name}': {what} expects a batch of samples, got a scalar")
+        if arr.dtype != _F32:
+            arr = arr.astype(_F32)  # ints/bools/float64 are cast to float32, as Keras does
+        sample = tuple(arr.shape[1:])
+        expected = self._built_input_shape if self.built else self._declared_input_shape()
+        if expected is not None and sample != tuple(expected):
+            first = self._layers[0] if self._layers else None
+            who = f" (first layer '{first.name}' ({type(first).__name__}))" if first else ""
+            raise ValueError(
+                f"Sequential '{self.name}'{who} expects input of shape (batch, {', '.join(map(str, expected))}), "
+                f"got {tuple(arr.shape)}"
+            )
+        if not self.built:
+            self.build(sample)
+        return arr
+
+    def _check_xy(self, x: Any, y: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+        if y is None:
+            raise ValueError(f"Sequential '{self.name}': {what} needs targets y")
+        x = self._check_x(x, what)
+        y = np.asarray(y)
+        if y.ndim < 1 or len(y) != len(x):
+            raise ValueError(f"Sequential '{self.name}': {what} got {len(x)} input samples but "
+                             f"{len(y) if y.ndim else 'a scalar'} targets; x and y must have the same length")
+        y = self.loss.prepare_labels(y, self._output_shape, owner=f"Sequential '{self.name}': ")
+        return x, y
+
+    # ----- the steps --------------------------------------------------------------------------
+    def _fused(self) -> bool:
+        last = self._layers[-1]
+        return (self.loss is not None and self.loss.fuses_softmax and not getattr(self.loss, "from_logits", False)
+                and last.has_final_softmax)
+
+    def _forward(self, x: Any, training: bool, logits: bool = False) -> Any:
+        for layer in self._layers[:-1]:
+            x = layer.forward(x, training=training)
+        last = self._layers[-1]
+        return last.forward_logits(x, training=training) if logits else last.forward(x, training=training)
+
+    def _backward(self, dy: Any) -> None:
+        for i in range(len(self._layers) - 1, -1, -1):
+            dy = self._layers[i].backward(dy, need_dx=i > 0)
+
+    def _params_and_grads(self) -> tuple[list, list]:
+        params, grads = [], []
+        if not self.trainable:
+            return params, grads
+        for layer in self._layers:
+            for w in layer.trainable_weights:
+                params.append(w.value)
+                grads.append(layer.grads[w.name])
+        return params, grads
+
+    def _loss_and_metrics(self, x: Any, y: Any, training: bool) -> Any:
+        """Forward, loss (accumulated), metrics (accumulated); returns the output gradient."""
+        fused = self._fused()
+        out = self._forward(x, training=training, logits=fused)
+        out32 = out if out.dtype == _F32 or out.dtype == np.float64 else ops.cast(out, _F32)
+        grad_scale = self._loss_scale.scale if (training and self._loss_scale is not None) else 1.0
+        loss, dout = self.loss.compute(out32, y, logits=fused, grad_scale=grad_scale)
+        self._loss_tracker.update_state(loss, int(x.shape[0]))
+        for m in self._metrics:
+            m.update_state(y, out32)
+        if dout.dtype != out.dtype:
+            dout = ops.cast(dout, out.dtype)
+        return dout
+
+    def _train_step(self, x: Any, y: Any) -> None:
+        """One training step on device/host arrays ``x``, ``y`` (prepared labels). Never waits for the host.
+
+        Everything it touches is persistent (weights, optimizer slots, lr/step scalars, metric
+        accumulators), so the step can be captured into a CUDA graph and replayed.
+        """
+        dout = self._loss_and_metrics(x, y, training=True)
+        self._backward(dout)
+        params, grads = self._params_and_grads()
+        if not params:
+            return
+        # drop the gradient references: nothing allocated inside the step outlives it (graph capture)
+        for layer in self._layers:
+            layer.grads = {}
+        if self._loss_scale is not None:
+            skip, finite = self._loss_scale.check(grads)
+            # the update divides by this step's scale, so the scale changes only afterwards
+            self.optimizer.apply(params, grads, grad_scale=self._loss_scale.scale, skip=skip)
+            self._loss_scale.update(finite)
+        else:
+            self.optimizer.apply(params, grads)
+
+    def _test_step(self, x: Any, y: Any) -> None:
+        fused = self._fused()
+        out = self._forward(x, training=False, logits=fused)
+        out32 = out if out.dtype in (_F32, np.dtype(np.float64)) else ops.cast(out, _F32)
+        loss, _ = self.loss.compute(out32, y, logits=fused)
+        self._loss_tracker.update_state(loss, int(x.shape[0]))
+        for m in self._metrics:
+            m.update_state(y, out32)
+
+    def _predict_step(self, x: Any) -> Any:
+        out = self._forward(x, training=False)
+        return out if out.dtype in (_F32, np.dtype(np.float64)) else ops.cast(out, _F32)
+
+    def _logs(self, prefix: str = "") -> dict[str, float]:
+        return {prefix + m.name: m.result() for m in self._all_metrics()}
+
+    def _lazy_logs(self) -> callbacks_module.LazyLogs:
+        return callbacks_module.LazyLogs({m.name: m.result for m in self._all_metrics()})
+
+    # ----- batching ---------------------------------------------------------------------------
+    def _batches(self, x: np.ndarray, y: np.ndarray | None, batch_size: int, shuffle: bool,
+                 rng: np.random.Generator, device_data: dict | None) -> Iterator[tuple[Any, Any]]:
+        n = len(x)
+        order = rng.permutation(n) if shuffle else None
+        dev = self.device
+        if not dev.is_cuda:
+            for start in range(0, n, batch_size):
+                if order is None:
+                    sl = slice(start, start + batch_size)
+                    yield x[sl], (None if y is None else y[sl])
+                else:
+                    idx = order[start:start + batch_size]
+                    yield x[idx], (None if y is None else y[idx])
+            return
+        if device_data is not None:
+            x_dev, y_dev = device_data["x"], device_data["y"]
+            # one upload of the permutation per epoch; batches are gathered on the device
+            order_dev = None if order is None else backend.asarray(order.astype(np.int64), device=dev)
+            for start in range(0, n, batch_size):
+                stop = min(start + batch_size, n)
+                if order_dev is None:
+                    yield x_dev[start:stop], (None if y_dev is None else y_dev[start:stop])
+                else:
+                    idx = order_dev[start:stop]
+                    yield ops.take(x_dev, idx), (None if y_dev is None else ops.take(y_dev, idx))
+            return
+        yield from self._streamed_batches(x, y, batch_size, order)
+
+    def _streamed_batches(self, x, y, batch_size, order) -> Iterator[tuple[Any, Any]]:
+        """Batches copied on a side stream: batch k+1's copy overlaps step k."""
+        from . import cuda
+
+        main = cuda.current_stream()
+        side = cuda.Stream()
+        n = len(x)
+        starts = list(range(0, n, batch_size))
+
+        def upload(start):
+            sel = slice(start, start + batch_size) if order is None else order[start:start + batch_size]
+            hx = x[sel]
+            hy = None if y is None else y[sel]
+            # allocate on the main stream (so frees are ordered after the steps that use the data),
+            # copy on the side stream once the allocation is ready
+            bx = cuda.empty(hx.shape, hx.dtype, stream=main)
+            by = None if hy is None else cuda.empty(hy.shape, hy.dtype, stream=main)
+            side.wait_stream(main)
+            bx.copy_from_host(hx, stream=side)
+            if by is not None:
+                by.copy_from_host(hy, stream=side)
+            return bx, by, side.record()
+
+        pending = upload(starts[0]) if starts else None
+        for k in range(len(starts)):
+            bx, by, ready = pending
+            main.wait_event(ready)
+            if k + 1 < len(starts):
+                pending = upload(starts[k + 1])
+            yield bx, by
+
+    def _device_dataset(self, x: np.ndarray, y: np.ndarray | None) -> dict | None:
+        """Upload the whole dataset when it uses under half the free device memory (else None: stream)."""
+        dev = self.device
+        if not dev.is_cuda:
+            return None
+        from . import cuda
+
+        free, _ = cuda.memory_info(dev.index)
+        nbytes = x.nbytes + (0 if y is None else y.nbytes)
+        if nbytes >= 0.5 * free:
+            return None
+        return {"x": backend.asarray(x, device=dev), "y": None if y is None else backend.asarray(y, device=dev)}
+
+    def _to_device_batch(self, x: Any, y: Any = None):
+        dev = self.device
+        xb = backend.asarray(x, device=dev) if dev.is_cuda else x
+        yb = None if y is None else (backend.asarray(y, device=dev) if dev.is_cuda else y)
+        return xb, yb
+
+    # ----- fit / evaluate / predict -----------------------------------------------------------
+    def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None, epochs: int = 1,
+            verbose: Any = "auto", callbacks: Sequence[Any] | None = None, validation_split: float = 0.0,
+            validation_data: Any = None, shuffle: bool = True, class_weight: Any = None, sample_weight: Any = None,
+            initial_epoch: int = 0, steps_per_epoch: int | None = None, validation_steps: int | None = None,
+            validation_batch_size: int | None = None, validation_freq: int = 1, seed: int | None = None):
+        """Train for ``epochs`` epochs on NumPy ``x``/``y``; returns a :class:`~dnnbind.callbacks.History`.
+
+        ``validation_split`` holds out the *last* fraction of the samples (before shuffling), as Keras.
+        """
+        self._require_compiled("fit")
+        if class_weight is not None or sample_weight is not None:
+            raise NotImplementedError("fit: class_weight and sample_weight are not supported")
+        if steps_per_epoch is not None:
+            raise NotImplementedError("fit: steps_per_epoch is not supported (arrays are consumed whole)")
+        batch_size = 32 if batch_size is None else int(batch_size)
+        if batch_size < 1:
+            raise ValueError(f"fit: batch_size must be >= 1, got {batch_size}")
+        if not 0.0 <= validation_split < 1.0:
+            raise ValueError(f"fit: validation_split must be in [0, 1), got {validation_split}")
+        x, y = self._check_xy(x, y, "fit")
+        val = None
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+                raise ValueError("fit: validation_data must be a tuple (x_val, y_val)")
+            val = self._check_xy(validation_data[0], validation_data[1], "fit (validation_data)")
+        elif validation_split:
+            split = int(len(x) * (1.0 - validation_split))
+            if split == 0 or split == len(x):
+                raise ValueError(f"fit: validation_split={validation_split} leaves no training or no validation "
+                                 f"samples out of {len(x)}")
+            val = (x[split:], y[split:])
+            x, y = x[:split], y[:split]
+        if len(x) == 0:
+            raise ValueError("fit: no training samples")
+
+        verbose = _resolve_verbose(verbose)
+        steps = math.ceil(len(x) / batch_size)
+        history = callbacks_module.History()
+        cb_list = list(callbacks or [])
+        if verbose and not any(isinstance(c, callbacks_module.ProgbarLogger) for c in cb_list):
+            cb_list.append(callbacks_module.ProgbarLogger(verbose))
+        cbs = callbacks_module.CallbackList([*cb_list, history], model=self,
+                                            params={"verbose": verbose, "epochs": epochs, "steps": steps})
+        # History must record what the callbacks add (learning_rate) before the bar prints it
+        progbars = [c for c in cbs.callbacks if isinstance(c, callbacks_module.ProgbarLogger)]
+        cbs.callbacks = [c for c in cbs.callbacks if c not in progbars] + progbars
+        self.history = history
+        self.stop_training = False
+        rng = np.random.default_rng(seed)
+        device_data = self._device_dataset(x, y)
+        val_device = self._device_dataset(*val) if val is not None else None
+
+        cbs.on_train_begin()
+        for epoch in range(initial_epoch, epochs):
+            self.reset_metrics()
+            cbs.on_epoch_begin(epoch)
+            for step, (xb, yb) in enumerate(self._batches(x, y, batch_size, shuffle, rng, device_data)):
+                cbs.on_train_batch_begin(step)
+                self._train_step(xb, yb)
+                if self._loss_scale is not None:
+                    self._loss_scale.maybe_grow()
+                cbs.on_train_batch_end(step, self._lazy_logs())
+                if self.stop_training:
+                    break
+            logs = self._logs()
+            if not math.isfinite(logs["loss"]):
+                warnings.warn(f"Sequential '{self.name}': epoch {epoch + 1}: the loss is {logs['loss']} "
+                              "(NaN or inf); lower the learning rate or check the data "
+                              "(callbacks.TerminateOnNaN stops training on it)", RuntimeWarning, stacklevel=2)
+            if val is not None and (epoch + 1) % validation_freq == 0:
+                vbs = validation_batch_size or batch_size
+                self._run_test(val[0], val[1], vbs, val_device)
+                logs.update(self._logs(prefix="val_"))
+            cbs.on_epoch_end(epoch, logs)
+            if self.stop_training:
+                break
+        cbs.on_train_end()
+        return history
+
+    def _run_test(self, x, y, batch_size, device_data=None, cbs=None) -> None:
+        self.reset_metrics()
+        for step, (xb, yb) in enumerate(self._batches(x, y, batch_size, False, np.random.default_rng(0),
+                                                      device_data)):
+            if cbs is not None:
+                cbs.on_test_batch_begin(step)
+            self._test_step(xb, yb)
+            if cbs is not None:
+                cbs.on_test_batch_end(step, self._lazy_logs())
+
+    def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None, verbose: Any = "auto",
+                 sample_weight: Any = None, steps: int | None = None, callbacks: Sequence[Any] | None = None,
+                 return_dict: bool = False):
+        """Loss (and metrics) on ``x``/``y``: a float, ``[loss, *metrics]``, or a dict with ``return_dict``."""
+        self._require_compiled("evaluate")
+        if sample_weight is not None:
+            raise NotImplementedError("evaluate: sample_weight is not supported")
+        batch_size = 32 if batch_size is None else int(batch_size)
+        x, y = self._check_xy(x, y, "evaluate")
+        verbose = _resolve_verbose(verbose)
+        cbs = callbacks_module.CallbackList(callbacks or [], model=self,
+                                            params={"verbose": verbose, "steps": math.ceil(len(x) / batch_size)})
+        cbs.on_test_begin()
+        bar = callbacks_module.Progbar(math.ceil(len(x) / batch_size), verbose=verbose)
+        self._run_test(x, y, batch_size, self._device_dataset(x, y), cbs)
+        logs = self._logs()
+        bar.update(bar.target, logs)
+        cbs.on_test_end(logs)
+        if return_dict:
+            return logs
+        values = [logs[name] for name in self.metrics_names]
+        return values[0] if len(values) == 1 else values
+
+    def predict(self, x: Any, batch_size: int | None = None, verbose: Any = "auto", steps: int | None = None,
+                callbacks: Sequence[Any] | None = None) -> np.ndarray:
+        """Model outputs for ``x`` as a NumPy array (float32)."""
+        batch_size = 32 if batch_size is None else int(batch_size)
+        x = self._check_x(x, "predict")
+        verbose = _resolve_verbose(verbose)
+        cbs = callbacks_module.CallbackList(callbacks or [], model=self)
+        cbs.on_predict_begin()
+        outputs = []
+        for step, (xb, _) in enumerate(self._batches(x, None, batch_size, False, np.random.default_rng(0),
+                                                     self._device_dataset(x, None))):
+            cbs.on_predict_batch_begin(step)
+            outputs.append(self._predict_step(xb))
+            cbs.on_predict_batch_end(step, {})
+        # read back after everything is queued, so the device never idles waiting for the host
+        host = [backend.to_numpy(o) for o in outputs]
+        result = np.concatenate(host, axis=0) if host else np.zeros((0, *self._output_shape), _F32)
+        if verbose:
+            callbacks_module.Progbar(len(outputs), verbose=verbose).update(len(outputs), {})
+        cbs.on_predict_end()
+        return result
+
+    def __call__(self, x: Any, training: bool = False) -> Any:
+        """Eager forward on a batch (NumPy in, NumPy out; DeviceArray in, DeviceArray out)."""
+        if backend.is_device_array(x):
+            if not self.built:
+                self.build(tuple(x.shape[1:]))
+            return self._forward(x, training=training)
+        return self.predict_on_batch(x)
+
+    def _batch_result(self, return_dict: bool):
+        if return_dict:
+            # lazy: each value is read from the device only when looked up
+            return self._lazy_logs()
+        values = [m.result() for m in self._all_metrics()]
+        return values[0] if len(values) == 1 else values
+
+    def _device_batch(self, x: Any, y: Any, what: str):
+        """Accept DeviceArrays (already on this model's device) as they are: only shapes are checked,
+        labels must already be in the loss's form (int32 class indices or float rows)."""
+        if not backend.is_device_array(x):
+            if y is None:
+                return self._to_device_batch(self._check_x(x, what))[0], None
+            return self._to_device_batch(*self._check_xy(x, y, what))
+        if backend.device_of(x) != self.device:
+            raise ValueError(f"Sequential '{self.name}': {what} got data on {backend.device_of(x)} but the model "
+                             f"is on {self.device}; move one of them (model.to(...) or backend.asarray)")
+        if not self.built:
+            self.build(tuple(x.shape[1:]))
+        if tuple(x.shape[1:]) != tuple(self._built_input_shape):
+            raise ValueError(f"Sequential '{self.name}' expects input of shape (batch, "
+                             f"{', '.join(map(str, self._built_input_shape))}), got {tuple(x.shape)}")
+        if x.dtype.kind != "f":
+            x = ops.cast(x, _F32)
+        if y is not None:
+            if not backend.is_device_array(y):
+                y = backend.asarray(self.loss.prepare_labels(np.asarray(y), self._output_shape,
+                                                             owner=f"Sequential '{self.name}': "), device=self.device)
+            elif int(y.shape[0]) != int(x.shape[0]):
+                raise ValueError(f"Sequential '{self.name}': {what} got {x.shape[0]} input samples but "
+                                 f"{y.shape[0]} targets")
+        return x, y
+
+    def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None, class_weight: Any = None,
+                       return_dict: bool = False):
+        """One update on one batch (NumPy, or DeviceArrays on the model's device).
+
+        As Keras 3, the returned loss/metrics are running averages since the last
+        :meth:`reset_metrics` (or ``fit``/``evaluate``); ``return_dict=True`` returns a lazy mapping
+        whose values are read from the device only when looked up (no per-step synchronisation).
+        """
+        self._require_compiled("train_on_batch")
+        if y is None:
+            raise ValueError(f"Sequential '{self.name}': train_on_batch needs targets y")
+        xb, yb = self._device_batch(x, y, "train_on_batch")
+        self._train_step(xb, yb)
+        if self._loss_scale is not None:
+            self._loss_scale.maybe_grow()
+        return self._batch_result(return_dict)
+
+    def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False):
+        """Loss (and metrics) of one batch without updating weights (running averages, as Keras 3)."""
+        self._require_compiled("test_on_batch")
+        if y is None:
+            raise ValueError(f"Sequential '{self.name}': test_on_batch needs targets y")
+        xb, yb = self._device_batch(x, y, "test_on_batch")
+        self._test_step(xb, yb)
+        return self._batch_result(return_dict)
+
+    def predict_on_batch(self, x: Any) -> np.ndarray:
+        """Outputs for one batch, as NumPy."""
+        xb, _ = self._device_batch(x, None, "predict_on_batch")
+        return backend.to_numpy(self._predict_step(xb))
+
+    # ----- config and saving ------------------------------------------------------------------
+    def get_config(self) -> dict:
+        layers = []
+        if self._input_layer is not None:
+            layers.append({"class_name": "InputLayer", "config": self._input_layer.get_config()})
+        layers += [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self._layers]
+        config = {"name": self.name, "trainable": self.trainable, "layers": layers}
+        if self.built:
+            config["build_input_shape"] = list(self._built_input_shape)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Sequential":
+        from .layers.base import deserialize
+
+        model = cls(name=config.get("name"), trainable=config.get("trainable", True))
+        for layer_config in config["layers"]:
+            model.add(deserialize(layer_config))
+        if not model.built and config.get("build_input_shape") is not None:
+            model.build(tuple(config["build_input_shape"]))
+        return model
+
+    def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
+        """Weights to a safetensors file, named ``"<layer>/<weight>"`` (Keras layouts)."""
+        from .saving import save_weights
+
+        save_weights(self, filepath, overwrite=overwrite)
+
+    def load_weights(self, filepath: "str | os.PathLike") -> None:
+        from .saving import load_weights
+
+        load_weights(self, filepath)
+
+    def save(self, filepath: "str | os.PathLike", overwrite: bool = True, include_optimizer: bool = True) -> None:
+        """The whole model (config, weights, compile config, optimizer state): a ``.dnnbind`` zip or a directory."""
+        from .saving import save_model
+
+        save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
+
+    def __repr__(self) -> str:
+        return f"<Sequential name={self.name}, layers={len(self._layers)}, built={self.built}>"
+
+
+Model = Sequential
+
+
+def _human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n:.2f} B"
+    for unit in ("KB", "MB", "GB", "TB"):
+        n /= 1024.0
+        if n < 1024:
+            return f"{n:.2f} {unit}"
+    return f"{n:.2f} PB"

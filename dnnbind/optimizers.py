@@ -1,0 +1,410 @@
+"""Optimizers with Keras 3 names, defaults and update rules; updates run in ``dnnbind.ops.optim``.
+
+The update is fused and in place on the parameters' device. The learning rate and the step
+count are 0-d arrays on that device, so a captured CUDA graph of a training step replays with
+the current values; the learning rate array is rewritten (one tiny host-to-device copy) only
+when its value changes (a schedule, a callback).
+
+Weight decay is decoupled, as in Keras 3: ``p -= lr * weight_decay * p`` before the update.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import backend, ops
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "get", "serialize", "schedules"]
+
+
+# ----- learning-rate schedules (keras.optimizers.schedules) ------------------------------------
+class LearningRateSchedule:
+    """``schedule(step) -> learning rate`` (``step`` counts optimizer updates from 0)."""
+
+    def __call__(self, step: int) -> float:
+        raise NotImplementedError
+
+    def get_config(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, config: dict) -> "LearningRateSchedule":
+        return cls(**config)
+
+
+class ExponentialDecay(LearningRateSchedule):
+    """``initial * decay_rate ** (step / decay_steps)`` (floored exponent when ``staircase``)."""
+
+    def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float, staircase: bool = False,
+                 name: str = "ExponentialDecay") -> None:
+        if decay_steps <= 0:
+            raise ValueError(f"ExponentialDecay: decay_steps must be positive, got {decay_steps}")
+        self.initial_learning_rate = float(initial_learning_rate)
+        self.decay_steps = int(decay_steps)
+        self.decay_rate = float(decay_rate)
+        self.staircase = bool(staircase)
+        self.name = name
+
+    def __call__(self, step):
+        p = step / self.decay_steps
+        if self.staircase:
+            p = math.floor(p)
+        return self.initial_learning_rate * self.decay_rate ** p
+
+    def get_config(self):
+        return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
+                "decay_rate": self.decay_rate, "staircase": self.staircase, "name": self.name}
+
+
+class CosineDecay(LearningRateSchedule):
+    """Keras ``CosineDecay``: optional linear warm-up to ``warmup_target``, then a cosine to ``alpha`` x."""
+
+    def __init__(self, initial_learning_rate: float, decay_steps: int, alpha: float = 0.0, name: str = "CosineDecay",
+                 warmup_target: float | None = None, warmup_steps: int = 0) -> None:
+        if decay_steps <= 0:
+            raise ValueError(f"CosineDecay: decay_steps must be positive, got {decay_steps}")
+        self.initial_learning_rate = float(initial_learning_rate)
+        self.decay_steps = int(decay_steps)
+        self.alpha = float(alpha)
+        self.name = name
+        self.warmup_target = None if warmup_target is None else float(warmup_target)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step):
+        if self.warmup_target is not None and step < self.warmup_steps:
+            frac = step / self.warmup_steps
+            return self.initial_learning_rate + frac * (self.warmup_target - self.initial_learning_rate)
+        start = self.initial_learning_rate if self.warmup_target is None else self.warmup_target
+        s = min(step - (self.warmup_steps if self.warmup_target is not None else 0), self.decay_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * s / self.decay_steps))
+        return start * ((1.0 - self.alpha) * cosine + self.alpha)
+
+    def get_config(self):
+        return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
+                "alpha": self.alpha, "name": self.name, "warmup_target": self.warmup_target,
+                "warmup_steps": self.warmup_steps}
+
+
+class PiecewiseConstantDecay(LearningRateSchedule):
+    """``values[i]`` while ``boundaries[i-1] < step <= boundaries[i]`` (Keras's convention)."""
+
+    def __init__(self, boundaries: Sequence[int], values: Sequence[float], name: str = "PiecewiseConstant") -> None:
+        if len(values) != len(boundaries) + 1:
+            raise ValueError(
+                f"PiecewiseConstantDecay: needs len(values) == len(boundaries) + 1, got {len(values)} values "
+                f"and {len(boundaries)} boundaries"
+            )
+        self.boundaries = [int(b) for b in boundaries]
+        self.values = [float(v) for v in values]
+        self.name = name
+
+    def __call__(self, step):
+        for boundary, value in zip(self.boundaries, self.values):
+            if step <= boundary:
+                return value
+        return self.values[-1]
+
+    def get_config(self):
+        return {"boundaries": self.boundaries, "values": self.values, "name": self.name}
+
+
+class _SchedulesNamespace:
+    """``dnnbind.optimizers.schedules.ExponentialDecay`` etc., as in Keras."""
+
+    LearningRateSchedule = LearningRateSchedule
+    ExponentialDecay = ExponentialDecay
+    CosineDecay = CosineDecay
+    PiecewiseConstantDecay = PiecewiseConstantDecay
+
+    @staticmethod
+    def serialize(schedule: LearningRateSchedule) -> dict:
+        return {"class_name": type(schedule).__name__, "config": schedule.get_config()}
+
+    @staticmethod
+    def deserialize(config: dict) -> LearningRateSchedule:
+        cls = {c.__name__: c for c in (ExponentialDecay, CosineDecay, PiecewiseConstantDecay)}.get(config["class_name"])
+        if cls is None:
+            raise ValueError(f"unknown learning-rate schedule {config['class_name']!r}")
+        return cls.from_config(config["config"])
+
+
+schedules = _SchedulesNamespace()
+
+
+# ----- optimizers ------------------------------------------------------------------------------
+class Optimizer:
+    """Base class: holds the learning rate (float or schedule), the step count and per-parameter slots.
+
+    ``apply(params, grads, grad_scale=None, skip=None)`` updates ``params`` in place
+    (``grad_scale`` multiplies the gradients first, for loss scaling; ``skip`` is a 0-d device flag:
+    non-zero skips the update without a host round trip).
+    """
+
+    _slot_names: tuple[str, ...] = ()
+
+    def __init__(self, learning_rate: "float | LearningRateSchedule" = 0.001, weight_decay: float | None = None,
+                 name: str | None = None, **kwargs: Any) -> None:
+        for unsupported in ("clipnorm", "clipvalue", "global_clipnorm"):
+            if kwargs.pop(unsupported, None) is not None:
+                raise NotImplementedError(f"{type(self).__name__}: {unsupported} is not supported")
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
+        self.name = name or type(self).__name__.lower()
+        self._learning_rate = self._check_lr(learning_rate)
+        if weight_decay is not None and weight_decay < 0:
+            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {weight_decay}")
+        self.weight_decay = weight_decay
+        self.iterations = 0
+        self._slots: list[dict[str, Any]] = []
+        self._device = None
+        self._lr_array = None
+        self._lr_uploaded: float | None = None
+        self._step_array = None
+        self._one = None
+        self.built = False
+
+    def _check_lr(self, lr):
+        if isinstance(lr, LearningRateSchedule):
+            return lr
+        if callable(lr):
+            raise TypeError(f"{type(self).__name__}: learning_rate must be a number or a LearningRateSchedule")
+        lr = float(lr)
+        if not math.isfinite(lr) or lr < 0:
+            raise ValueError(f"{type(self).__name__}: learning_rate must be a finite number >= 0, got {lr}")
+        return lr
+
+    # Keras exposes learning_rate as a settable attribute (callbacks assign to it).
+    @property
+    def learning_rate(self) -> float:
+        """The current learning rate (a schedule is evaluated at the current step)."""
+        if isinstance(self._learning_rate, LearningRateSchedule):
+            return float(self._learning_rate(self.iterations))
+        return float(self._learning_rate)
+
+    @learning_rate.setter
+    def learning_rate(self, value) -> None:
+        self._learning_rate = self._check_lr(value)
+
+    lr = learning_rate
+
+    @property
+    def schedule(self) -> LearningRateSchedule | None:
+        return self._learning_rate if isinstance(self._learning_rate, LearningRateSchedule) else None
+
+    # ----- state ----------------------------------------------------------------------------
+    def build(self, params: Sequence[Any]) -> None:
+        """Create zeroed slots like each parameter, and the 0-d lr/step arrays, on the params' device."""
+        self._device = backend.device_of(params[0]) if params else backend.default_device()
+        self._slots = [{name: ops.zeros_like(p) for name in self._slot_names_for(p)} for p in params]
+        self._lr_array = backend.asarray(np.array(self.learning_rate, np.float32), device=self._device)
+        self._lr_uploaded = self.learning_rate
+        self._step_array = backend.asarray(np.array(self.iterations, np.float32), device=self._device)
+        self._one = backend.asarray(np.array(1.0, np.float32), device=self._device)
+        self.built = True
+
+    def _slot_names_for(self, p) -> tuple[str, ...]:
+        return self._slot_names
+
+    def _sync_lr(self) -> None:
+        """Rewrite the device learning rate when its host value changed (no-op otherwise)."""
+        lr = self.learning_rate
+        if lr != self._lr_uploaded:
+            host = np.array(lr, np.float32)
+            if backend.is_device_array(self._lr_array):
+                self._lr_array.copy_from_host(host)
+            else:
+                self._lr_array[...] = host
+            self._lr_uploaded = lr
+
+    def apply(self, params: Sequence[Any], grads: Sequence[Any], *, grad_scale: Any = None, skip: Any = None) -> None:
+        """One update of ``params`` (in place) from ``grads``; builds the slots on first use."""
+        if not self.built or len(self._slots) != len(params):
+            self.build(params)
+        self._sync_lr()
+        # step += 1 on the device (Adam's bias correction uses the 1-based step), graph-replay safe
+        ops.axpy(1.0, self._one, self._step_array)
+        self._update(list(params), list(grads), grad_scale=grad_scale, skip=skip)
+        self.iterations += 1
+
+    def _update(self, params, grads, *, grad_scale, skip) -> None:
+        raise NotImplementedError
+
+    def _slot_lists(self, name: str) -> list:
+        return [slots[name] for slots in self._slots]
+
+    @property
+    def variables(self) -> list[Any]:
+        """The state arrays (iterations first, then each parameter's slots), as Keras lists them."""
+        out = [np.array(self.iterations, np.int64)]
+        for slots in self._slots:
+            out += list(slots.values())
+        return out
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Host copies of the state, by stable names (``"iterations"``, ``"3/momentum"``...)."""
+        state = {"iterations": np.array(self.iterations, np.int64)}
+        for i, slots in enumerate(self._slots):
+            for name, arr in slots.items():
+                state[f"{i}/{name}"] = backend.to_numpy(arr)
+        return state
+
+    def set_state(self, state: dict[str, np.ndarray], params: Sequence[Any]) -> None:
+        """Restore :meth:`get_state`'s output for ``params`` (their order and shapes must match)."""
+        self.iterations = int(np.asarray(state.get("iterations", 0)).reshape(-1)[0])
+        self.build(params)
+        for i, slots in enumerate(self._slots):
+            for name in list(slots):
+                key = f"{i}/{name}"
+                if key not in state:
+                    raise ValueError(f"{type(self).__name__}: optimizer state is missing '{key}'")
+                arr = np.asarray(state[key])
+                if tuple(arr.shape) != tuple(slots[name].shape):
+                    raise ValueError(
+                        f"{type(self).__name__}: optimizer state '{key}' has shape {arr.shape}, the parameter "
+                        f"needs {tuple(slots[name].shape)}"
+                    )
+                slots[name] = backend.asarray(arr.astype(slots[name].dtype), device=self._device)
+
+    def to(self, device) -> None:
+        """Move the state to ``device`` (explicit copies through the host; ``model.to`` calls this)."""
+        if not self.built:
+            return
+        dev = backend.resolve_device(device)
+        move = lambda a: backend.asarray(backend.to_numpy(a), device=dev)  # noqa: E731
+        self._slots = [{name: move(arr) for name, arr in slots.items()} for slots in self._slots]
+        self._lr_array, self._step_array, self._one = move(self._lr_array), move(self._step_array), move(self._one)
+        self._device = dev
+
+    def get_config(self) -> dict:
+        lr = self._learning_rate
+        lr_cfg = schedules.serialize(lr) if isinstance(lr, LearningRateSchedule) else lr
+        return {"name": self.name, "learning_rate": lr_cfg, "weight_decay": self.weight_decay}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Optimizer":
+        config = dict(config)
+        lr = config.get("learning_rate")
+        if isinstance(lr, dict):
+            config["learning_rate"] = schedules.deserialize(lr)
+        return cls(**config)
+
+    def _wd(self) -> float:
+        return float(self.weight_decay or 0.0)
+
+
+class SGD(Optimizer):
+    """``v = momentum * v - lr * g; p += v`` (Nesterov: ``p += momentum * v - lr * g``); Keras 3 rule."""
+
+    def __init__(self, learning_rate=0.01, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"SGD: momentum must be in [0, 1], got {momentum}")
+        self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
+
+    def _slot_names_for(self, p):
+        return ("momentum",) if self.momentum else ()
+
+    def _update(self, params, grads, *, grad_scale, skip):
+        velocities = self._slot_lists("momentum") if self.momentum else None
+        ops.sgd_update(params, grads, velocities, lr=self._lr_array, momentum=self.momentum, nesterov=self.nesterov,
+                       weight_decay=self._wd(), grad_scale=grad_scale, skip=skip)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
+
+
+class Adam(Optimizer):
+    """Adam with Keras's epsilon placement: ``p -= lr_t * m / (sqrt(v) + epsilon)``."""
+
+    def __init__(self, learning_rate=0.001, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
+                 amsgrad: bool = False, weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        for label, value in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{type(self).__name__}: {label} must be in [0, 1), got {value}")
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.amsgrad = bool(amsgrad)
+
+    def _slot_names_for(self, p):
+        return ("m", "v", "vhat") if self.amsgrad else ("m", "v")
+
+    def _update(self, params, grads, *, grad_scale, skip):
+        kwargs = {}
+        if self.amsgrad:
+            kwargs["vhat"] = self._slot_lists("vhat")
+        ops.adam_update(params, grads, self._slot_lists("m"), self._slot_lists("v"), lr=self._lr_array,
+                        step=self._step_array, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
+                        weight_decay=self._wd(), amsgrad=self.amsgrad, grad_scale=grad_scale, skip=skip, **kwargs)
+
+    def get_config(self):
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "amsgrad": self.amsgrad}
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Keras default ``weight_decay=0.004``)."""
+
+    def __init__(self, learning_rate=0.001, weight_decay: float = 0.004, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, amsgrad: bool = False, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, amsgrad, weight_decay, name, **kwargs)
+
+
+class RMSprop(Optimizer):
+    """Keras 3 RMSprop: ``v = rho v + (1-rho) g^2``; centered subtracts the mean square of ``g``."""
+
+    def __init__(self, learning_rate=0.001, rho: float = 0.9, momentum: float = 0.0, epsilon: float = 1e-7,
+                 centered: bool = False, weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        self.rho, self.momentum, self.epsilon = float(rho), float(momentum), float(epsilon)
+        self.centered = bool(centered)
+
+    def _slot_names_for(self, p):
+        names = ["velocity"]
+        if self.momentum:
+            names.append("momentum")
+        if self.centered:
+            names.append("average_gradient")
+        return tuple(names)
+
+    def _update(self, params, grads, *, grad_scale, skip):
+        ops.rmsprop_update(params, grads, self._slot_lists("velocity"), lr=self._lr_array, rho=self.rho,
+                           momentum=self.momentum, epsilon=self.epsilon, centered=self.centered,
+                           mom=self._slot_lists("momentum") if self.momentum else None,
+                           avg=self._slot_lists("average_gradient") if self.centered else None,
+                           weight_decay=self._wd(), grad_scale=grad_scale, skip=skip)
+
+    def get_config(self):
+        return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon,
+                "centered": self.centered}
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+
+
+def get(identifier: Any) -> Optimizer:
+    """An optimizer from a name (``"adam"``, ``"sgd"``...), a config dict, a class or an instance."""
+    if isinstance(identifier, Optimizer):
+        return identifier
+    if isinstance(identifier, type) and issubclass(identifier, Optimizer):
+        return identifier()
+    if isinstance(identifier, str):
+        cls = _BY_NAME.get(identifier.strip().lower())
+        if cls is None:
+            raise ValueError(f"unknown optimizer {identifier!r}; known optimizers: {', '.join(sorted(_BY_NAME))}")
+        return cls()
+    if isinstance(identifier, dict):
+        cls = _BY_NAME.get(str(identifier.get("class_name", "")).lower())
+        if cls is None:
+            raise ValueError(f"unknown optimizer class {identifier.get('class_name')!r}; known: "
+                             f"{', '.join(c.__name__ for c in _BY_NAME.values())}")
+        return cls.from_config(identifier.get("config", {}))
+    raise TypeError(f"cannot interpret {identifier!r} as an optimizer; use a name such as 'adam' or an instance")
+
+
+def serialize(optimizer: Optimizer) -> dict:
+    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}

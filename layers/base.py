@@ -1,0 +1,470 @@
+"""The Layer contract, layer variables, activations shared by layers, and Input.
+
+A layer computes only through :mod:`dnnbind.ops`, so the same code runs on
+NumPy arrays (CPU backend) and on :class:`dnnbind.cuda.DeviceArray` (cuDNN /
+cuBLAS). Weights live on the layer's device in an internal layout chosen for
+speed; ``get_weights``/``set_weights`` always speak Keras layouts.
+
+Shapes given to :meth:`Layer.build` and :meth:`Layer.compute_output_shape` are
+Keras shapes *without* the batch axis (DESIGN.md). A leading ``None`` (Keras's
+batch placeholder, as in ``(None, 28, 28, 1)``) is accepted and kept.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dnnbind import backend, ops
+from dnnbind import initializers as _init
+from dnnbind.backend import Device
+from dnnbind.mixed_precision import Policy, global_policy, numpy_dtype
+
+__all__ = ["Layer", "Weight", "InputLayer", "Input", "ActivationFn", "register", "deserialize", "get_layer_class"]
+
+_name_counts: dict[str, int] = {}
+_REGISTRY: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: make a layer class known to :func:`deserialize` (and ``load_model``)."""
+    _REGISTRY[cls.__name__] = cls
+    return cls
+
+
+def get_layer_class(class_name: str) -> type:
+    if class_name not in _REGISTRY:
+        raise ValueError(f"unknown layer class {class_name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[class_name]
+
+
+def deserialize(config: dict) -> "Layer":
+    """A layer from ``{"class_name": ..., "config": {...}}``."""
+    return get_layer_class(config["class_name"]).from_config(config["config"])
+
+
+def _snake_case(name: str) -> str:
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def unique_name(base: str) -> str:
+    """Keras naming: the first ``dense``, then ``dense_1``, ``dense_2``..."""
+    count = _name_counts.get(base, 0)
+    _name_counts[base] = count + 1
+    return base if count == 0 else f"{base}_{count}"
+
+
+def split_batch(shape: Sequence[Any]) -> tuple[bool, tuple[int, ...]]:
+    """``(had_batch_axis, shape_without_it)`` for a shape that may start with Keras's ``None``."""
+    shape = tuple(shape)
+    if shape and shape[0] is None:
+        return True, tuple(int(s) for s in shape[1:])
+    return False, tuple(int(s) for s in shape)
+
+
+class Weight:
+    """One layer variable.
+
+    ``value`` is the array the ops use (on the layer's device, internal layout);
+    ``numpy()`` / ``assign()`` convert from and to the Keras layout and ``shape``
+    is the Keras shape. ``path`` (``"conv2d/kernel"``) names it in saved files.
+    """
+
+    def __init__(self, layer: "Layer", name: str, keras_shape: tuple[int, ...], value: Any, trainable: bool,
+                 to_internal: Callable[[np.ndarray], np.ndarray] | None = None,
+                 to_keras: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        self.layer = layer
+        self.name = name
+        self.shape = tuple(keras_shape)
+        self.value = value
+        self.trainable = trainable
+        self._to_internal = to_internal or (lambda a: a)
+        self._to_keras = to_keras or (lambda a: a)
+
+    @property
+    def path(self) -> str:
+        return f"{self.layer.name}/{self.name}"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value.dtype
+
+    def numpy(self) -> np.ndarray:
+        """A host copy in the Keras layout (an explicit device-to-host transfer on a GPU)."""
+        # always a copy: on NumPy the value itself would otherwise leak out and change under training
+        return np.array(self._to_keras(backend.to_numpy(self.value)), order="C", copy=True)
+
+    def assign(self, array: Any) -> None:
+        """Set from a Keras-layout array, checking its shape (the error names the layer)."""
+        arr = np.asarray(array)
+        if arr.dtype.kind not in "fiub":
+            raise TypeError(f"layer '{self.layer.name}': weight '{self.name}' must be numeric, got dtype {arr.dtype}")
+        if tuple(arr.shape) != self.shape:
+            raise ValueError(
+                f"layer '{self.layer.name}' ({type(self.layer).__name__}): weight '{self.name}' expects shape "
+                f"{self.shape}, got {tuple(arr.shape)}"
+            )
+        internal = np.ascontiguousarray(self._to_internal(arr.astype(self.value.dtype, copy=False)))
+        # Write into the existing buffer: its address stays valid for optimizer state and captured graphs.
+        if backend.is_device_array(self.value):
+            self.value.copy_from_host(internal)
+        elif isinstance(self.value, np.ndarray):
+            self.value[...] = internal
+        else:
+            self.value = backend.asarray(internal, device=self.layer.device)
+
+    def __repr__(self) -> str:
+        return f"<Weight path={self.path} shape={self.shape} dtype={self.dtype}>"
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, np.ndarray) or backend.is_device_array(x)
+
+
+class Layer:
+    """Base class of all layers (Keras 3 contract).
+
+    Subclasses implement ``build(input_shape)`` (create weights with
+    :meth:`add_weight`), ``forward(x, training)``, ``backward(dy) -> dx``
+    (filling ``self.grads`` for each trainable weight, in variable dtype),
+    ``compute_output_shape`` and ``get_config``.
+    """
+
+    def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
+                 input_shape: Sequence[int] | None = None, **kwargs: Any) -> None:
+        batch_input_shape = kwargs.pop("batch_input_shape", None)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
+        self.name = name if name is not None else unique_name(_snake_case(type(self).__name__))
+        self.trainable = bool(trainable)
+        if isinstance(dtype, Policy):
+            self.dtype_policy = dtype
+        elif dtype is None:
+            self.dtype_policy = global_policy()
+        else:
+            self.dtype_policy = Policy(str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype)
+        if batch_input_shape is not None:
+            input_shape = tuple(batch_input_shape)[1:]
+        self._declared_input_shape = None if input_shape is None else tuple(int(s) for s in input_shape)
+        self.built = False
+        self.input_shape: tuple[int, ...] | None = None
+        self.output_shape: tuple[int, ...] | None = None
+        self._weights: list[Weight] = []
+        self.grads: dict[str, Any] = {}
+        self._device: Device | None = None
+
+    # ----- device and dtypes ---------------------------------------------------------------
+    @property
+    def device(self) -> Device:
+        if self._device is None:
+            self._device = backend.default_device()
+        return self._device
+
+    def to(self, device: "str | Device") -> "Layer":
+        """Move the weights to ``device`` (explicit copies through the host)."""
+        dev = backend.resolve_device(device)
+        if self._device is not None and dev == self._device:
+            return self
+        for w in self._weights:
+            host = backend.to_numpy(w.value)
+            w.value = backend.asarray(host, device=dev)
+        self._device = dev
+        self.grads = {}
+        self._on_device_change()
+        return self
+
+    def _on_device_change(self) -> None:
+        """Hook for layers holding device state other than weights (dropout states...)."""
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype_policy.compute_dtype
+
+    @property
+    def variable_dtype(self) -> str:
+        return self.dtype_policy.variable_dtype
+
+    @property
+    def dtype(self) -> str:
+        return self.variable_dtype
+
+    def _effective_compute_dtype(self) -> np.dtype:
+        """What the layer really computes in: the policy's dtype on a GPU, float32 on NumPy."""
+        if not self.device.is_cuda and self.compute_dtype in ("float16", "bfloat16"):
+            return np.dtype("float32")
+        return numpy_dtype(self.compute_dtype)
+
+    def _cast_input(self, x: Any) -> Any:
+        """Inputs are cast to the compute dtype (ints become floats, as Keras)."""
+        want = self._effective_compute_dtype()
+        if x.dtype != want:
+            return ops.cast(x, want)
+        return x
+
+    def _compute_weight(self, w: Weight) -> Any:
+        """The weight in the compute dtype (a per-step cast from the float32 master copy)."""
+        want = self._effective_compute_dtype()
+        if w.value.dtype != want:
+            return ops.cast(w.value, want)
+        return w.value
+
+    def _to_variable_dtype(self, g: Any, w: Weight) -> Any:
+        if g.dtype != w.value.dtype:
+            return ops.cast(g, w.value.dtype)
+        return g
+
+    # ----- weights --------------------------------------------------------------------------
+    def add_weight(self, name: str, shape: Sequence[int], initializer: Any = "zeros", trainable: bool = True,
+                   to_internal: Callable | None = None, to_keras: Callable | None = None,
+                   dtype: Any = None) -> Weight:
+        """Create a weight from a Keras-layout initial value; returns the :class:`Weight`."""
+        shape = tuple(int(s) for s in shape)
+        vdtype = numpy_dtype(dtype or self.variable_dtype)
+        init = _init.get(initializer)
+        host = np.asarray(init(shape, dtype=vdtype), dtype=vdtype)
+        internal = np.ascontiguousarray(to_internal(host) if to_internal else host)
+        w = Weight(self, name, shape, backend.asarray(internal, device=self.device), trainable, to_internal, to_keras)
+        self._weights.append(w)
+        return w
+
+    @property
+    def weights(self) -> list[Weight]:
+        """Trainable weights first, then the non-trainable ones (Keras order)."""
+        return self.trainable_weights + self.non_trainable_weights
+
+    @property
+    def trainable_weights(self) -> list[Weight]:
+        if not self.trainable:
+            return []
+        return [w for w in self._weights if w.trainable]
+
+    @property
+    def non_trainable_weights(self) -> list[Weight]:
+        if not self.trainable:
+            return list(self._weights)
+        return [w for w in self._weights if not w.trainable]
+
+    def _weights_in_creation_order(self) -> list[Weight]:
+        return list(self._weights)
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Host copies in Keras layouts and Keras order (creation order: e.g. kernel, bias)."""
+        return [w.numpy() for w in self._weights]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Set from Keras-layout arrays; the count and every shape are checked before anything changes."""
+        if not self.built:
+            raise ValueError(f"layer '{self.name}' is not built yet; call it on data or build it first")
+        weights = list(weights)
+        if len(weights) != len(self._weights):
+            raise ValueError(
+                f"layer '{self.name}' ({type(self).__name__}) expects {len(self._weights)} weight arrays "
+                f"{[w.shape for w in self._weights]}, got {len(weights)}"
+            )
+        for w, arr in zip(self._weights, weights):
+            if tuple(np.shape(arr)) != w.shape:
+                raise ValueError(
+                    f"layer '{self.name}' ({type(self).__name__}): weight '{w.name}' expects shape {w.shape}, "
+                    f"got {tuple(np.shape(arr))}"
+                )
+        for w, arr in zip(self._weights, weights):
+            w.assign(arr)
+
+    def count_params(self) -> int:
+        return int(sum(int(np.prod(w.shape)) for w in self._weights))
+
+    # ----- build / call ---------------------------------------------------------------------
+    def build(self, input_shape: Sequence[int]) -> None:
+        """Create the weights for inputs of ``input_shape`` (no batch axis)."""
+        self._set_built(input_shape)
+
+    def _set_built(self, input_shape: Sequence[int]) -> None:
+        _, shape = split_batch(input_shape)
+        self.input_shape = shape
+        self.output_shape = tuple(self._output_shape(shape))
+        self.built = True
+
+    def _ensure_built(self, input_shape: Sequence[int]) -> None:
+        _, shape = split_batch(input_shape)
+        if not self.built:
+            self.build(shape)
+            if not self.built:  # a subclass build that forgot the base call
+                self._set_built(shape)
+        elif tuple(shape) != tuple(self.input_shape):
+            raise ValueError(
+                f"layer '{self.name}' ({type(self).__name__}) expects inputs of shape (batch, "
+                f"{', '.join(map(str, self.input_shape))}), got (batch, {', '.join(map(str, shape))})"
+            )
+
+    def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(input_shape)
+
+    def compute_output_shape(self, input_shape: Sequence[Any]) -> tuple:
+        """Output shape for ``input_shape`` (no batch axis; a leading ``None`` is kept)."""
+        had_batch, shape = split_batch(input_shape)
+        out = tuple(self._output_shape(shape))
+        return (None, *out) if had_batch else out
+
+    def forward(self, x: Any, training: bool = False) -> Any:
+        raise NotImplementedError
+
+    def backward(self, dy: Any, need_dx: bool = True) -> Any:
+        """Gradient w.r.t. the last forward's input; fills ``self.grads`` (``need_dx=False`` may skip dx)."""
+        raise NotImplementedError
+
+    @property
+    def has_final_softmax(self) -> bool:
+        """True when the layer ends in a softmax over the last axis (the model may fuse it with the loss)."""
+        return False
+
+    def forward_logits(self, x: Any, training: bool = False) -> Any:
+        """Forward without the final softmax (only when :attr:`has_final_softmax`); backward then takes
+        the gradient w.r.t. these logits."""
+        raise NotImplementedError(f"layer '{self.name}' has no final softmax to skip")
+
+    def __call__(self, x: Any, training: bool = False) -> Any:
+        """Eager call on an array (NumPy or DeviceArray); builds the layer on first use."""
+        if not _is_array(x):
+            x = np.asarray(x)
+        if isinstance(x, np.ndarray) and self.device.is_cuda:
+            x = backend.asarray(x, device=self.device)
+        if x.ndim < 1:
+            raise ValueError(f"layer '{self.name}' expects a batch of inputs, got a scalar")
+        self._ensure_built(tuple(x.shape[1:]))
+        return self.forward(x, training=training)
+
+    # ----- config -------------------------------------------------------------------------
+    def get_config(self) -> dict:
+        config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype_policy.name}
+        if self._declared_input_shape is not None:
+            config["input_shape"] = list(self._declared_input_shape)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Layer":
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name}, built={self.built}>"
+
+
+@register
+class InputLayer(Layer):
+    """Declares the input shape of a model (Keras ``keras.Input``); computes nothing."""
+
+    def __init__(self, shape: Sequence[int] | None = None, batch_size: int | None = None, dtype: Any = None,
+                 name: str | None = None, **kwargs: Any) -> None:
+        if shape is None:
+            shape = kwargs.pop("input_shape", None)
+        if shape is None:
+            raise ValueError("Input: `shape` is required, e.g. Input(shape=(28, 28, 1))")
+        if isinstance(shape, int):
+            shape = (shape,)
+        shape = tuple(shape)
+        if any(s is None for s in shape):
+            raise ValueError(
+                f"Input: every dimension of `shape` must be known (got {shape}); dnnbind needs fixed shapes "
+                "(omit the batch axis)"
+            )
+        super().__init__(name=name if name is not None else unique_name("input_layer"), dtype=None, **kwargs)
+        self.batch_size = batch_size
+        self.input_dtype = "float32" if dtype is None else str(np.dtype(dtype))
+        self._set_built(tuple(int(s) for s in shape))
+
+    @property
+    def shape(self) -> tuple:
+        """Keras reports the batch axis too: ``(None, 28, 28, 1)``."""
+        return (self.batch_size, *self.input_shape)
+
+    def forward(self, x, training=False):
+        return x
+
+    def backward(self, dy, need_dx=True):
+        return dy
+
+    def get_config(self) -> dict:
+        return {"shape": list(self.input_shape), "batch_size": self.batch_size, "dtype": self.input_dtype,
+                "name": self.name}
+
+
+def Input(shape: Sequence[int] | None = None, batch_size: int | None = None, dtype: Any = None,
+          name: str | None = None) -> InputLayer:
+    """``keras.Input``: the input of a Sequential model. ``shape`` excludes the batch axis."""
+    return InputLayer(shape=shape, batch_size=batch_size, dtype=dtype, name=name)
+
+
+# ----- activations -------------------------------------------------------------------------------
+# Keras activation name -> (ops kind, alpha). "softmax"/"log_softmax" use ops.softmax_* instead.
+_ACTIVATIONS: dict[str, tuple[str | None, float | None]] = {
+    "linear": (None, None),
+    "relu": ("relu", None),
+    "relu6": ("clipped_relu", 6.0),
+    "sigmoid": ("sigmoid", None),
+    "tanh": ("tanh", None),
+    "elu": ("elu", 1.0),
+    "gelu": ("gelu", None),
+    "gelu_tanh": ("gelu_tanh", None),
+    "swish": ("swish", None),
+    "silu": ("swish", None),
+    "leaky_relu": ("leaky_relu", 0.2),
+    "softplus": ("softplus", None),
+    "softmax": ("softmax", None),
+    "log_softmax": ("log_softmax", None),
+}
+
+
+def activation_names() -> list[str]:
+    return sorted(_ACTIVATIONS)
+
+
+class ActivationFn:
+    """A Keras activation by name, run through ``ops.activation_*`` / ``ops.softmax_*``.
+
+    Keeps what its backward needs from the last forward.
+    """
+
+    def __init__(self, identifier: "str | None", alpha: float | None = None, owner: str = "") -> None:
+        key = "linear" if identifier is None else str(identifier).lower()
+        if key not in _ACTIVATIONS:
+            raise ValueError(
+                f"{owner + ': ' if owner else ''}unknown activation {identifier!r}; known: "
+                f"{', '.join(activation_names())}"
+            )
+        self.name = key
+        self.kind, default_alpha = _ACTIVATIONS[key]
+        self.alpha = default_alpha if alpha is None else float(alpha)
+        self._x = self._y = None
+
+    @property
+    def is_identity(self) -> bool:
+        return self.kind is None
+
+    @property
+    def is_softmax(self) -> bool:
+        return self.kind == "softmax"
+
+    def forward(self, x: Any, training: bool = False) -> Any:
+        if self.kind is None:
+            return x
+        if self.kind in ("softmax", "log_softmax"):
+            y = ops.softmax_forward(x, log=self.kind == "log_softmax")
+        else:
+            y = ops.activation_forward(x, self.kind, alpha=self.alpha)
+        if training:
+            self._x, self._y = x, y
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        if self.kind is None:
+            return dy
+        if self._y is None:
+            raise RuntimeError("activation backward called without a training forward")
+        if self.kind in ("softmax", "log_softmax"):
+            dx = ops.softmax_backward(dy, self._y, log=self.kind == "log_softmax")
+        else:
+            dx = ops.activation_backward(dy, self._x, self._y, self.kind, alpha=self.alpha)
+        self._x = self._y = None
+        return dx

@@ -1,0 +1,132 @@
+"""BatchNormalization (Keras 3 arguments), computed by ``ops.batchnorm_*`` in float32 statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dnnbind import backend, ops
+from dnnbind import initializers as _init
+
+from .base import Layer, register, split_batch
+
+__all__ = ["BatchNormalization"]
+
+
+@register
+class BatchNormalization(Layer):
+    """Normalise over the batch (and space) per channel of ``axis``.
+
+    Supported: 4-d inputs normalised over the channel axis (``axis=-1``/``3`` for channels_last,
+    ``axis=1`` for channels_first) and 2-d ``(N, C)`` inputs with ``axis=-1``/``1``.
+    ``moving = momentum * moving + (1 - momentum) * batch_statistic`` (Keras). The batch variance
+    that feeds ``moving_variance`` is the unbiased one (cuDNN's convention; Keras uses the biased
+    one, a relative difference of 1/(N*H*W - 1)).
+    Weights (Keras order): ``gamma`` (if ``scale``), ``beta`` (if ``center``), ``moving_mean``,
+    ``moving_variance``; all float32 whatever the dtype policy.
+    """
+
+    def __init__(self, axis: int = -1, momentum: float = 0.99, epsilon: float = 1e-3, center: bool = True,
+                 scale: bool = True, beta_initializer: Any = "zeros", gamma_initializer: Any = "ones",
+                 moving_mean_initializer: Any = "zeros", moving_variance_initializer: Any = "ones",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if isinstance(axis, (list, tuple)):
+            if len(axis) != 1:
+                raise NotImplementedError(f"BatchNormalization '{self.name}': only one axis is supported, got {axis}")
+            axis = axis[0]
+        self.axis = int(axis)
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"BatchNormalization '{self.name}': momentum must be in [0, 1], got {momentum}")
+        if epsilon <= 0:
+            raise ValueError(f"BatchNormalization '{self.name}': epsilon must be positive, got {epsilon}")
+        self.momentum, self.epsilon = float(momentum), float(epsilon)
+        self.center, self.scale = bool(center), bool(scale)
+        self.beta_initializer = _init.get(beta_initializer)
+        self.gamma_initializer = _init.get(gamma_initializer)
+        self.moving_mean_initializer = _init.get(moving_mean_initializer)
+        self.moving_variance_initializer = _init.get(moving_variance_initializer)
+
+    def _layout_for(self, shape: tuple[int, ...]) -> tuple[str, str, int]:
+        """(mode, layout, channels) for a sample shape, or a clear error."""
+        rank = len(shape) + 1
+        axis = self.axis % rank if -rank <= self.axis < rank else None
+        if rank == 4 and axis == 3:
+            return "spatial", "NHWC", shape[2]
+        if rank == 4 and axis == 1:
+            return "spatial", "NCHW", shape[0]
+        if rank == 2 and axis == 1:
+            return "per_activation", "NCHW", shape[0]
+        raise NotImplementedError(
+            f"BatchNormalization '{self.name}': axis={self.axis} on inputs of shape (batch, "
+            f"{', '.join(map(str, shape))}) is not supported; use 4-d inputs with the channel axis "
+            "(-1 or 1) or 2-d (batch, features) inputs"
+        )
+
+    def build(self, input_shape):
+        _, shape = split_batch(input_shape)
+        self._mode, self.layout, c = self._layout_for(shape)
+        f32 = "float32"
+        self.gamma = self.add_weight("gamma", (c,), self.gamma_initializer, dtype=f32) if self.scale else None
+        self.beta = self.add_weight("beta", (c,), self.beta_initializer, dtype=f32) if self.center else None
+        self.moving_mean = self.add_weight("moving_mean", (c,), self.moving_mean_initializer, trainable=False,
+                                           dtype=f32)
+        self.moving_variance = self.add_weight("moving_variance", (c,), self.moving_variance_initializer,
+                                               trainable=False, dtype=f32)
+        self._consts: dict[str, Any] = {}
+        self._set_built(shape)
+
+    def _on_device_change(self) -> None:
+        self._consts = {}
+
+    def _param(self, w, fill: float):
+        """gamma/beta, or a constant stand-in when scale/center is off (ops always take both)."""
+        if w is not None:
+            return w.value
+        key = f"{fill}"
+        if key not in self._consts:
+            c = self.moving_mean.shape[0]
+            self._consts[key] = backend.asarray(np.full((c,), fill, np.float32), device=self.device)
+        return self._consts[key]
+
+    def _kwargs(self) -> dict:
+        return {"epsilon": self.epsilon, "mode": self._mode, "layout": self.layout}
+
+    def forward(self, x, training=False):
+        x = self._cast_input(x)
+        gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
+        if training and self.trainable:
+            y, self._save_mean, self._save_inv_std = ops.batchnorm_forward_training(
+                x, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
+                **self._kwargs())
+            self._x, self._training_forward = x, True
+            return y
+        self._training_forward = False
+        return ops.batchnorm_forward_inference(x, gamma, beta, self.moving_mean.value, self.moving_variance.value,
+                                               **self._kwargs())
+
+    def backward(self, dy, need_dx=True):
+        gamma = self._param(self.gamma, 1.0)
+        if not getattr(self, "_training_forward", False):
+            # frozen (inference-mode) BN is a per-channel affine map: dx = dy * gamma / sqrt(var + eps),
+            # which is exactly the inference forward applied to dy with a zero mean and zero beta
+            zeros = self._param(None, 0.0)
+            return ops.batchnorm_forward_inference(dy, gamma, zeros, zeros, self.moving_variance.value,
+                                                   **self._kwargs())
+        dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._save_mean, self._save_inv_std,
+                                                    **self._kwargs())
+        if self.gamma is not None:
+            self.grads["gamma"] = dgamma
+        if self.beta is not None:
+            self.grads["beta"] = dbeta
+        self._x = self._save_mean = self._save_inv_std = None
+        return dx
+
+    def get_config(self):
+        return {**super().get_config(), "axis": self.axis, "momentum": self.momentum, "epsilon": self.epsilon,
+                "center": self.center, "scale": self.scale,
+                "beta_initializer": _init.serialize(self.beta_initializer),
+                "gamma_initializer": _init.serialize(self.gamma_initializer),
+                "moving_mean_initializer": _init.serialize(self.moving_mean_initializer),
+                "moving_variance_initializer": _init.serialize(self.moving_variance_initializer)}

@@ -1,0 +1,162 @@
+"""Saving and loading: safetensors weights, whole models (zip and directory), optimizer resume,
+atomic writes, and the errors for corrupt or mismatched files."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+import dnnbind
+import dnnbind as keras
+from dnnbind import layers, saving
+
+
+@pytest.fixture(autouse=True)
+def _cpu():
+    dnnbind.set_default_device("cpu")
+    yield
+    dnnbind.set_default_device(None)
+
+
+def convnet(seed=0):
+    init = keras.initializers.GlorotUniform
+    return keras.Sequential([
+        keras.Input((6, 6, 2)),
+        layers.Conv2D(4, 3, padding="same", activation="relu", kernel_initializer=init(seed), name="conv2d"),
+        layers.BatchNormalization(name="batch_normalization"),
+        layers.MaxPooling2D(),
+        layers.Flatten(),
+        layers.Dropout(0.2),
+        layers.Dense(3, activation="softmax", kernel_initializer=init(seed + 1), name="dense"),
+    ])
+
+
+@pytest.fixture
+def trained(rng):
+    x = rng.normal(size=(32, 6, 6, 2)).astype(np.float32)
+    y = rng.integers(0, 3, 32)
+    model = convnet()
+    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(x, y, epochs=2, batch_size=8, verbose=0)
+    return model, x, y
+
+
+def test_weights_round_trip_with_stable_names(trained, tmp_path):
+    model, x, _ = trained
+    path = tmp_path / "w.safetensors"
+    model.save_weights(path)
+    from safetensors.numpy import load_file
+
+    tensors = load_file(str(path))
+    assert set(tensors) == {"conv2d/kernel", "conv2d/bias", "batch_normalization/gamma", "batch_normalization/beta",
+                            "batch_normalization/moving_mean", "batch_normalization/moving_variance",
+                            "dense/kernel", "dense/bias"}
+    assert tensors["conv2d/kernel"].shape == (3, 3, 2, 4)  # Keras layout
+    other = convnet(seed=7)
+    assert not np.allclose(other.predict(x, verbose=0), model.predict(x, verbose=0))
+    other.load_weights(path)
+    assert np.array_equal(other.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+@pytest.mark.parametrize("name", ["model.dnnbind", "model.keras", "model_dir"])
+def test_full_model_round_trip(trained, tmp_path, name):
+    model, x, y = trained
+    path = tmp_path / name
+    model.save(path)
+    if name.endswith(("dnnbind", "keras")):
+        with zipfile.ZipFile(path) as zf:
+            assert set(zf.namelist()) == {"config.json", "model.safetensors", "optimizer.safetensors"}
+            assert not any(n.endswith((".pkl", ".pickle")) for n in zf.namelist())
+    else:
+        assert sorted(os.listdir(path)) == ["config.json", "model.safetensors", "optimizer.safetensors"]
+    loaded = keras.load_model(path)
+    assert [type(layer).__name__ for layer in loaded.layers] == [type(layer).__name__ for layer in model.layers]
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
+    assert np.array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    assert loaded.evaluate(x, y, verbose=0) == pytest.approx(model.evaluate(x, y, verbose=0))
+    assert type(loaded.optimizer) is type(model.optimizer)
+
+
+def test_resume_with_optimizer_state(trained, tmp_path):
+    model, x, y = trained
+    model.save(tmp_path / "m.dnnbind")
+    loaded = keras.load_model(tmp_path / "m.dnnbind")
+    assert loaded.optimizer.iterations == model.optimizer.iterations == 8
+    xb, yb = x[:8], y[:8]
+    # dropout makes training random: compare one step with dropout off in both models
+    for m in (model, loaded):
+        m.layers[4].rate = 0.0
+    model.train_on_batch(xb, yb)
+    loaded.train_on_batch(xb, yb)
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        assert np.allclose(a, b, rtol=1e-6, atol=1e-7)
+    # without the state, Adam restarts (step 1) and the weights differ
+    model.save(tmp_path / "no_opt.dnnbind", include_optimizer=False)
+    fresh = keras.load_model(tmp_path / "no_opt.dnnbind")
+    assert fresh.optimizer.iterations == 0
+
+
+def test_atomic_write_leaves_nothing_on_failure(trained, tmp_path, monkeypatch):
+    model, _, _ = trained
+    target = tmp_path / "m.dnnbind"
+    model.save(target)
+    before = target.read_bytes()
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        model.save(target)
+    with pytest.raises(OSError, match="disk full"):
+        model.save_weights(tmp_path / "w.safetensors")
+    assert sorted(os.listdir(tmp_path)) == ["m.dnnbind"]
+    assert target.read_bytes() == before
+
+
+def test_corrupt_files_give_clear_errors(trained, tmp_path):
+    model, _, _ = trained
+    bad = tmp_path / "bad.dnnbind"
+    bad.write_bytes(b"this is not a zip")
+    with pytest.raises(saving.SavingError, match="not a dnnbind model file"):
+        keras.load_model(bad)
+    w = tmp_path / "w.safetensors"
+    model.save_weights(w)
+    w.write_bytes(w.read_bytes()[:50])
+    with pytest.raises(saving.SavingError, match="not a valid safetensors file"):
+        model.load_weights(w)
+    with pytest.raises(FileNotFoundError):
+        keras.load_model(tmp_path / "missing.dnnbind")
+    d = tmp_path / "d"
+    model.save(d)
+    (d / "config.json").write_text("{nope")
+    with pytest.raises(saving.SavingError, match="config.json is corrupt"):
+        keras.load_model(d)
+    (d / "model.safetensors").unlink()
+    with pytest.raises(saving.SavingError, match="no model.safetensors"):
+        keras.load_model(d)
+
+
+def test_mismatched_weights_name_the_layer(trained, tmp_path, rng):
+    model, _, _ = trained
+    w = tmp_path / "w.safetensors"
+    model.save_weights(w)
+    wider = keras.Sequential([keras.Input((6, 6, 2)), layers.Conv2D(5, 3, padding="same", name="conv2d")])
+    with pytest.raises(saving.SavingError, match="'conv2d/kernel' has shape \\(3, 3, 2, 4\\).*'conv2d'.*\\(3, 3, 2, 5\\)"):
+        wider.load_weights(w)
+    renamed = keras.Sequential([keras.Input((6, 6, 2)), layers.Conv2D(4, 3, padding="same", name="other")])
+    with pytest.raises(saving.SavingError, match="no tensor 'other/kernel' for layer 'other'"):
+        renamed.load_weights(w)
+
+
+def test_config_json_is_plain_json(trained, tmp_path):
+    model, _, _ = trained
+    model.save(tmp_path / "d")
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["class_name"] == "Sequential"
+    assert config["compile_config"]["loss"]["class_name"] == "SparseCategoricalCrossentropy"
+    assert [layer["class_name"] for layer in config["config"]["layers"]][:2] == ["InputLayer", "Conv2D"]
