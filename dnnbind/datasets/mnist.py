@@ -1,0 +1,206 @@
+"""MNIST handwritten digits, read from the original IDX files.
+
+``load_data()`` returns ``(x_train, y_train), (x_test, y_test)`` exactly as
+``keras.datasets.mnist.load_data()``: images ``uint8`` of shape ``(60000, 28, 28)``
+and ``(10000, 28, 28)``, labels ``uint8`` of shape ``(N,)``.
+
+Without arguments the four gzipped IDX files are downloaded (verified against
+their published MD5s) into ``$DNNBIND_DATA/mnist`` or ``~/.cache/dnnbind/mnist``
+and read from there afterwards. ``data_dir=`` reads them from a directory of your
+own instead (gzipped or not). Nothing here uses pickle.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .download import DatasetFormatError, RemoteFile, fetch_all
+
+__all__ = ["load_data", "load_subset", "load_idx", "FILES", "MIRRORS", "find_files"]
+
+# Base URLs, tried in order. The files and their MD5s are the ones Yann LeCun published
+# (the same list torchvision verifies against).
+MIRRORS: list[str] = [
+    "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "https://storage.googleapis.com/cvdf-datasets/mnist/",
+    "https://yann.lecun.com/exdb/mnist/",
+]
+
+FILES: dict[str, RemoteFile] = {
+    "train_images": RemoteFile("train-images-idx3-ubyte.gz", md5="f68b3c2dcbeaaa9fbdd348bbdeb94873"),
+    "train_labels": RemoteFile("train-labels-idx1-ubyte.gz", md5="d53e105ee54ea40749a09fcbcd1e9432"),
+    "test_images": RemoteFile("t10k-images-idx3-ubyte.gz", md5="9fb629c4189551a2d022fa330f9573f3"),
+    "test_labels": RemoteFile("t10k-labels-idx1-ubyte.gz", md5="ec29112dd5afa0611ce80d1b7f02629c"),
+}
+
+_PREFIX = {"train": "train", "test": "t10k"}
+
+# IDX type byte -> big-endian NumPy dtype (http://yann.lecun.com/exdb/mnist/, "THE IDX FILE FORMAT").
+_IDX_DTYPES = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+
+def load_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read one IDX file (gzipped or not; detected from its first bytes, not its name).
+
+    Returns:
+        A native-endian array with the dtype and dimensions the header declares.
+
+    Raises:
+        DatasetFormatError: bad magic number, unknown type code, or a data size that
+            does not match the declared dimensions.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise DatasetFormatError(f"{path}: corrupt gzip data ({exc})") from exc
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise DatasetFormatError(
+            f"{path}: not an IDX file (the magic number must start with two zero bytes, "
+            f"got {raw[:4].hex() or 'an empty file'})")
+    type_code, ndim = raw[2], raw[3]
+    if type_code not in _IDX_DTYPES:
+        raise DatasetFormatError(
+            f"{path}: unknown IDX type code 0x{type_code:02x} "
+            f"(expected one of {', '.join(f'0x{c:02x}' for c in _IDX_DTYPES)})")
+    if ndim == 0:
+        raise DatasetFormatError(f"{path}: IDX header declares 0 dimensions")
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DatasetFormatError(f"{path}: truncated IDX header ({len(raw)} bytes, need {header})")
+    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    dtype = _IDX_DTYPES[type_code]
+    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    actual = len(raw) - header
+    if actual != expected:
+        raise DatasetFormatError(
+            f"{path}: IDX header declares shape {dims} of {dtype.name} ({expected} data bytes) "
+            f"but the file holds {actual} data bytes")
+    data = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
+    return data.astype(dtype.newbyteorder("="), copy=True)
+
+
+def _candidates(directory: Path, gz_name: str) -> list[Path]:
+    plain = gz_name[:-3]
+    # Some mirrors spell the files "t10k-images.idx3-ubyte".
+    dotted = plain.replace("-idx", ".idx")
+    return [directory / n for n in (gz_name, plain, dotted + ".gz", dotted)]
+
+
+def find_files(data_dir: str | os.PathLike, subset: str) -> tuple[Path, Path] | None:
+    """The (images, labels) IDX paths of ``subset`` ("train" or "test") in ``data_dir``, or None."""
+    if subset not in _PREFIX:
+        raise ValueError(f"mnist subset must be 'train' or 'test', got {subset!r}")
+    directory = Path(data_dir)
+    found = []
+    for kind in ("images", "labels"):
+        spec = FILES[f"{subset}_{kind}"]
+        hit = next((p for p in _candidates(directory, spec.filename) if p.is_file()), None)
+        if hit is None:
+            return None
+        found.append(hit)
+    return found[0], found[1]
+
+
+def _read_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.ndarray]:
+    images = load_idx(images_path)
+    labels = load_idx(labels_path)
+    if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != (28, 28):
+        raise DatasetFormatError(
+            f"{images_path}: expected uint8 images of shape (N, 28, 28), "
+            f"got {images.dtype.name} {images.shape}")
+    if labels.dtype != np.uint8 or labels.ndim != 1:
+        raise DatasetFormatError(
+            f"{labels_path}: expected uint8 labels of shape (N,), got {labels.dtype.name} {labels.shape}")
+    if len(images) != len(labels):
+        raise DatasetFormatError(
+            f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels")
+    if labels.size and labels.max() > 9:
+        raise DatasetFormatError(f"{labels_path}: label {int(labels.max())} is outside 0..9")
+    return images, labels
+
+
+def load_subset(subset: str, data_dir: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Load only ``"train"`` or ``"test"`` as ``(images, labels)``.
+
+    With ``data_dir`` the files are read from there (useful when, say, only the
+    ``t10k-*`` test files are at hand); without it they come from the cache,
+    downloading them if needed.
+    """
+    if subset not in _PREFIX:
+        raise ValueError(f"mnist subset must be 'train' or 'test', got {subset!r}")
+    if data_dir is not None:
+        pair = find_files(data_dir, subset)
+        if pair is None:
+            names = " and ".join(FILES[f"{subset}_{k}"].filename for k in ("images", "labels"))
+            raise FileNotFoundError(
+                f"mnist: {names} (gzipped or not) not found in {Path(data_dir).resolve()}")
+        return _read_pair(*pair)
+    specs = [FILES[f"{subset}_images"], FILES[f"{subset}_labels"]]
+    images_path, labels_path = fetch_all(specs, MIRRORS, "mnist", dataset="MNIST")
+    return _read_pair(images_path, labels_path)
+
+
+def _load_npz(path: Path):
+    # Keras's mnist.npz holds plain arrays; allow_pickle=False refuses anything else.
+    with np.load(path, allow_pickle=False) as f:
+        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in f.files]
+        if missing:
+            raise DatasetFormatError(f"{path}: missing arrays {missing} (found {f.files})")
+        return (f["x_train"], f["y_train"]), (f["x_test"], f["y_test"])
+
+
+def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None):
+    """Load MNIST as ``(x_train, y_train), (x_test, y_test)``, as Keras does.
+
+    Args:
+        path: optional local source: a directory holding the four IDX files, or a
+            Keras-style ``mnist.npz`` (read with ``allow_pickle=False``).
+        data_dir: a directory holding the four IDX files (``train-images-idx3-ubyte``,
+            ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
+            ``t10k-labels-idx1-ubyte``, each optionally ``.gz``).
+
+    Without either, the files are downloaded once into the cache (see module docs).
+
+    Returns:
+        ``(x_train, y_train), (x_test, y_test)``: uint8 images (N, 28, 28), uint8 labels (N,).
+    """
+    if path is not None and data_dir is not None:
+        raise ValueError("mnist.load_data: pass either path= or data_dir=, not both")
+    if path is not None:
+        path = Path(path)
+        if path.is_dir():
+            data_dir = path
+        elif path.suffix == ".npz" and path.is_file():
+            return _load_npz(path)
+        else:
+            raise FileNotFoundError(
+                f"mnist.load_data: path={str(path)!r} is neither a directory of IDX files "
+                "nor an existing .npz file")
+    if data_dir is not None:
+        directory = Path(data_dir)
+        if find_files(directory, "train") is None and find_files(directory, "test") is not None:
+            raise FileNotFoundError(
+                f"mnist.load_data: {directory.resolve()} holds only the test files (t10k-*). "
+                "Put train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz there too, or "
+                "use mnist.load_subset('test', data_dir=...) and split it yourself "
+                "(examples/mnist.py does this automatically).")
+        return load_subset("train", directory), load_subset("test", directory)
+    # All four at once, so that an offline error lists every file that is missing.
+    paths = fetch_all([FILES[k] for k in ("train_images", "train_labels", "test_images", "test_labels")],
+                      MIRRORS, "mnist", dataset="MNIST")
+    return _read_pair(paths[0], paths[1]), _read_pair(paths[2], paths[3])
