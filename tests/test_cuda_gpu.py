@@ -270,3 +270,19 @@ def test_cupy_interop_both_ways(rng):
     np.testing.assert_array_equal(cp.asnumpy(c2), host)
     d2 = cuda.from_cuda_array_interface(c1)
     np.testing.assert_array_equal(d2.to_host(), host)
+
+
+@pytest.mark.gpu
+def test_constant_uploaded_during_capture_is_replayed(rng):
+    s = cuda.Stream()
+    host = rng.standard_normal(1000).astype(np.float32)
+    out = cuda.empty(host.shape, np.float32, stream=s)
+    s.synchronize()
+    with cuda.capture(s) as graph:
+        c = cuda.constant(host, stream=s)  # no cudaHostAlloc possible here: the graph's arena serves it
+        out.copy_from(c, stream=s)
+    del c
+    for _ in range(2):
+        out.fill_bytes(0xFF, stream=s)
+        graph.launch(s)
+        np.testing.assert_array_equal(out.to_host(s), host)

@@ -163,3 +163,18 @@ def test_dropout_descriptor_round_trip():
     restored = cd.DropoutDescriptor(handle, 0.25, seed=1234, states=desc.states)
     assert restored.get().states == desc.states.ptr
     cuda.current_stream().synchronize()
+
+
+def test_handle_for_a_capturing_stream_must_exist_before_capture():
+    from dnnbind import cublas, cuda
+    from dnnbind.errors import DnnbindError
+
+    stream = cuda.Stream()
+    with cuda.capture(stream):
+        for library in (cd, cublas):
+            with pytest.raises(DnnbindError, match="warm-up"):
+                library.get_handle(stream)
+    # outside the capture the same request creates the handle, and later captures reuse it
+    handle = cd.get_handle(stream)
+    with cuda.capture(stream):
+        assert cd.get_handle(stream) is handle

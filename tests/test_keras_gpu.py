@@ -121,15 +121,18 @@ def test_graph_captured_step_matches_eager():
                   metrics=["accuracy"])
     xd = dnnbind.backend.asarray(x)
     yd = dnnbind.backend.asarray(y.astype(np.int32))
-    for m in (eager, graphed):  # warm-up builds optimizer slots, metric accumulators, cuDNN plans
-        m._train_step(xd, yd)
     stream = cuda.Stream()
     cuda.default_stream().synchronize()
-    with cuda.capture(stream) as graph:
-        graphed._train_step(xd, yd)
-    for _ in range(3):
-        graph.launch(stream)
-        eager._train_step(xd, yd)
+    with stream:
+        # The warm-up step builds optimizer slots, metric accumulators, algorithm choices and the
+        # stream's cuDNN/cuBLAS handles, none of which may be created during capture.
+        for m in (eager, graphed):
+            m._train_step(xd, yd)
+        with cuda.capture(stream) as graph:
+            graphed._train_step(xd, yd)
+        for _ in range(3):
+            graph.launch(stream)
+            eager._train_step(xd, yd)
     stream.synchronize()
     for a, b in zip(eager.get_weights(), graphed.get_weights()):
         assert rel_error(b, a) < 1e-5

@@ -6,26 +6,27 @@ import numpy as np
 import pytest
 
 from dnnbind import ops
-from gpu_errlog import dev, host, poisoned
+from gpu_errlog import BF16, dev, host, poisoned
 from testutil import random
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16])  # bf16 runs through float32
 @pytest.mark.parametrize("rate", [0.1, 0.5])
 def test_dropout_forward_backward(rng, dtype, rate):
     x = random(rng, (64, 1000), low=0.5, high=1.5).astype(dtype)
     state = ops.DropoutState(rate, seed=3)
     y, reserve = ops.dropout_forward(dev(x), state, out=poisoned(x.shape, np.dtype(dtype)))
+    rtol = 1e-2 if np.dtype(dtype) == BF16 else 2e-3
     yh = host(y)
     kept = yh != 0
     assert abs(1 - kept.mean() - rate) < 0.01
-    np.testing.assert_allclose(yh[kept], x.astype(np.float64)[kept] / (1 - rate), rtol=2e-3)
+    np.testing.assert_allclose(yh[kept], x.astype(np.float64)[kept] / (1 - rate), rtol=rtol)
     dy = random(rng, x.shape, low=0.5, high=1.5).astype(dtype)
     dx = host(ops.dropout_backward(dev(dy), reserve, state))
     assert np.array_equal(dx != 0, kept)
-    np.testing.assert_allclose(dx[kept], dy.astype(np.float64)[kept] / (1 - rate), rtol=2e-3)
+    np.testing.assert_allclose(dx[kept], dy.astype(np.float64)[kept] / (1 - rate), rtol=rtol)
     y2, _ = ops.dropout_forward(dev(x), state)
     assert not np.array_equal(host(y2) != 0, kept), "the second forward reused the mask"
 

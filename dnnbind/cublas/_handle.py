@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from .._lib import OwnedPointer, device_index, no_device_message
@@ -148,30 +146,18 @@ class Handle(OwnedPointer):
                 f"workspace={self._workspace_bytes} B>")
 
 
-_cache_lock = threading.Lock()
-_cache: "OrderedDict[tuple[int, int], Handle]" = OrderedDict()
-_CACHE_SIZE = 32
+def _create(index: int, stream: Any) -> Handle:
+    return Handle(device=index, stream=stream)
+
+
+_cache = None  # a dnnbind.cuda.stream.PerStreamCache, made on first use
 
 
 def get_handle(stream: Any = None, device: Any = None) -> Handle:
     """A cached :class:`Handle` for (device, stream); ``stream=None``: :func:`dnnbind.cuda.current_stream`."""
-    from .. import cuda
+    global _cache
+    if _cache is None:
+        from ..cuda.stream import PerStreamCache
 
-    if not cuda.is_available():
-        raise NoDeviceError(no_device_message("cuBLAS", "no usable GPU", cuda.unavailable_reason()))
-    stream = cuda.as_stream(stream)  # None: the current stream; also raw ints, torch/CuPy streams
-    raw = stream.handle
-    index = device_index(device)
-    if index is None:
-        index = stream.device_index
-    key = (index, raw)
-    with _cache_lock:
-        handle = _cache.get(key)
-        if handle is not None and not handle.closed:
-            _cache.move_to_end(key)
-            return handle
-        handle = Handle(device=index, stream=stream)
-        _cache[key] = handle
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return handle
+        _cache = PerStreamCache("cuBLAS", _create)
+    return _cache.get(stream, device)

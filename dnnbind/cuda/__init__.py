@@ -6,7 +6,7 @@ Importing this package never touches the GPU; :func:`is_available` says whether 
 
 from __future__ import annotations
 
-from .array import SUPPORTED_DTYPES, DeviceArray, empty, to_device, zeros
+from .array import SUPPORTED_DTYPES, DeviceArray, constant, empty, to_device, zeros
 from .device import (
     Device,
     current_device_index,
@@ -44,6 +44,7 @@ __all__ = [
     "empty",
     "zeros",
     "to_device",
+    "constant",
     "from_dlpack",
     "from_cuda_array_interface",
     "Graph",

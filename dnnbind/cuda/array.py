@@ -14,6 +14,7 @@ the memory is freed when the last view dies.
 
 from __future__ import annotations
 
+import ctypes
 import operator
 from typing import Any, Iterable
 
@@ -489,6 +490,34 @@ def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any =
     s, index = _placement(stream, device, "empty")
     allocation = alloc(_prod(shape) * dt.itemsize, s, what=f"an array of shape {shape} {dt}")
     return DeviceArray(allocation, shape, dt, allocation.ptr, device_index=index, stream=s)
+
+
+def constant(array: Any, stream: Any = None, device: Any = None) -> DeviceArray:
+    """Upload host data that will not change (pointer tables, index maps) and keep its source.
+
+    Unlike :func:`to_device`, the pinned source buffer lives as long as the result, so this may
+    run while ``stream`` is being captured into a CUDA graph: the copy becomes a graph node that
+    re-reads the same pinned bytes on every replay.
+    """
+    from .memory import PinnedBuffer, alloc
+
+    src = np.asarray(array)
+    dt = normalize_dtype(src.dtype, "constant")
+    s, index = _placement(stream, device, "constant")
+    allocation = alloc(src.nbytes, s, what=f"a constant of shape {src.shape} {dt}")
+    if s.is_capturing():  # cudaHostAlloc is refused now: take pinned bytes the graph owns
+        from .graph import upload_slot
+
+        pinned, address = None, upload_slot(s, src.nbytes)
+    else:
+        pinned = PinnedBuffer(src.nbytes)
+        address = pinned.ptr
+    if src.nbytes:
+        raw = (ctypes.c_char * src.nbytes).from_address(address)
+        np.copyto(np.frombuffer(raw, dtype=dt, count=src.size).reshape(src.shape), src)
+        check(rt.cudaMemcpyAsync(allocation.ptr, address, src.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
+                                 s.handle), "cudaMemcpyAsync", direction="host->device", nbytes=src.nbytes)
+    return DeviceArray((allocation, pinned), src.shape, dt, allocation.ptr, device_index=index, stream=s)
 
 
 def zeros(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any = None) -> DeviceArray:

@@ -7,6 +7,11 @@ thread-local capture mode, so other threads keep working) into ``graph``;
 and not freed in it belongs to the graph and is released at the next launch.
 Allocations made before the capture and dropped during it are freed only after
 the capture ends (see :mod:`dnnbind.cuda.memory`), so replays never free them.
+
+Host-to-device uploads of constants during a capture (:func:`dnnbind.cuda.constant`, used
+for the optimizers' pointer tables) cannot allocate pinned memory (``cudaHostAlloc`` is
+refused while capturing), so each capture reserves a pinned upload arena before it starts;
+the graph owns it, and every replay re-reads the same bytes.
 """
 
 from __future__ import annotations
@@ -16,10 +21,40 @@ import weakref
 from typing import Any, Iterator
 
 from ._util import check, rt
-from .memory import flush_deferred_frees
+from ..errors import DnnbindError
+from .memory import PinnedBuffer, flush_deferred_frees
 from .stream import Stream, as_stream
 
-__all__ = ["Graph", "capture"]
+__all__ = ["Graph", "capture", "upload_slot"]
+
+_arenas: "dict[int, _UploadArena]" = {}  # stream handle -> arena of the capture in progress
+
+
+class _UploadArena:
+    """Pinned host memory handed out in slices during one capture, kept by its graph."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.buffer = PinnedBuffer(nbytes)
+        self.used = 0
+
+    def take(self, nbytes: int) -> int:
+        start = -(-self.used // 16) * 16  # 16-byte aligned slices
+        if start + nbytes > self.buffer.nbytes:
+            raise DnnbindError(
+                f"the CUDA graph's upload arena is full ({self.buffer.nbytes:,} bytes; {nbytes:,} more "
+                "requested during capture). Pass a larger upload_bytes= to dnnbind.cuda.capture(), or run "
+                "the work once before capturing so its constants already exist.")
+        self.used = start + nbytes
+        return self.buffer.ptr + start
+
+
+def upload_slot(stream: Stream, nbytes: int) -> int:
+    """Address of ``nbytes`` of pinned memory that lives as long as the graph ``stream`` is capturing."""
+    arena = _arenas.get(stream.handle)
+    if arena is None:
+        raise DnnbindError(f"stream {stream.handle:#x} is being captured, but not by dnnbind.cuda.capture(): "
+                           "host-to-device uploads cannot be recorded")
+    return arena.take(nbytes)
 
 _MODES = {
     "thread_local": "cudaStreamCaptureModeThreadLocal",
@@ -47,6 +82,7 @@ class Graph:
         self._exec: list = [None]
         self._finalizer = weakref.finalize(self, _destroy, self._graph, self._exec)
         self.stream: Stream | None = None
+        self._uploads: "_UploadArena | None" = None  # pinned bytes the graph's copies read
 
     @property
     def captured(self) -> bool:
@@ -77,8 +113,10 @@ class Graph:
 
 
 @contextlib.contextmanager
-def capture(stream: Any = None, *, mode: str = "thread_local") -> Iterator[Graph]:
+def capture(stream: Any = None, *, mode: str = "thread_local", upload_bytes: int = 1 << 20) -> Iterator[Graph]:
     """Capture the work queued on ``stream`` (default: the current stream) into a :class:`Graph`.
+
+    ``upload_bytes`` is the size of the pinned arena for constants uploaded during the capture.
 
     The stream must not be the legacy NULL stream (the library's streams never are).
     If the block raises, the capture is ended, the partial graph destroyed, and the error re-raised.
@@ -88,18 +126,25 @@ def capture(stream: Any = None, *, mode: str = "thread_local") -> Iterator[Graph
     s = as_stream(stream)
     graph = Graph()
     graph.stream = s
-    check(rt.cudaStreamBeginCapture(s.handle, getattr(rt.cudaStreamCaptureMode, _MODES[mode])),
-          "cudaStreamBeginCapture")
+    graph._uploads = _arenas[s.handle] = _UploadArena(upload_bytes)
+    try:
+        check(rt.cudaStreamBeginCapture(s.handle, getattr(rt.cudaStreamCaptureMode, _MODES[mode])),
+              "cudaStreamBeginCapture")
+    except BaseException:
+        _arenas.pop(s.handle, None)
+        raise
     try:
         with s:
             yield graph
     except BaseException:
+        _arenas.pop(s.handle, None)
         err, g = rt.cudaStreamEndCapture(s.handle)
         if not err and g is not None:
             rt.cudaGraphDestroy(g)
         rt.cudaGetLastError()
         flush_deferred_frees()
         raise
+    _arenas.pop(s.handle, None)
     g = check(rt.cudaStreamEndCapture(s.handle), "cudaStreamEndCapture")
     graph._graph[0] = g
     flush_deferred_frees()

@@ -286,3 +286,50 @@ def as_stream(stream: Any = None) -> Stream:
     if isinstance(raw, int):
         return Stream.from_handle(raw)
     raise TypeError(f"stream must be a dnnbind.cuda.Stream, a raw handle or None, got {type(stream).__name__}")
+
+
+class PerStreamCache:
+    """A bounded LRU of library handles (cuDNN's, cuBLAS's) keyed by (device, stream).
+
+    ``factory(index, stream)`` creates a handle. Creating one allocates device memory, which a
+    stream under graph capture forbids, so asking for a missing handle on a capturing stream is
+    a clear error that asks for a warm-up step instead of an allocation failure deep in the
+    library.
+    """
+
+    def __init__(self, library: str, factory: Any, size: int = 32) -> None:
+        self._library = library
+        self._factory = factory
+        self._size = size  # handles cost device memory; evicted ones die with their last user
+        self._lock = threading.Lock()
+        self._cache: "dict[tuple[int, int], Any]" = {}
+
+    def get(self, stream: Any = None, device: Any = None) -> Any:
+        from .._lib import device_index, no_device_message
+        from ..errors import DnnbindError, NoDeviceError
+        from .device import is_available, unavailable_reason
+
+        if not is_available():
+            raise NoDeviceError(no_device_message(self._library, "no usable GPU", unavailable_reason()))
+        stream = as_stream(stream)  # None: the current stream; also raw ints, torch/CuPy streams
+        index = device_index(device)
+        if index is None:
+            index = stream.device_index
+        key = (index, stream.handle)
+        with self._lock:
+            handle = self._cache.pop(key, None)
+            if handle is None or handle.closed:
+                if stream.is_capturing():
+                    raise DnnbindError(
+                        f"cannot create a {self._library} handle for stream {stream.handle:#x} while it is "
+                        "being captured into a CUDA graph (creating one allocates device memory). Run the "
+                        "same work once on this stream before capturing it (a warm-up step).")
+                handle = self._factory(index, stream)
+            self._cache[key] = handle  # re-inserted last: dicts keep insertion order, so this is LRU
+            while len(self._cache) > self._size:
+                self._cache.pop(next(iter(self._cache)))
+        return handle
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()

@@ -9,6 +9,9 @@ advanced states back, so each forward (eager, or a replay of a captured CUDA gra
 reuses the same buffer address) draws a fresh mask; ``tests/test_ops_dropout_gpu.py`` checks
 both. The reserve space (the mask, opaque) is allocated per call from the stream-ordered
 pool and must be passed unchanged to the backward.
+
+cuDNN's dropout has no bfloat16 kernels (CUDNN_STATUS_NOT_SUPPORTED on cuDNN 9.19), so
+bfloat16 tensors go through float32 copies: cast, drop out, cast back.
 """
 
 from __future__ import annotations
@@ -67,6 +70,15 @@ def _desc(x: Any) -> int:
     return cm.tensor_desc((1, max(int(x.size), 1), 1, 1), x.dtype)
 
 
+_CUDNN_DTYPES = (cm.F32, cm.F16, cm.F64)
+
+
+def _via_float32(x: Any, s: Any) -> Any:
+    from .elementwise import cast
+
+    return cast(x, cm.F32, stream=s)
+
+
 def dropout_forward(x: Any, state: Any, *, out: Any = None, stream: Any = None) -> "tuple[Any, Any]":
     """(y, reserve): y = x * mask / (1 - rate); reserve is an opaque uint8 DeviceArray (None at rate 0)."""
     s = cm.stream_of(stream)
@@ -74,6 +86,12 @@ def dropout_forward(x: Any, state: Any, *, out: Any = None, stream: Any = None) 
     if state.rate == 0.0 or x.size == 0:
         cm.memcpy(y, x, s)
         return y, None
+    if x.dtype not in _CUDNN_DTYPES:
+        from .elementwise import cast
+
+        y32, reserve = dropout_forward(_via_float32(x, s), state, stream=s)
+        cast(y32, x.dtype, out=y, stream=s)
+        return y, reserve
     ds = device_state(state, s)
     desc = _desc(x)
     size = ctypes.c_size_t()
@@ -95,6 +113,10 @@ def dropout_backward(dy: Any, reserve: Any, state: Any, *, stream: Any = None) -
     if reserve is None or dy.size == 0:
         cm.memcpy(dx, dy, s)
         return dx
+    if dy.dtype not in _CUDNN_DTYPES:
+        from .elementwise import cast
+
+        return cast(dropout_backward(_via_float32(dy, s), reserve, state, stream=s), dy.dtype, out=dx, stream=s)
     ds = device_state(state, s)
     desc = _desc(dy)
     try:

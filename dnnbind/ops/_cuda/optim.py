@@ -48,9 +48,11 @@ def _table(params: list, grads: list, states: Sequence["list | None"], stream) -
         host[6 * t + 5] = sizes[t]
     if chunks:
         host[6 * n:] = np.asarray(chunks, dtype=np.int64).reshape(-1)
-    from ...cuda.array import to_device
+    from ...cuda.array import constant
 
-    entry = (to_device(host, stream=stream), n, len(chunks))
+    # constant(), not to_device(): the table may first be needed while a train step is being
+    # captured into a CUDA graph (the gradients' addresses are the graph's own then).
+    entry = (constant(host, stream=stream), n, len(chunks))
     _tables[key] = entry
     if len(_tables) > _TABLE_CACHE_SIZE:
         _tables.popitem(last=False)

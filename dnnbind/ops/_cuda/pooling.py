@@ -114,9 +114,9 @@ def _map(plan: _Plan, stream) -> Any:
     key = (stream.device_index, plan.x_dims[2:], plan.params)
     m = _maps.get(key)
     if m is None:
-        from ...cuda.array import to_device
+        from ...cuda.array import constant
 
-        m = _maps[key] = to_device(exclude_pad_map(plan.x_dims[2:], plan.params), stream=stream)
+        m = _maps[key] = constant(exclude_pad_map(plan.x_dims[2:], plan.params), stream=stream)
     return m
 
 
