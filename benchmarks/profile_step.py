@@ -26,6 +26,7 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--precision", default="float32")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--cprofile", action="store_true", help="also profile the host side with cProfile")
     args = parser.parse_args(argv)
 
     import torch
@@ -56,6 +57,18 @@ def main(argv: "list[str] | None" = None) -> int:
     end.synchronize()
     gpu_ms = start.elapsed_time(end) / args.steps
     print(f"{args.model} {args.precision}: host {host_ms:.2f} ms/step (enqueue), wall {gpu_ms:.2f} ms/step")
+
+    if args.cprofile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.steps):
+            model.train_on_batch(xd, yd, return_dict=True)
+        profiler.disable()
+        stream.synchronize()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.rows)
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):

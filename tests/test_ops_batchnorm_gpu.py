@@ -1,70 +1,355 @@
-"""CUDA batch normalization (cuDNN) vs the NumPy reference; torch cross-check."""
+"""CUDA batch normalization vs the NumPy reference; torch cross-check.
+
+GPU tests run every case through the shipped paths ("fast": channels-last training on the
+*Ex API with CUDNN_BATCHNORM_SPATIAL_PERSISTENT, channels-last inference on the NVRTC kernel)
+and, for channels-last cases, through the legacy cuDNN path too ("legacy"), for two training
+steps (running statistics after both), inference and backward. CPU tests (no GPU needed)
+check the NVRTC source, the routing and descriptors, and the reserve-space table.
+"""
 
 from __future__ import annotations
+
+import ctypes
+import gc
 
 import numpy as np
 import pytest
 
 from dnnbind import ops
-from gpu_errlog import DTYPES, check, dev, host, poisoned, quantize
+from dnnbind.ops._cuda import _common as cm
+from dnnbind.ops._cuda import batchnorm as bn
+from gpu_errlog import BF16, DTYPES, check, dev, poisoned, quantize
 from testutil import random
 
-pytestmark = pytest.mark.gpu
+# (mode, layout, shape): odd channel counts, batch 1, spatial 1x1 (never a single value per
+# channel: cuDNN's unbiased running variance would divide by zero, PyTorch refuses it too).
+CHANNELS_LAST = [
+    ("spatial", "NHWC", (4, 5, 6, 3)), ("spatial", "NHWC", (2, 3, 3, 7)), ("spatial", "NHWC", (3, 4, 4, 64)),
+    ("spatial", "NHWC", (2, 3, 5, 96)), ("spatial", "NHWC", (1, 4, 5, 7)), ("spatial", "NHWC", (16, 1, 1, 96)),
+    ("spatial", "NHWC", (8, 1, 1, 3)), ("spatial", "NCHW", (16, 7)), ("per_activation", "NHWC", (32, 96)),
+    ("spatial", "NCHW", (8, 3)),
+]
+OTHER = [
+    ("spatial", "NCHW", (4, 3, 5, 6)), ("spatial", "NCHW", (2, 7, 3, 3)), ("spatial", "NCHW", (2, 96, 3, 5)),
+    ("spatial", "NCHW", (1, 7, 4, 5)), ("spatial", "NCHW", (16, 3, 1, 1)), ("per_activation", "NCHW", (5, 3, 2, 2)),
+    ("per_activation", "NHWC", (5, 2, 2, 3)),
+]
+PATHS = {
+    "fast": {},
+    "legacy": {"USE_PERSISTENT_NHWC": False, "INFERENCE_KERNEL": False, "BN2D_PATH": "spatial"},
+    "legacy2d_per_activation": {"USE_PERSISTENT_NHWC": False, "INFERENCE_KERNEL": False,
+                                "BN2D_PATH": "per_activation"},
+}
+CASES = ([pytest.param("fast", *c, id=f"fast-{c[0]}-{c[1]}-{c[2]}") for c in CHANNELS_LAST + OTHER]
+         + [pytest.param("legacy", *c, id=f"legacy-{c[0]}-{c[1]}-{c[2]}") for c in CHANNELS_LAST]
+         + [pytest.param("legacy2d_per_activation", *c, id=f"legacy2dpa-{c[0]}-{c[1]}-{c[2]}")
+            for c in CHANNELS_LAST if len(c[2]) == 2])
 
-CASES = [("spatial", "NCHW", (4, 3, 5, 6)), ("spatial", "NHWC", (4, 5, 6, 3)), ("per_activation", "NCHW", (5, 3, 2, 2)),
-         ("per_activation", "NHWC", (5, 2, 2, 3)), ("spatial", "NCHW", (16, 7)), ("spatial", "NCHW", (1, 13, 3, 3))]
 
-
-@pytest.mark.parametrize("label, dtype", DTYPES)
-@pytest.mark.parametrize("mode, layout, shape", CASES)
-def test_batchnorm_training_inference_backward(rng, label, dtype, mode, layout, shape):
-    x = quantize(random(rng, shape, low=-2, high=3), dtype)
+def _pshape(mode: str, layout: str, shape: tuple) -> tuple:
     if len(shape) == 2:
-        pshape = (shape[1],)
-    elif mode == "per_activation":
-        pshape = shape[1:]
-    else:
-        pshape = (shape[1],) if layout == "NCHW" else (shape[3],)
+        return (shape[1],)
+    if mode == "per_activation":
+        return tuple(shape[1:])
+    return (shape[1],) if layout == "NCHW" else (shape[3],)
+
+
+@pytest.fixture
+def switches(monkeypatch):
+    def apply(path: str) -> None:
+        for name, value in PATHS[path].items():
+            monkeypatch.setattr(bn, name, value)
+    return apply
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("path, mode, layout, shape", CASES)
+def test_batchnorm_two_steps_inference_backward(rng, switches, path, label, dtype, mode, layout, shape):
+    switches(path)
+    pshape = _pshape(mode, layout, shape)
     gamma = random(rng, pshape, low=0.5, high=1.5).astype(np.float32)
     beta = random(rng, pshape).astype(np.float32)
     rm, rv = random(rng, pshape).astype(np.float32), random(rng, pshape, low=0.5, high=2).astype(np.float32)
-    dy = quantize(random(rng, shape), dtype)
     kw = dict(epsilon=1e-3, mode=mode, layout=layout)
+    g64, b64 = gamma.astype(np.float64), beta.astype(np.float64)
     rm_ref, rv_ref = rm.astype(np.float64), rv.astype(np.float64)
-    y_ref, mean_ref, inv_ref = ops.batchnorm_forward_training(x, gamma.astype(np.float64), beta.astype(np.float64),
-                                                              rm_ref, rv_ref, momentum=0.9, **kw)
-    drm, drv = dev(rm), dev(rv)
-    xd = dev(x, dtype)
-    y, mean, inv = ops.batchnorm_forward_training(xd, dev(gamma), dev(beta), drm, drv, momentum=0.9,
-                                                  out=poisoned(shape, dtype), **kw)
-    case = f"{mode} {layout} {shape}"
-    check("batchnorm_forward_training", label, y, y_ref, case)
-    check("batchnorm.save_mean", label, mean, mean_ref, case)
-    check("batchnorm.save_inv_std", label, inv, inv_ref, case)
-    check("batchnorm.running_mean", label, drm, rm_ref, case)
-    check("batchnorm.running_var", label, drv, rv_ref, case)
-    yi = ops.batchnorm_forward_inference(xd, dev(gamma), dev(beta), drm, drv, out=poisoned(shape, dtype), **kw)
-    yi_ref = ops.batchnorm_forward_inference(x, gamma.astype(np.float64), beta.astype(np.float64), rm_ref, rv_ref,
-                                             **kw)
+    drm, drv, dgamma, dbeta = dev(rm), dev(rv), dev(gamma), dev(beta)
+    case = f"{path} {mode} {layout} {shape}"
+    for step in range(2):  # the running statistics must compose over steps
+        x = quantize(random(rng, shape, low=-2, high=3), dtype)
+        y_ref, mean_ref, inv_ref = ops.batchnorm_forward_training(x, g64, b64, rm_ref, rv_ref, momentum=0.9, **kw)
+        xd = dev(x, dtype)
+        y, mean, inv = ops.batchnorm_forward_training(xd, dgamma, dbeta, drm, drv, momentum=0.9,
+                                                      out=poisoned(shape, dtype), **kw)
+        check("batchnorm_forward_training", label, y, y_ref, f"{case} step {step}")
+        check("batchnorm.save_mean", label, mean, mean_ref, f"{case} step {step}")
+        check("batchnorm.save_inv_std", label, inv, inv_ref, f"{case} step {step}")
+    check("batchnorm.running_mean", label, drm, rm_ref, case + " after 2 steps")
+    check("batchnorm.running_var", label, drv, rv_ref, case + " after 2 steps")
+    yi = ops.batchnorm_forward_inference(xd, dgamma, dbeta, drm, drv, out=poisoned(shape, dtype), **kw)
+    yi_ref = ops.batchnorm_forward_inference(x, g64, b64, rm_ref, rv_ref, **kw)
     check("batchnorm_forward_inference", label, yi, yi_ref, case)
-    dx, dg, db = ops.batchnorm_backward(dev(dy, dtype), xd, dev(gamma), mean, inv, **kw)
-    dx_ref, dg_ref, db_ref = ops.batchnorm_backward(dy, x, gamma.astype(np.float64), mean_ref, inv_ref, **kw)
+    dy = quantize(random(rng, shape), dtype)
+    dx, dg, db = ops.batchnorm_backward(dev(dy, dtype), xd, dgamma, mean, inv, **kw)
+    dx_ref, dg_ref, db_ref = ops.batchnorm_backward(dy, x, g64, mean_ref, inv_ref, **kw)
     check("batchnorm_backward.dx", label, dx, dx_ref, case)
     check("batchnorm_backward.dgamma", label, dg, dg_ref, case)
     check("batchnorm_backward.dbeta", label, db, db_ref, case)
+    if path == "fast" and dtype != BF16 and bn._ex_eligible(xd, mode, layout):
+        # The fallback would have kept the numbers right; the fast path itself must have run.
+        assert (xd.device_index, tuple(shape), str(np.dtype(dtype))) not in bn._ex_refused, case
 
 
-def test_batchnorm_matches_torch(rng):
+@pytest.mark.gpu
+def test_reserve_lives_exactly_as_long_as_save_mean_and_a_copy_still_works(rng):
+    shape = (8, 4, 4, 64)
+    x = random(rng, shape, low=-1, high=2).astype(np.float32)
+    dy = random(rng, shape).astype(np.float32)
+    gamma, beta = np.full(64, 1.25, np.float32), np.full(64, -0.5, np.float32)
+    before = bn.reserve_entries()
+    xd = dev(x)
+    y, mean, inv = ops.batchnorm_forward_training(xd, dev(gamma), dev(beta), dev(np.zeros(64, np.float32)),
+                                                  dev(np.ones(64, np.float32)), momentum=0.9, layout="NHWC")
+    assert bn.reserve_entries() - before in (0, 1)  # one entry iff cuDNN asked for a reserve
+    _, mean_ref, inv_ref = ops.batchnorm_forward_training(x.astype(np.float64), gamma.astype(np.float64),
+                                                          beta.astype(np.float64), np.zeros(64), np.ones(64),
+                                                          momentum=0.9, layout="NHWC")
+    ref = ops.batchnorm_backward(dy, x.astype(np.float64), gamma.astype(np.float64), mean_ref, inv_ref,
+                                 layout="NHWC")
+    # With the forward's own save_mean (reserve found) and with a copy (reserve not found:
+    # the legacy backward takes over when cuDNN needs one): both must match.
+    for saved in (mean, dev(mean.to_host())):
+        got = ops.batchnorm_backward(dev(dy), xd, dev(gamma), saved, inv, layout="NHWC")
+        for name, a, r in zip(("dx", "dgamma", "dbeta"), got, ref):
+            check(f"batchnorm_backward.{name}", "float32", a, r, "reserve table")
+    del y, mean, inv, saved, got
+    gc.collect()
+    assert bn.reserve_entries() == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(16, 8, 8, 64), (4, 3, 5, 7)])
+def test_nhwc_training_matches_torch_channels_last(rng, shape):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch without CUDA")
-    x = random(rng, (8, 4, 5, 5)).astype(np.float32)
-    gamma, beta = np.ones(4, np.float32) * 1.5, np.full(4, 0.25, np.float32)
-    rm, rv = np.zeros(4, np.float32), np.ones(4, np.float32)
-    drm, drv = dev(rm), dev(rv)
-    y, _, _ = ops.batchnorm_forward_training(dev(x), dev(gamma), dev(beta), drm, drv, momentum=0.9, epsilon=1e-3)
-    t_rm, t_rv = torch.zeros(4).cuda(), torch.ones(4).cuda()
-    ref = torch.nn.functional.batch_norm(torch.from_numpy(x).cuda(), t_rm, t_rv, torch.from_numpy(gamma).cuda(),
-                                         torch.from_numpy(beta).cuda(), training=True, momentum=0.1, eps=1e-3)
-    check("batchnorm_forward_training", "float32", y, ref.cpu().numpy(), "torch")
+    c = shape[3]
+    x = random(rng, shape, low=-1, high=2).astype(np.float32)
+    dy = random(rng, shape).astype(np.float32)
+    gamma, beta = random(rng, (c,), low=0.5, high=1.5).astype(np.float32), random(rng, (c,)).astype(np.float32)
+    drm, drv = dev(np.zeros(c, np.float32)), dev(np.ones(c, np.float32))
+    xd = dev(x)
+    y, mean, inv = ops.batchnorm_forward_training(xd, dev(gamma), dev(beta), drm, drv, momentum=0.9, epsilon=1e-3,
+                                                  layout="NHWC")
+    dx, dg, db = ops.batchnorm_backward(dev(dy), xd, dev(gamma), mean, inv, epsilon=1e-3, layout="NHWC")
+    to_nchw = (0, 3, 1, 2)
+    tx = torch.from_numpy(x.transpose(to_nchw).copy()).cuda().to(memory_format=torch.channels_last)
+    tx.requires_grad_(True)
+    tg = torch.from_numpy(gamma).cuda().requires_grad_(True)
+    tb = torch.from_numpy(beta).cuda().requires_grad_(True)
+    t_rm, t_rv = torch.zeros(c).cuda(), torch.ones(c).cuda()
+    ty = torch.nn.functional.batch_norm(tx, t_rm, t_rv, tg, tb, training=True, momentum=0.1, eps=1e-3)
+    ty.backward(torch.from_numpy(dy.transpose(to_nchw).copy()).cuda())
+    nhwc = (0, 2, 3, 1)
+    check("batchnorm_forward_training", "float32", y, ty.detach().permute(nhwc).cpu().numpy(), "torch")
     check("batchnorm.running_var", "float32", drv, t_rv.cpu().numpy(), "torch")
+    check("batchnorm_backward.dx", "float32", dx, tx.grad.permute(nhwc).cpu().numpy(), "torch")
+    check("batchnorm_backward.dgamma", "float32", dg, tg.grad.cpu().numpy(), "torch")
+    check("batchnorm_backward.dbeta", "float32", db, tb.grad.cpu().numpy(), "torch")
+
+
+# ------------------------------------------------------------------------ CPU (no GPU needed)
+
+def test_inference_kernel_source_compiles_for_sm90_and_exports_every_dtype():
+    from dnnbind.cuda.kernel import compile_kernel
+
+    cubin = compile_kernel(cm.source("batchnorm.cu"), arch="sm_90", options=cm.KERNEL_OPTIONS)
+    for suffix in ("f32", "f16", "bf16"):
+        assert f"bn_infer_channels_last_{suffix}".encode() + b"\x00" in cubin
+
+
+class _FakeArray:
+    """Just what the routing reads: shape, dtype, ndim, size, device_index, ptr."""
+
+    def __init__(self, shape, dtype=np.float32, ptr=0x1000) -> None:
+        self.shape, self.dtype, self.ptr, self.device_index = tuple(shape), np.dtype(dtype), ptr, 0
+        self.ndim, self.size = len(self.shape), int(np.prod(self.shape))
+
+
+@pytest.mark.parametrize("shape, dtype, mode, layout, expected", [
+    ((8, 4, 4, 64), np.float32, "spatial", "NHWC", True),
+    ((8, 4, 4, 64), np.float16, "spatial", "NHWC", True),
+    ((8, 4, 4, 64), cm.BF16, "spatial", "NHWC", True),
+    ((8, 4, 4, 64), np.float64, "spatial", "NHWC", False),  # no persistent float64: legacy
+    ((8, 64, 4, 4), np.float32, "spatial", "NCHW", False),
+    ((8, 4, 4, 64), np.float32, "per_activation", "NHWC", False),
+    ((32, 7), np.float32, "spatial", "NCHW", True),
+    ((32, 7), np.float32, "per_activation", "NHWC", True),  # 2-d: both modes are the same
+    ((880802, 1, 1, 2), np.float32, "spatial", "NHWC", False),  # PyTorch's cuDNN N limit
+    ((1 << 16, 256, 256, 1), np.float32, "spatial", "NHWC", False),  # >= 2**31 - 1 elements
+])
+def test_ex_path_routing(shape, dtype, mode, layout, expected):
+    assert bn._ex_eligible(_FakeArray(shape, dtype), mode, layout) is expected
+
+
+def test_ex_path_switches(monkeypatch):
+    nhwc, flat = _FakeArray((8, 4, 4, 64)), _FakeArray((32, 7))
+    monkeypatch.setattr(bn, "BN2D_PATH", "per_activation")
+    assert bn._ex_eligible(nhwc, "spatial", "NHWC") and not bn._ex_eligible(flat, "spatial", "NCHW")
+    assert bn._descs(flat, "spatial", "NCHW", cm.F32)[0] == 0  # CUDNN_BATCHNORM_PER_ACTIVATION
+    monkeypatch.setattr(bn, "BN2D_PATH", "spatial")
+    assert bn._descs(flat, "spatial", "NCHW", cm.F32)[0] == 1  # CUDNN_BATCHNORM_SPATIAL
+    monkeypatch.setattr(bn, "USE_PERSISTENT_NHWC", False)
+    assert not bn._ex_eligible(nhwc, "spatial", "NHWC")
+
+
+def _readback(handle: int):
+    from dnnbind._lib import cudnn as C
+
+    dtype, nb = ctypes.c_int(), ctypes.c_int()
+    dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
+    C.call("cudnnGetTensorNdDescriptor", handle, 8, ctypes.byref(dtype), ctypes.byref(nb), dims, strides)
+    return dtype.value, tuple(dims[: nb.value]), tuple(strides[: nb.value])
+
+
+@pytest.mark.parametrize("shape, dtype, code, dims, strides", [
+    ((2, 5, 6, 3), np.float32, 0, (2, 3, 5, 6), (90, 1, 18, 3)),
+    ((2, 5, 6, 7), cm.BF16, 9, (2, 7, 5, 6), (210, 1, 42, 7)),
+    ((4, 7), np.float16, 2, (4, 7, 1, 1), (7, 1, 7, 7)),  # (N, C) is packed NHWC (N, C, 1, 1)
+])
+def test_ex_descriptors_describe_packed_nhwc_with_float32_parameters(shape, dtype, code, dims, strides):
+    xd, pd = bn._ex_descs(_FakeArray(shape, dtype))
+    assert _readback(xd) == (code, dims, strides)
+    assert _readback(pd) == (0, (1, dims[1], 1, 1), (dims[1], 1, 1, 1))
+
+
+class _Saved:
+    """A stand-in for save_mean: weak-referenceable, with a device index and a pointer."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr, self.device_index = ptr, 0
+
+
+def test_reserve_table_matches_shape_and_dtype_and_forgets_with_save_mean():
+    before = bn.reserve_entries()
+    x = _FakeArray((8, 4, 4, 64))
+    saved = _Saved(0xABC000)
+    bn._remember(saved, bn._Reserve("buffer", 4096, x.shape, x.dtype))
+    assert bn.reserve_entries() == before + 1
+    assert bn._reserve_for(saved, x).buffer == "buffer"
+    assert bn._reserve_for(saved, _FakeArray((8, 4, 4, 64), np.float16)) is None  # other dtype
+    assert bn._reserve_for(saved, _FakeArray((4, 4, 4, 64))) is None  # other shape
+    assert bn._reserve_for(_Saved(0xABD000), x) is None  # another save_mean
+    del saved
+    gc.collect()
+    assert bn.reserve_entries() == before
+
+
+def test_reserve_table_stale_finalizer_keeps_the_newer_entry():
+    before = bn.reserve_entries()
+    x = _FakeArray((2, 2, 2, 3))
+    old, new = _Saved(0xDEF000), _Saved(0xDEF000)  # the same address, registered twice
+    bn._remember(old, bn._Reserve("old", 64, x.shape, x.dtype))
+    bn._remember(new, bn._Reserve("new", 64, x.shape, x.dtype))
+    del old
+    gc.collect()
+    assert bn._reserve_for(new, x).buffer == "new"
+    del new
+    gc.collect()
+    assert bn.reserve_entries() == before
+
+
+class _FakeStream:
+    device_index, handle = 0, 0x77
+
+
+def _ctypes_check(name: str, args: tuple) -> None:
+    from dnnbind._lib import cudnn as C
+
+    argtypes = C.SIGNATURES[name]
+    assert len(args) == len(argtypes), f"{name}: {len(args)} arguments, declared {len(argtypes)}"
+    for i, (t, a) in enumerate(zip(argtypes, args)):
+        try:
+            t.from_param(a)
+        except TypeError as exc:
+            raise AssertionError(f"{name} argument {i}: {a!r} is not a {t.__name__}") from exc
+
+
+@pytest.fixture
+def fake_cudnn(monkeypatch):
+    """Route the CUDA implementation to recorders: every cuDNN call is checked against the
+    ctypes declaration (argument count and types) instead of being made."""
+    calls: list[tuple[str, tuple]] = []
+    ptrs = iter(range(0x100000, 0x10000000, 0x1000))
+    real_call = cm.cudnn_call
+
+    def call(name, *args, **context):
+        if "BatchNormalization" not in name:  # descriptors are real (and cached for later tests)
+            return real_call(name, *args, **context)
+        _ctypes_check(name, args)
+        calls.append((name, args))
+        if name.startswith("cudnnGet") and name.endswith("Size"):
+            args[-1]._obj.value = 512  # a non-zero workspace / reserve: the table must carry it
+
+    def empty(shape, dtype, stream):
+        return _FakeArray(shape, dtype, ptr=next(ptrs))
+
+    for attr, value in (("stream_of", lambda s: _FakeStream()), ("cudnn_handle", lambda s: 0x99),
+                        ("cudnn_call", call), ("empty", empty), ("workspace", lambda s, n: 0x5000 if n else 0)):
+        monkeypatch.setattr(cm, attr, value)
+    monkeypatch.setattr(bn, "_fwd_sizes", {})
+    monkeypatch.setattr(bn, "_bwd_sizes", {})
+    return calls
+
+
+def test_ex_calls_match_the_ctypes_declarations_and_carry_the_reserve(fake_cudnn):
+    x = _FakeArray((8, 4, 4, 64), ptr=0x1000)
+    p = [_FakeArray((64,), ptr=0x2000 + i * 0x100) for i in range(4)]
+    y, mean, inv = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC")
+    fwd = dict(fake_cudnn)["cudnnBatchNormalizationForwardTrainingEx"]
+    assert fwd[1:3] == (2, 0)  # SPATIAL_PERSISTENT, OPS_BN
+    assert fwd[14] == pytest.approx(0.1) and fwd[17] == 1e-3  # exponentialAverageFactor = 1 - momentum, epsilon
+    assert fwd[18:20] == (mean.ptr, inv.ptr) and fwd[22] == 512 and fwd[24] == 512
+    reserve_ptr = fwd[23]
+    assert reserve_ptr and bn._reserve_for(mean, x).buffer.ptr == reserve_ptr
+    dy = _FakeArray(x.shape, ptr=0x3000)
+    bn.batchnorm_backward(dy, x, p[0], mean, inv, epsilon=1e-3, layout="NHWC")
+    bwd = dict(fake_cudnn)["cudnnBatchNormalizationBackwardEx"]
+    assert bwd[1:3] == (2, 0) and bwd[8] == x.ptr and bwd[12] == dy.ptr and bwd[18] == p[0].ptr
+    assert bwd[23:25] == (mean.ptr, inv.ptr) and bwd[28:30] == (reserve_ptr, 512)
+    # A save_mean the table does not know (a copy): the legacy backward, never a NULL reserve.
+    fake_cudnn.clear()
+    bn.batchnorm_backward(dy, x, p[0], _FakeArray((64,), ptr=0x9000), inv, epsilon=1e-3, layout="NHWC")
+    assert [name for name, _ in fake_cudnn] == ["cudnnBatchNormalizationBackward"]
+
+
+def test_legacy_calls_match_the_ctypes_declarations(fake_cudnn):
+    x = _FakeArray((4, 7, 3, 5), ptr=0x1000)
+    p = [_FakeArray((7,), ptr=0x2000 + i * 0x100) for i in range(4)]
+    _, mean, inv = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NCHW")
+    bn.batchnorm_backward(_FakeArray(x.shape, ptr=0x3000), x, p[0], mean, inv, epsilon=1e-3, layout="NCHW")
+    assert [name for name, _ in fake_cudnn] == ["cudnnBatchNormalizationForwardTraining",
+                                                "cudnnBatchNormalizationBackward"]
+
+
+def test_ex_refusal_falls_back_to_legacy_once_with_a_warning(fake_cudnn, monkeypatch):
+    from dnnbind.errors import CudnnError
+
+    monkeypatch.setattr(bn, "_ex_refused", set())
+    recorder = cm.cudnn_call
+
+    def refuse_ex(name, *args, **context):
+        if name == "cudnnBatchNormalizationForwardTrainingEx":
+            raise CudnnError(3000, "CUDNN_STATUS_NOT_SUPPORTED", name)
+        return recorder(name, *args, **context)
+
+    monkeypatch.setattr(cm, "cudnn_call", refuse_ex)
+    x = _FakeArray((4, 3, 3, 5), np.float16, ptr=0x1000)
+    p = [_FakeArray((5,), ptr=0x2000 + i * 0x100) for i in range(4)]
+    with pytest.warns(RuntimeWarning, match="refused"):
+        bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC")
+    assert bn._ex_refused == {(0, (4, 3, 3, 5), "float16")}
+    fake_cudnn.clear()
+    bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC")  # no second try
+    assert [name for name, _ in fake_cudnn] == ["cudnnBatchNormalizationForwardTraining"]

@@ -1,37 +1,102 @@
-"""Batch normalization on cuDNN's BatchNormalization{ForwardTraining,ForwardInference,Backward}.
+"""Batch normalization on cuDNN.
 
-Geometry:
+Paths (the module switches below choose; benchmarks/bn_bench.py flips them):
 
-* ``spatial`` on 4-d x: x described as (N, C, H, W) in its layout, parameters (1, C, 1, 1),
-  CUDNN_BATCHNORM_SPATIAL;
-* ``per_activation`` on 4-d x: the parameters have the shape of one sample in x's own memory
-  order, so x is described as (N, F, 1, 1) with F = C*H*W features in memory order and
-  CUDNN_BATCHNORM_PER_ACTIVATION normalises each of them over N (layout-independent);
-* 2-d (N, C): (N, C, 1, 1), both modes are the same.
+* **Channels-last training** — ``spatial`` on 4-d NHWC x, and 2-d ``(N, C)`` x, of float32,
+  float16 or bfloat16 — runs ``cudnnBatchNormalizationForwardTrainingEx`` /
+  ``cudnnBatchNormalizationBackwardEx`` with CUDNN_BATCHNORM_SPATIAL_PERSISTENT and
+  CUDNN_BATCHNORM_OPS_BN, as PyTorch does for channels_last training. The legacy
+  CUDNN_BATCHNORM_SPATIAL kernels walk NHWC one channel at a time and were ~4x slower than
+  the whole PyTorch step on the H200. PyTorch's limits are kept: N <= 880801 and fewer than
+  2**31 - 1 elements, else the legacy path. A 2-d (N, C) x is the NHWC tensor (N, C, 1, 1)
+  (same memory). Caveat (cuDNN, PyTorch): PERSISTENT reduces with scaled integer atomics
+  and may lose accuracy or overflow for extreme value ranges; PyTorch accepts that for
+  channels_last, and so do we (``USE_PERSISTENT_NHWC = False`` turns it off).
+* **Channels-last inference** (NHWC spatial, 2-d) of float32/float16/bfloat16: one NVRTC
+  kernel ``y = x * scale[c] + shift[c]`` (batchnorm.cu), coalesced in NHWC.
+* Everything else (NCHW, ``per_activation``, float64) — the legacy
+  ``cudnnBatchNormalization{ForwardTraining,ForwardInference,Backward}``:
+
+  * ``spatial`` on 4-d x: x described as (N, C, H, W) in its layout, parameters (1, C, 1, 1),
+    CUDNN_BATCHNORM_SPATIAL;
+  * ``per_activation`` on 4-d x: x described as (N, F, 1, 1) with F = C*H*W features in
+    memory order and CUDNN_BATCHNORM_PER_ACTIVATION (layout-independent);
+  * 2-d (N, C) (when not on the Ex path): (N, C, 1, 1) NCHW, ``BN2D_PATH`` picks SPATIAL or
+    PER_ACTIVATION (the same numbers for H = W = 1).
+
+**Reserve space.** The Ex forward may ask for a reserve buffer that its backward must get
+back. The public op returns only ``(y, save_mean, save_inv_std)``, so the reserve is kept in
+a module table keyed by (device, ``save_mean.ptr``) together with the forward's x shape and
+dtype; a ``weakref.finalize`` on the returned ``save_mean`` array drops the entry (and frees
+the reserve, stream-ordered) when that array dies. The backward looks the entry up by
+``save_mean.ptr``; if there is none or it does not match (a copy of save_mean, another shape
+or dtype), and cuDNN wants a reserve, the backward takes the legacy SPATIAL path, which needs
+only the saved mean and 1/std (identical semantics), so results stay correct. When cuDNN's
+reserve size is 0 nothing is stored. Under CUDA-graph capture the reserve is a stream-ordered
+pool allocation like every other buffer, so replays reuse the same address.
 
 Running statistics follow Keras: cuDNN's exponentialAverageFactor is ``1 - momentum``
 (running = momentum * running + (1 - momentum) * batch, with the unbiased batch variance).
 The saved statistics are the batch mean and 1/sqrt(var + eps). Parameters and statistics
 are float32 (float64 for float64 x; float32 parameters with float64 x are widened for the
-call). bfloat16 x runs through float32 copies (the legacy BN API is not documented for bf16).
+call). bfloat16 x goes straight into the Ex path (``BF16_DIRECT``; cuDNN's docs do not
+say whether the legacy/Ex BN API takes bf16, and PyTorch keeps bf16 off cuDNN BN). If cuDNN
+refuses an Ex call (NOT_SUPPORTED / BAD_PARAM), that (device, shape, dtype) is remembered in
+``_ex_refused`` and falls back, with one warning: bfloat16 to float32 copies (which then use
+the Ex path as float32), float32/float16 to the legacy path. On the legacy path bfloat16
+always runs through float32 copies (the legacy API is not documented for bf16).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
+
+import numpy as np
 
 from . import _common as cm
 
-__all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward"]
+__all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
+           "USE_PERSISTENT_NHWC", "BN2D_PATH", "BF16_DIRECT", "INFERENCE_KERNEL"]
 
-_PER_ACTIVATION, _SPATIAL = 0, 1
+# ------------------------------------------------------------------------------ switches
+USE_PERSISTENT_NHWC: bool = True
+"""Channels-last training (NHWC spatial, and 2-d when ``BN2D_PATH == "persistent"``) through the
+*Ex API with CUDNN_BATCHNORM_SPATIAL_PERSISTENT. False: the legacy SPATIAL path everywhere."""
+
+BN2D_PATH: str = "persistent"
+"""2-d (N, C) training: ``"persistent"`` (Ex API, (N, C, 1, 1) as NHWC; needs
+USE_PERSISTENT_NHWC), ``"per_activation"`` or ``"spatial"`` (legacy API, (N, C, 1, 1) NCHW)."""
+
+BF16_DIRECT: bool = True
+"""bfloat16 x straight into the Ex path (False: through float32 copies, as the legacy path)."""
+
+INFERENCE_KERNEL: bool = True
+"""Channels-last inference through the NVRTC kernel (False: cudnnBatchNormalizationForwardInference)."""
+
+# cudnnBatchNormMode_t / cudnnBatchNormOps_t (cudnn_ops_v9.h)
+_PER_ACTIVATION, _SPATIAL, _SPATIAL_PERSISTENT = 0, 1, 2
+_OPS_BN = 0
+# PyTorch's cuDNN batch-norm limits (Normalization.cpp: N for spatial training; 32-bit indexing).
+_MAX_N_TRAINING = 880801
+_MAX_ELEMENTS = 2**31 - 1
+# cudnnStatus_t values that mean "this configuration is not available" (bf16 fallback).
+_BAD_PARAM, _NOT_SUPPORTED = 2000, 3000
+
+
+# ------------------------------------------------------------------------------ geometry
+
+def _param_dtype(x: Any):
+    return cm.F64 if x.dtype == cm.F64 else cm.F32
 
 
 def _descs(x: Any, mode: str, layout: str, param_dtype) -> "tuple[int, int, int]":
-    """(cudnn mode, x descriptor, parameter descriptor)."""
+    """Legacy path: (cudnn mode, x descriptor, parameter descriptor)."""
     shape = tuple(int(v) for v in x.shape)
     if x.ndim == 2:
-        dims, lay, cmode = (shape[0], shape[1], 1, 1), "NCHW", _SPATIAL
+        cmode = _PER_ACTIVATION if BN2D_PATH == "per_activation" else _SPATIAL
+        dims, lay = (shape[0], shape[1], 1, 1), "NCHW"
     elif mode == "per_activation":
         dims, lay, cmode = (shape[0], cm.size_of(shape[1:]), 1, 1), "NCHW", _PER_ACTIVATION
     else:
@@ -39,9 +104,111 @@ def _descs(x: Any, mode: str, layout: str, param_dtype) -> "tuple[int, int, int]
     return cmode, cm.tensor_desc(dims, x.dtype, lay), cm.tensor_desc((1, dims[1], 1, 1), param_dtype, "NCHW")
 
 
-def _param_dtype(x: Any):
-    return cm.F64 if x.dtype == cm.F64 else cm.F32
+def _channels_last(x: Any, mode: str, layout: str) -> bool:
+    """x's channel axis is the fastest one and the statistics are per channel."""
+    return x.ndim == 2 or (x.ndim == 4 and mode == "spatial" and layout == "NHWC")
 
+
+def _nhwc_dims(x: Any) -> "tuple[int, int, int, int]":
+    if x.ndim == 2:
+        return (int(x.shape[0]), int(x.shape[1]), 1, 1)
+    n, h, w, c = (int(v) for v in x.shape)
+    return (n, c, h, w)
+
+
+def _ex_eligible(x: Any, mode: str, layout: str) -> bool:
+    """Whether training for x takes the Ex / SPATIAL_PERSISTENT path (dtype aside from bf16 policy)."""
+    if not USE_PERSISTENT_NHWC or x.dtype not in (cm.F32, cm.F16, cm.BF16):
+        return False
+    if not _channels_last(x, mode, layout) or (x.ndim == 2 and BN2D_PATH != "persistent"):
+        return False
+    return 0 < int(x.shape[0]) <= _MAX_N_TRAINING and x.size < _MAX_ELEMENTS
+
+
+def _ex_descs(x: Any) -> "tuple[int, int]":
+    """(x descriptor as packed NHWC, float32 parameter descriptor (1, C, 1, 1))."""
+    dims = _nhwc_dims(x)
+    return cm.tensor_desc(dims, x.dtype, "NHWC"), cm.tensor_desc((1, dims[1], 1, 1), cm.F32, "NCHW")
+
+
+# Workspace / reserve sizes by (device, x descriptor, parameter descriptor): the queries are
+# host calls that would otherwise run on every step.
+_size_lock = threading.Lock()
+_fwd_sizes: dict[tuple, "tuple[int, int]"] = {}
+_bwd_sizes: dict[tuple, int] = {}
+
+
+def _size_query(name: str, *args: Any) -> int:
+    import ctypes
+
+    size = ctypes.c_size_t(0)
+    cm.cudnn_call(name, *args, ctypes.byref(size))
+    return int(size.value)
+
+
+def _forward_sizes(handle: int, device: int, xd: int, pd: int) -> "tuple[int, int]":
+    key = (device, xd, pd)
+    sizes = _fwd_sizes.get(key)
+    if sizes is None:
+        ws = _size_query("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", handle, _SPATIAL_PERSISTENT,
+                         _OPS_BN, xd, xd, xd, pd, None)  # x, z (unused with OPS_BN; as PyTorch), y
+        reserve = _size_query("cudnnGetBatchNormalizationTrainingExReserveSpaceSize", handle, _SPATIAL_PERSISTENT,
+                              _OPS_BN, None, xd)
+        with _size_lock:
+            sizes = _fwd_sizes.setdefault(key, (ws, reserve))
+    return sizes
+
+
+def _backward_workspace(handle: int, device: int, xd: int, pd: int) -> int:
+    key = (device, xd, pd)
+    size = _bwd_sizes.get(key)
+    if size is None:
+        # Argument order: xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc
+        # (yDesc as PyTorch passes it; with CUDNN_BATCHNORM_OPS_BN it is not read).
+        size = _size_query("cudnnGetBatchNormalizationBackwardExWorkspaceSize", handle, _SPATIAL_PERSISTENT,
+                           _OPS_BN, xd, xd, xd, None, xd, pd, None)
+        with _size_lock:
+            size = _bwd_sizes.setdefault(key, size)
+    return size
+
+
+# ------------------------------------------------------------------------ reserve table
+
+class _Reserve:
+    __slots__ = ("buffer", "nbytes", "shape", "dtype")
+
+    def __init__(self, buffer: Any, nbytes: int, shape: tuple, dtype: Any) -> None:
+        self.buffer, self.nbytes, self.shape, self.dtype = buffer, nbytes, shape, dtype
+
+
+_reserves: dict[tuple[int, int], _Reserve] = {}
+
+
+def _forget(key: tuple[int, int], entry: _Reserve) -> None:
+    # Only the entry this save_mean registered: the key may meanwhile belong to a newer one.
+    if _reserves.get(key) is entry:
+        del _reserves[key]
+
+
+def _remember(save_mean: Any, entry: _Reserve) -> None:
+    key = (save_mean.device_index, save_mean.ptr)
+    _reserves[key] = entry
+    weakref.finalize(save_mean, _forget, key, entry)
+
+
+def _reserve_for(save_mean: Any, x: Any) -> "_Reserve | None":
+    entry = _reserves.get((save_mean.device_index, save_mean.ptr))
+    if entry is None or entry.shape != tuple(x.shape) or entry.dtype != x.dtype:
+        return None
+    return entry
+
+
+def reserve_entries() -> int:
+    """How many Ex-forward reserve buffers are alive (tests and leak checks)."""
+    return len(_reserves)
+
+
+# ---------------------------------------------------------------------------- helpers
 
 def _as(a: Any, dtype, s) -> Any:
     from .elementwise import cast
@@ -49,9 +216,67 @@ def _as(a: Any, dtype, s) -> Any:
     return a if a is None or a.dtype == dtype else cast(a, dtype, stream=s)
 
 
+def _cast(a: Any, dtype, s, out: Any = None) -> Any:
+    from .elementwise import cast
+
+    return cast(a, dtype, out=out, stream=s)
+
+
 def _context(function: str, x: Any, mode: str, layout: str, epsilon: float) -> dict:
     return {"function": function, "x shape": tuple(x.shape), "dtype": str(x.dtype), "mode": mode,
             "layout": layout, "epsilon": epsilon}
+
+
+# (device, x shape, x dtype) that cuDNN refused on the Ex path (NOT_SUPPORTED / BAD_PARAM).
+_ex_refused: set[tuple] = set()
+
+
+def _use_ex(x: Any, mode: str, layout: str) -> bool:
+    if not _ex_eligible(x, mode, layout) or (x.dtype == cm.BF16 and not BF16_DIRECT):
+        return False
+    return (x.device_index, tuple(x.shape), str(x.dtype)) not in _ex_refused
+
+
+def _refuse(x: Any, exc: "cm.CudnnError") -> bool:
+    """cuDNN refused x on the Ex path: remember it and fall back (True), or re-raise (False).
+
+    bfloat16 falls back to float32 copies (which take the Ex path as float32), float32 and
+    float16 to the legacy SPATIAL path. A warning names the shape once.
+    """
+    if exc.status not in (_BAD_PARAM, _NOT_SUPPORTED):
+        return False
+    _ex_refused.add((x.device_index, tuple(x.shape), str(x.dtype)))
+    fallback = "float32 copies" if x.dtype == cm.BF16 else "the legacy CUDNN_BATCHNORM_SPATIAL path"
+    cm.warn_once(("bn-ex", tuple(x.shape), str(x.dtype)),
+                 f"batchnorm: cuDNN refused {x.dtype} x of shape {tuple(x.shape)} on the SPATIAL_PERSISTENT "
+                 f"path ({exc.status_name}: {exc.detail}); using {fallback} for it")
+    return True
+
+
+# ------------------------------------------------------------------------ training forward
+
+def _forward_training_ex(x: Any, g: Any, b: Any, rm: Any, rv: Any, momentum: float, epsilon: float, y: Any,
+                         s: Any, mode: str, layout: str) -> "tuple[Any, Any]":
+    """Ex / SPATIAL_PERSISTENT training forward into ``y``; returns (save_mean, save_inv_std)."""
+    xd, pd = _ex_descs(x)
+    handle = cm.cudnn_handle(s)
+    ws_size, reserve_size = _forward_sizes(handle, s.device_index, xd, pd)
+    pshape = tuple(g.shape)
+    save_mean, save_inv = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
+    reserve = cm.empty((reserve_size,), np.uint8, s) if reserve_size else None
+    ws = cm.workspace(s, ws_size)
+    try:
+        cm.cudnn_call("cudnnBatchNormalizationForwardTrainingEx", handle, _SPATIAL_PERSISTENT, _OPS_BN,
+                      cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype), xd, x.ptr, None, None, xd, y.ptr, pd, g.ptr, b.ptr,
+                      1.0 - float(momentum), rm.ptr, rv.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None,
+                      ws or None, ws_size, cm.ptr(reserve) or None, reserve_size)
+    except cm.CudnnError as exc:
+        exc.add_context(**_context("cudnnBatchNormalizationForwardTrainingEx", x, mode, layout, epsilon),
+                        workspace=ws_size, reserve=reserve_size)
+        raise
+    if reserve is not None:
+        _remember(save_mean, _Reserve(reserve, reserve_size, tuple(x.shape), x.dtype))
+    return save_mean, save_inv
 
 
 def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, *,
@@ -59,13 +284,21 @@ def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any,
                                layout: str = "NCHW", out: Any = None, stream: Any = None) -> "tuple[Any, Any, Any]":
     """(y, save_mean, save_inv_std); updates running_mean/running_var in place."""
     s = cm.stream_of(stream)
+    kw = dict(momentum=momentum, epsilon=epsilon, mode=mode, layout=layout)
+    if _use_ex(x, mode, layout):
+        y = cm.output(out, x.shape, x.dtype, s)
+        try:
+            save_mean, save_inv = _forward_training_ex(x, gamma, beta, running_mean, running_var, momentum, epsilon,
+                                                       y, s, mode, layout)
+        except cm.CudnnError as exc:
+            if not _refuse(x, exc):
+                raise
+        else:
+            return y, save_mean, save_inv
     if x.dtype == cm.BF16:
-        from .elementwise import cast
-
-        y32, mean, inv = batchnorm_forward_training(cast(x, cm.F32, stream=s), gamma, beta, running_mean, running_var,
-                                                    momentum=momentum, epsilon=epsilon, mode=mode, layout=layout,
-                                                    stream=s)
-        return cast(y32, cm.BF16, out=out, stream=s), mean, inv
+        y32, mean, inv = batchnorm_forward_training(_cast(x, cm.F32, s), gamma, beta, running_mean, running_var,
+                                                    stream=s, **kw)
+        return _cast(y32, cm.BF16, s, out=out), mean, inv
     pdt = _param_dtype(x)
     y = cm.output(out, x.shape, x.dtype, s)
     cmode, xd, pd = _descs(x, mode, layout, pdt)
@@ -81,24 +314,29 @@ def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any,
         exc.add_context(**_context("cudnnBatchNormalizationForwardTraining", x, mode, layout, epsilon))
         raise
     if rm is not running_mean:  # widened float32 running statistics: write them back
-        from .elementwise import cast
-
-        cast(rm, running_mean.dtype, out=running_mean, stream=s)
-        cast(rv, running_var.dtype, out=running_var, stream=s)
+        _cast(rm, running_mean.dtype, s, out=running_mean)
+        _cast(rv, running_var.dtype, s, out=running_var)
     return y, save_mean, save_inv
 
+
+# ---------------------------------------------------------------------- inference forward
 
 def batchnorm_forward_inference(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, *,
                                 epsilon: float = 1e-3, mode: str = "spatial", layout: str = "NCHW", out: Any = None,
                                 stream: Any = None) -> Any:
     """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta."""
     s = cm.stream_of(stream)
+    if INFERENCE_KERNEL and _channels_last(x, mode, layout) and x.dtype in (cm.F32, cm.F16, cm.BF16):
+        y = cm.output(out, x.shape, x.dtype, s)
+        channels = int(x.shape[-1])
+        cm.launch("batchnorm.cu", f"bn_infer_channels_last_{cm.suffix(x.dtype)}", x.size,
+                  (cm.p(x), cm.p(y), cm.p(gamma), cm.p(beta), cm.p(running_mean), cm.p(running_var),
+                   cm.i64(x.size), cm.i64(channels), cm.f32(epsilon)), s)
+        return y
     if x.dtype == cm.BF16:
-        from .elementwise import cast
-
-        y32 = batchnorm_forward_inference(cast(x, cm.F32, stream=s), gamma, beta, running_mean, running_var,
+        y32 = batchnorm_forward_inference(_cast(x, cm.F32, s), gamma, beta, running_mean, running_var,
                                           epsilon=epsilon, mode=mode, layout=layout, stream=s)
-        return cast(y32, cm.BF16, out=out, stream=s)
+        return _cast(y32, cm.BF16, s, out=out)
     pdt = _param_dtype(x)
     y = cm.output(out, x.shape, x.dtype, s)
     cmode, xd, pd = _descs(x, mode, layout, pdt)
@@ -112,16 +350,53 @@ def batchnorm_forward_inference(x: Any, gamma: Any, beta: Any, running_mean: Any
     return y
 
 
+# --------------------------------------------------------------------------- backward
+
+def _backward_ex(dy: Any, x: Any, gamma: Any, save_mean: Any, save_inv: Any, epsilon: float, s: Any,
+                 mode: str, layout: str) -> "tuple[Any, Any, Any] | None":
+    """Ex / SPATIAL_PERSISTENT backward, or None when the forward's reserve is needed but unknown."""
+    xd, pd = _ex_descs(x)
+    handle = cm.cudnn_handle(s)
+    _, reserve_size = _forward_sizes(handle, s.device_index, xd, pd)
+    entry = _reserve_for(save_mean, x) if reserve_size else None
+    if reserve_size and (entry is None or entry.nbytes < reserve_size):
+        return None
+    ws_size = _backward_workspace(handle, s.device_index, xd, pd)
+    dx = cm.empty(x.shape, x.dtype, s)
+    pshape = tuple(gamma.shape)
+    dgamma, dbeta = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
+    one, zero = cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype)
+    ws = cm.workspace(s, ws_size)
+    reserve_ptr = cm.ptr(entry.buffer) if entry is not None else 0
+    try:
+        cm.cudnn_call("cudnnBatchNormalizationBackwardEx", handle, _SPATIAL_PERSISTENT, _OPS_BN, one, zero, one, zero,
+                      xd, x.ptr, None, None, xd, dy.ptr, None, None, xd, dx.ptr, pd, gamma.ptr, None, dgamma.ptr,
+                      dbeta.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None, ws or None, ws_size,
+                      reserve_ptr or None, reserve_size)
+    except cm.CudnnError as exc:
+        exc.add_context(**_context("cudnnBatchNormalizationBackwardEx", x, mode, layout, epsilon),
+                        workspace=ws_size, reserve=reserve_size)
+        raise
+    return dx, dgamma, dbeta
+
+
 def batchnorm_backward(dy: Any, x: Any, gamma: Any, save_mean: Any, save_inv_std: Any, *, epsilon: float = 1e-3,
                        mode: str = "spatial", layout: str = "NCHW", stream: Any = None) -> "tuple[Any, Any, Any]":
     """(dx, dgamma, dbeta); dgamma/dbeta are overwritten (beta for the parameter gradients is 0)."""
     s = cm.stream_of(stream)
+    if _use_ex(x, mode, layout):
+        try:
+            result = _backward_ex(dy, x, gamma, save_mean, save_inv_std, epsilon, s, mode, layout)
+        except cm.CudnnError as exc:
+            if not _refuse(x, exc):
+                raise
+        else:
+            if result is not None:
+                return result
     if x.dtype == cm.BF16:
-        from .elementwise import cast
-
-        dx32, dg, db = batchnorm_backward(cast(dy, cm.F32, stream=s), cast(x, cm.F32, stream=s), gamma, save_mean,
+        dx32, dg, db = batchnorm_backward(_cast(dy, cm.F32, s), _cast(x, cm.F32, s), gamma, save_mean,
                                           save_inv_std, epsilon=epsilon, mode=mode, layout=layout, stream=s)
-        return cast(dx32, cm.BF16, stream=s), dg, db
+        return _cast(dx32, cm.BF16, s), dg, db
     pdt = _param_dtype(x)
     cmode, xd, pd = _descs(x, mode, layout, pdt)
     g, sm, si = (_as(a, pdt, s) for a in (gamma, save_mean, save_inv_std))
@@ -135,7 +410,5 @@ def batchnorm_backward(dy: Any, x: Any, gamma: Any, save_mean: Any, save_inv_std
         exc.add_context(**_context("cudnnBatchNormalizationBackward", x, mode, layout, epsilon))
         raise
     if gamma.dtype != pdt:
-        from .elementwise import cast
-
-        dgamma, dbeta = cast(dgamma, gamma.dtype, stream=s), cast(dbeta, gamma.dtype, stream=s)
+        dgamma, dbeta = _cast(dgamma, gamma.dtype, s), _cast(dbeta, gamma.dtype, s)
     return dx, dgamma, dbeta
