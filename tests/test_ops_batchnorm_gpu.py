@@ -115,7 +115,7 @@ def test_reserve_lives_exactly_as_long_as_save_mean_and_a_copy_still_works(rng):
     _, mean_ref, inv_ref = ops.batchnorm_forward_training(x.astype(np.float64), gamma.astype(np.float64),
                                                           beta.astype(np.float64), np.zeros(64), np.ones(64),
                                                           momentum=0.9, layout="NHWC")
-    ref = ops.batchnorm_backward(dy, x.astype(np.float64), gamma.astype(np.float64), mean_ref, inv_ref,
+    ref = ops.batchnorm_backward(dy.astype(np.float64), x.astype(np.float64), gamma.astype(np.float64), mean_ref, inv_ref,
                                  layout="NHWC")
     # With the forward's own save_mean (reserve found) and with a copy (reserve not found:
     # the legacy backward takes over when cuDNN needs one): both must match.
