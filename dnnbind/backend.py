@@ -145,13 +145,27 @@ def set_default_device(device: "str | Device | None") -> Device | None:
     return _default
 
 
-def is_device_array(x: Any) -> bool:
-    """True for a :class:`dnnbind.cuda.DeviceArray` (without importing CUDA for NumPy input)."""
-    if isinstance(x, (np.ndarray, np.generic)):
-        return False
+_device_array_type: "type | None" = None  # dnnbind.cuda.DeviceArray, imported on first need
+
+
+def _load_device_array_type() -> type:
+    global _device_array_type
     from .cuda.array import DeviceArray
 
-    return isinstance(x, DeviceArray)
+    _device_array_type = DeviceArray
+    return DeviceArray
+
+
+def is_device_array(x: Any) -> bool:
+    """True for a :class:`dnnbind.cuda.DeviceArray` (without importing CUDA for NumPy input)."""
+    # Hot path of every op: the class is looked up once (an import statement inside the
+    # function cost ~1 µs per call), and the exact-type test answers the common case.
+    cls = _device_array_type
+    if cls is None:
+        if isinstance(x, (np.ndarray, np.generic)):
+            return False
+        cls = _load_device_array_type()
+    return type(x) is cls or isinstance(x, cls)
 
 
 def device_of(x: Any) -> Device:

@@ -59,11 +59,18 @@ class Binding:
         except KeyError:
             raise AttributeError(f"dnnbind._lib.{self.libname} does not declare {name!r}") from None
 
-    def call(self, name: str, *args: Any, context: Mapping[str, Any] | None = None) -> None:
-        """Call ``name``; raise the library's error (carrying ``context``) on a non-zero status."""
+    def call(self, name: str, *args: Any,
+             context: "Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None" = None) -> None:
+        """Call ``name``; raise the library's error (carrying ``context``) on a non-zero status.
+
+        ``context`` may be a zero-argument callable returning the mapping: it is then built only
+        when the call fails (hot paths pass a lambda instead of building a dict per call).
+        """
         fn = self._raw.get(name) or self.raw(name)
         status = fn(*args)
         if status:
+            if callable(context):
+                context = context()
             raise self.make_error(status, name, context)
 
     def checked(self, name: str) -> Callable[..., None]:

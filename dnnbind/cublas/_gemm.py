@@ -115,7 +115,26 @@ def _check_dims(what: str, transa: CB.Operation, transb: CB.Operation, m: int, n
                              f"(transa={transa.name}, transb={transb.name}), got {ld!r}")
 
 
+_types_memo: dict = {}
+
+
 def _types(what: str, a_dtype: Any, b_dtype: Any, c_dtype: Any, compute: str) -> tuple[int, int, int, int, Any]:
+    # Memo of accepted combinations (dtype -> name conversions cost ~1 µs each per call).
+    # Only NumPy dtype objects and strs are memoised: they hash and compare by value.
+    key = None
+    if all(isinstance(d, (np.dtype, str)) for d in (a_dtype, b_dtype, c_dtype)) and isinstance(compute, str):
+        key = (a_dtype, b_dtype, c_dtype, compute)
+        hit = _types_memo.get(key)
+        if hit is not None:
+            return hit
+    result = _types_checked(what, a_dtype, b_dtype, c_dtype, compute)
+    if key is not None and len(_types_memo) < 1024:
+        _types_memo[key] = result
+    return result
+
+
+def _types_checked(what: str, a_dtype: Any, b_dtype: Any, c_dtype: Any,
+                   compute: str) -> tuple[int, int, int, int, Any]:
     names = (_dtype_name(a_dtype, what), _dtype_name(b_dtype, what), _dtype_name(c_dtype, what))
     if compute not in _COMPUTE:
         raise ValueError(f"{what}: compute must be one of {sorted(_COMPUTE)}, got {compute!r}")
@@ -153,8 +172,8 @@ def gemm(handle: Any, transa: Any, transb: Any, m: int, n: int, k: int, alpha: f
     a_s, b_s = _scalar(alpha, scalar, what, "alpha"), _scalar(beta, scalar, what, "beta")
     CB.call("cublasGemmEx", _raw_handle(handle), op_a, op_b, m, n, k, ctypes.byref(a_s), _ptr(A, what, "A"), ta,
            lda, _ptr(B, what, "B"), tb, ldb, ctypes.byref(b_s), _ptr(C, what, "C"), tc, ldc, ctype, int(algo),
-           context={"m,n,k": (m, n, k), "trans": (op_a.name, op_b.name), "ld": (lda, ldb, ldc),
-                    "dtypes": (ta.name, tb.name, tc.name), "compute": compute})
+           context=lambda: {"m,n,k": (m, n, k), "trans": (op_a.name, op_b.name), "ld": (lda, ldb, ldc),
+                            "dtypes": (ta.name, tb.name, tc.name), "compute": compute})
 
 
 def gemm_strided_batched(handle: Any, transa: Any, transb: Any, m: int, n: int, k: int, alpha: float, A: Any,

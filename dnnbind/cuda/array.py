@@ -29,6 +29,10 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     _BF16 = None
 
 from ._util import check, rt
+from .device import _index_of
+from .memory import alloc
+from .stream import Stream as _Stream
+from .stream import as_stream, current_stream
 
 __all__ = [
     "DeviceArray",
@@ -48,19 +52,39 @@ SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
 _SUPPORTED_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
 
 
+_dtype_cache: "dict[Any, np.dtype]" = {}  # what callers pass (np.float32, "float32", a dtype) -> dtype
+
+
 def normalize_dtype(dtype: Any, what: str = "DeviceArray") -> np.dtype:
     """``dtype`` as a NumPy dtype, or ``TypeError`` naming ``what`` and the supported dtypes."""
+    # Hot path (every allocation): a dict hit on what was already accepted once. Only hashable
+    # spellings that passed the checks below are stored; bool/int keys are never stored
+    # (True == 1 would alias), and the dict stays small (a handful of spellings per dtype).
+    try:
+        hit = _dtype_cache.get(dtype)
+    except TypeError:  # unhashable spelling
+        hit = None
+    if hit is not None:
+        return hit
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"{what}: {dtype!r} is not a dtype; supported: {_SUPPORTED_NAMES}") from exc
     if dt not in SUPPORTED_DTYPES:
         raise TypeError(f"{what}: dtype {dt} is not supported on the GPU; supported: {_SUPPORTED_NAMES}")
+    if isinstance(dtype, (str, type, np.dtype)) and len(_dtype_cache) < 256:
+        _dtype_cache[dtype] = dt
     return dt
 
 
 def normalize_shape(shape: Any, what: str = "DeviceArray") -> tuple[int, ...]:
     """``shape`` (an int or a sequence of ints >= 0) as a tuple, or ``ValueError``/``TypeError``."""
+    if type(shape) is tuple:  # hot path: already a tuple of Python ints >= 0
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -124,6 +148,24 @@ class DeviceArray:
         self._device_index = int(device_index)
         self._stream = stream
         self._closed = False
+
+    @classmethod
+    def _make(cls, base: Any, shape: tuple[int, ...], dtype: np.dtype, ptr: int, strides: tuple[int, ...],
+              device_index: int, stream: Any) -> "DeviceArray":
+        """Internal constructor for already-normalised fields (a tuple of ints ``shape``, a
+        supported ``np.dtype``, int ``ptr``/``device_index``, byte ``strides`` of the same
+        length): skips the checks of ``__init__``, which the hot paths (``empty``, views) do
+        not need."""
+        self = object.__new__(cls)
+        self._base = base
+        self._shape = shape
+        self._dtype = dtype
+        self._ptr = ptr
+        self._strides = strides
+        self._device_index = device_index
+        self._stream = stream
+        self._closed = False
+        return self
 
     # ----------------------------------------------------------------- attributes
     @property
@@ -208,8 +250,9 @@ class DeviceArray:
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], ptr: int,
               dtype: np.dtype | None = None) -> "DeviceArray":
         self._require_open("view")
-        return DeviceArray(self._base, shape, self._dtype if dtype is None else dtype, ptr,
-                           strides=strides, device_index=self._device_index, stream=self._stream)
+        # Callers pass a tuple of ints, matching byte strides and a normalised dtype.
+        return DeviceArray._make(self._base, tuple(shape), self._dtype if dtype is None else dtype, int(ptr),
+                                 tuple(strides), self._device_index, self._stream)
 
     def __getitem__(self, key: Any) -> "DeviceArray":
         self._require_open("__getitem__")
@@ -469,11 +512,10 @@ class DeviceArray:
 
 def _placement(stream: Any, device: Any, what: str):
     """(stream, device index) from the caller's ``stream`` / ``device`` arguments."""
-    from .device import _index_of
-    from .stream import as_stream, current_stream
-
     if stream is not None:
-        s = as_stream(stream)
+        s = stream if type(stream) is _Stream else as_stream(stream)
+        if device is None:
+            return s, s.device_index
         if device is not None and _index_of(device) != s.device_index:
             raise ValueError(f"{what}: stream is on cuda:{s.device_index} but device={device!r} was given")
         return s, s.device_index
@@ -483,13 +525,13 @@ def _placement(stream: Any, device: Any, what: str):
 
 def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any = None) -> DeviceArray:
     """An uninitialised array, allocated stream-ordered on ``stream`` (default: the current stream)."""
-    from .memory import alloc
-
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty")
     s, index = _placement(stream, device, "empty")
-    allocation = alloc(_prod(shape) * dt.itemsize, s, what=f"an array of shape {shape} {dt}")
-    return DeviceArray(allocation, shape, dt, allocation.ptr, device_index=index, stream=s)
+    # ``what`` is only formatted when the allocation fails (a tuple, not an f-string per call).
+    allocation = alloc(_prod(shape) * dt.itemsize, s, what=("an array of shape {} {}", shape, dt))
+    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, _c_strides(shape, dt.itemsize),
+                             index, s)
 
 
 def constant(array: Any, stream: Any = None, device: Any = None) -> DeviceArray:

@@ -92,6 +92,11 @@ def _require() -> None:
 
 def current_device_index() -> int:
     """The calling thread's current CUDA device (``cudaGetDevice``)."""
+    probe = _probe
+    if probe is not None and probe[0] == 1:
+        # One visible device: it is always the current one (cudaSetDevice accepts no other
+        # index), so the runtime call every allocation used to make is skipped.
+        return 0
     _require()
     return int(check(rt.cudaGetDevice(), "cudaGetDevice"))
 

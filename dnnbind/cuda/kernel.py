@@ -34,6 +34,18 @@ import numpy as np
 
 from ..errors import NvrtcError
 from ._util import check, check_driver, driver, rt
+from .stream import Stream as _Stream
+from .stream import as_stream as _as_stream
+
+_drv_module = None
+
+
+def _driver():
+    """``cuda.bindings.driver``, imported once (the launch path asks for it on every call)."""
+    global _drv_module
+    if _drv_module is None:
+        _drv_module = driver()
+    return _drv_module
 
 __all__ = ["Kernel", "Pointer", "compile_kernel", "nvrtc_version", "fp16_headers_available", "cache_dir"]
 
@@ -279,6 +291,81 @@ def _dims(value: Any, what: str) -> tuple[int, int, int]:
 _INT_CT = {4: ctypes.c_int32, 8: ctypes.c_int64, 2: ctypes.c_int16, 1: ctypes.c_int8}
 _FLOAT_CT = {4: ctypes.c_float, 8: ctypes.c_double}
 
+_launch_dims_ok: "dict[tuple, tuple]" = {}  # (grid, block) as given -> validated 3-d dims
+
+
+def _launch_dims(name: str, grid: Any, block: Any) -> "tuple[tuple[int, int, int], tuple[int, int, int]]":
+    """Validated (grid, block); a dict hit for shapes seen before (hashable ones)."""
+    try:
+        key = (grid, block)
+        hit = _launch_dims_ok.get(key)
+    except TypeError:  # a list or another unhashable spelling
+        key = hit = None
+    if hit is not None:
+        return hit
+    g = _dims(grid, "grid")
+    b = _dims(block, "block")
+    if b[0] * b[1] * b[2] > 1024:
+        raise ValueError(f"Kernel {name!r}: block {b} has more than 1024 threads")
+    if key is not None:
+        if len(_launch_dims_ok) >= 4096:  # grids follow the data sizes; keep the memo bounded
+            _launch_dims_ok.clear()
+        _launch_dims_ok[key] = (g, b)
+    return g, b
+
+
+def _pointer_value(arg: "Pointer") -> int:
+    return arg.value
+
+
+def _null(arg: Any) -> int:
+    return 0
+
+
+# Argument types packed through a prebuilt plan: type -> (ctypes type, value getter or None
+# for "assign the argument itself"). NumPy scalars keep their exact C type (ctypes converts
+# through __index__/__float__, exactly); Python int/float/bool, float16/bfloat16 scalars and
+# foreign arrays take the general path (their C type depends on the parameter size or needs
+# a bit cast).
+_PLAN_TYPES: "dict[type, tuple[Any, Any]]" = {
+    Pointer: (ctypes.c_void_p, _pointer_value),
+    type(None): (ctypes.c_void_p, _null),
+    np.int64: (ctypes.c_int64, None),
+    np.int32: (ctypes.c_int32, None),
+    np.int16: (ctypes.c_int16, None),
+    np.int8: (ctypes.c_int8, None),
+    np.uint64: (ctypes.c_uint64, None),
+    np.uint32: (ctypes.c_uint32, None),
+    np.uint16: (ctypes.c_uint16, None),
+    np.uint8: (ctypes.c_uint8, None),
+    np.float64: (ctypes.c_double, None),
+    np.float32: (ctypes.c_float, None),
+    np.bool_: (ctypes.c_bool, None),
+}
+
+
+def _device_array_ptr(arg: Any) -> int:
+    return arg._ptr
+
+
+class _LaunchPlan:
+    """Argument storage for one (device, argument types) signature of a kernel, built once.
+
+    ``values`` are ctypes objects of the parameters' C types and ``params`` the ``void*``
+    array pointing at them (what cuLaunchKernel's kernelParams wants). A launch refills
+    ``values`` in place, under the kernel's lock (the driver copies the parameters during
+    cuLaunchKernel, so the storage is free again as soon as the call returns).
+    """
+
+    __slots__ = ("values", "getters", "params", "address")
+
+    def __init__(self, ctypes_types: "Sequence[Any]", getters: "Sequence[Any]") -> None:
+        self.values = tuple(ct() for ct in ctypes_types)
+        self.getters = tuple(getters)
+        n = len(self.values)
+        self.params = (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(v) for v in self.values])
+        self.address = ctypes.addressof(self.params) if n else 0
+
 
 class Kernel:
     """A ``__global__`` function compiled with NVRTC.
@@ -322,6 +409,8 @@ class Kernel:
         self.symbol = self._names.get(name, name)
         self._modules: dict[int, tuple] = {}
         self._lock = threading.Lock()
+        self._plans: "dict[tuple, _LaunchPlan | None]" = {}  # (device, arg types) -> plan (None: general path)
+        self._launch_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _unload, self._modules)
 
     @property
@@ -380,6 +469,24 @@ class Kernel:
 
         return self._load(_index_of(device))[2]
 
+    def _plan(self, index: int, types: tuple, sizes: "tuple[int, ...] | None") -> "_LaunchPlan | None":
+        """The prebuilt plan for these argument types, or None when they need the general path."""
+        key = (index, types)
+        if key in self._plans:
+            return self._plans[key]
+        from .array import DeviceArray
+
+        plan = None
+        entries = [(ctypes.c_void_p, _device_array_ptr) if t is DeviceArray else _PLAN_TYPES.get(t)
+                   for t in types]
+        if all(e is not None for e in entries) and (
+                sizes is None or all(ctypes.sizeof(e[0]) == size for e, size in zip(entries, sizes))):
+            plan = _LaunchPlan([e[0] for e in entries], [e[1] for e in entries])
+        # A size mismatch also goes to the general path, which raises the descriptive TypeError.
+        if len(self._plans) < 256:
+            self._plans[key] = plan
+        return plan
+
     def _pack(self, i: int, arg: Any, size: int | None):
         from .array import DeviceArray
 
@@ -426,24 +533,32 @@ class Kernel:
     def __call__(self, grid: Any, block: Any, args: Sequence[Any] = (), *, shared_mem: int = 0,
                  stream: Any = None) -> None:
         """Launch on ``stream`` (default: the current stream); asynchronous."""
-        from .stream import as_stream
-
-        g = _dims(grid, "grid")
-        b = _dims(block, "block")
-        if b[0] * b[1] * b[2] > 1024:
-            raise ValueError(f"Kernel {self.name!r}: block {b} has more than 1024 threads")
+        g, b = _launch_dims(self.name, grid, block)
         if not isinstance(args, (tuple, list)):
             raise TypeError(f"Kernel {self.name!r}: args must be a tuple or list, got {type(args).__name__}")
-        s = as_stream(stream)
-        module, func, sizes = self._load(s.device_index)
+        s = stream if type(stream) is _Stream else _as_stream(stream)
+        index = s._device
+        entry = self._modules.get(index)
+        module, func, sizes = entry if entry is not None else self._load(index)
         if sizes is not None and len(sizes) != len(args):
             raise TypeError(f"Kernel {self.name!r} takes {len(sizes)} arguments, got {len(args)}")
-        values = [self._pack(i, a, None if sizes is None else sizes[i]) for i, a in enumerate(args)]
-        n = len(values)
-        pointers = (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(v) for v in values])
-        check_driver(driver().cuLaunchKernel(func, g[0], g[1], g[2], b[0], b[1], b[2], int(shared_mem),
-                                             s.handle, ctypes.addressof(pointers) if n else 0, 0),
-                     "cuLaunchKernel", kernel=self.name, grid=g, block=b, shared_mem=shared_mem)
+        if type(shared_mem) is not int:
+            shared_mem = int(shared_mem)
+        launch = _driver().cuLaunchKernel
+        plan = self._plan(index, tuple(map(type, args)), sizes)
+        if plan is not None:
+            with self._launch_lock:
+                for value, get, arg in zip(plan.values, plan.getters, args):
+                    value.value = arg if get is None else get(arg)
+                result = launch(func, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, s._handle, plan.address, 0)
+        else:
+            values = [self._pack(i, a, None if sizes is None else sizes[i]) for i, a in enumerate(args)]
+            n = len(values)
+            pointers = (ctypes.c_void_p * max(n, 1))(*[ctypes.addressof(v) for v in values])
+            result = launch(func, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, s._handle,
+                            ctypes.addressof(pointers) if n else 0, 0)
+        if result[0]:  # the error context is built only when raising
+            check_driver(result, "cuLaunchKernel", kernel=self.name, grid=g, block=b, shared_mem=shared_mem)
 
     launch = __call__
 

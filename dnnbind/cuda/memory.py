@@ -20,6 +20,7 @@ while its stream was capturing:
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
 import weakref
@@ -64,10 +65,21 @@ def _pool(index: int):
     return pool
 
 
+# The enum member itself (compared as cuda-bindings returns it, in 12.x and 13.x alike).
+_CAPTURE_NONE = rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone if rt is not None else 0
+
+
 def _capture_id(stream_handle: int) -> int:
     """0 when the stream is not capturing, else a non-zero id of the running capture."""
-    # cudaStreamIsCapturing is the cheap question; the id is only needed while capturing.
-    status = check(rt.cudaStreamIsCapturing(stream_handle), "cudaStreamIsCapturing")
+    # The runtime is asked every time, on purpose: a capture begun by someone else (torch,
+    # CuPy, raw cudaStreamBeginCapture on a borrowed stream) must be seen as well, and an
+    # allocation mis-classified here would be freed into or out of the wrong graph.
+    # cudaStreamIsCapturing is the cheap question (no check() call or enum comparison on the
+    # common path); the id is only needed while capturing.
+    result = rt.cudaStreamIsCapturing(stream_handle)
+    if not result[0] and result[1] == _CAPTURE_NONE:
+        return 0
+    status = check(result, "cudaStreamIsCapturing")
     if status == rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone:
         return 0
     result = rt.cudaStreamGetCaptureInfo(stream_handle)
@@ -93,7 +105,8 @@ class _AllocRecord:
         self.capture_id = capture_id
 
 
-_deferred_lock = threading.Lock()
+# Re-entrant: a free may run from a garbage collection triggered while this thread holds it.
+_deferred_lock = threading.RLock()
 _deferred: list[_AllocRecord] = []
 
 
@@ -141,6 +154,17 @@ def flush_deferred_frees() -> int:
     return done
 
 
+_exiting = False  # set at interpreter exit: the process teardown releases the pools
+
+
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True
+
+
+atexit.register(_at_exit)
+
+
 class Allocation:
     """Owned device memory from the stream-ordered pool.
 
@@ -150,11 +174,26 @@ class Allocation:
     when garbage collected.
     """
 
-    __slots__ = ("_record", "_finalizer", "__weakref__")
+    # Freed by __del__ rather than weakref.finalize: a finalize object per allocation cost
+    # several µs on the hot path (registry insert, atexit bookkeeping). It is equally safe
+    # here: the record holds no reference back (no cycle is needed to reach it), __del__ runs
+    # for objects in collected cycles too (PEP 442), ``_live`` makes close() + __del__ free at
+    # most once, and _free swallows errors. From interpreter exit on (atexit), __del__ frees
+    # nothing: module teardown may already have cleared what it would call, and the process
+    # teardown releases the pool anyway.
+    __slots__ = ("_record", "_live", "__weakref__")
 
     def __init__(self, record: _AllocRecord) -> None:
         self._record = record
-        self._finalizer = weakref.finalize(self, _free, record)
+        self._live = True
+
+    def __del__(self) -> None:
+        try:
+            if self._live and not _exiting:
+                self._live = False
+                _free(self._record)
+        except Exception:  # pragma: no cover - interpreter teardown
+            pass
 
     @property
     def ptr(self) -> int:
@@ -178,36 +217,46 @@ class Allocation:
 
     def close(self) -> None:
         """Free now (stream-ordered on ``stream``); idempotent."""
-        self._finalizer()
+        if self._live:
+            self._live = False
+            _free(self._record)
 
     def __repr__(self) -> str:
         return (f"Allocation(ptr=0x{self._record.ptr:x}, nbytes={self._record.nbytes}, "
                 f"device=cuda:{self._record.device})")
 
 
-def alloc(nbytes: int, stream: Any = None, *, what: str = "") -> Allocation:
+def alloc(nbytes: int, stream: Any = None, *, what: "str | tuple" = "") -> Allocation:
     """Allocate ``nbytes`` (may be 0: ``ptr`` is then 0) on ``stream``'s device, stream-ordered.
+
+    ``what`` names the allocation in the out-of-memory error: a string, or a tuple
+    ``(format, *args)`` formatted only when the error is raised (no formatting per call).
 
     Raises
     ------
     DeviceOutOfMemoryError
         The pool could not grow; the pool keeps working afterwards.
     """
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
-        raise TypeError(f"alloc: nbytes must be an int, got {type(nbytes).__name__}")
-    nbytes = int(nbytes)
+    if type(nbytes) is not int:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
+            raise TypeError(f"alloc: nbytes must be an int, got {type(nbytes).__name__}")
+        nbytes = int(nbytes)
     if nbytes < 0:
         raise ValueError(f"alloc: nbytes must be >= 0, got {nbytes}")
-    s = as_stream(stream)
-    index = s.device_index
+    s = stream if type(stream) is Stream else as_stream(stream)
+    index = s._device
     if _deferred:
         flush_deferred_frees()
     if nbytes == 0:
         return Allocation(_AllocRecord(0, 0, s, index, 0))
-    _pool(index)
-    capture_id = _capture_id(s.handle)
-    err, ptr = rt.cudaMallocAsync(nbytes, s.handle)
+    if index not in _pools:
+        _pool(index)
+    handle = s._handle
+    capture_id = _capture_id(handle)
+    err, ptr = rt.cudaMallocAsync(nbytes, handle)
     if err:
+        if isinstance(what, tuple):  # ("format {} {}", args...): formatted only now
+            what = what[0].format(*what[1:])
         if err == rt.cudaError_t.cudaErrorMemoryAllocation:
             rt.cudaGetLastError()  # not sticky, but clear it so later error checks start clean
             try:

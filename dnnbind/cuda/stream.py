@@ -18,7 +18,7 @@ import weakref
 from typing import Any
 
 from ._util import check, rt
-from .device import Device, _DeviceGuard, _index_of
+from .device import Device, _DeviceGuard, _index_of, current_device_index
 
 __all__ = ["Stream", "Event", "default_stream", "current_stream", "as_stream"]
 
@@ -242,7 +242,7 @@ def _stack() -> list:
 
 def default_stream(device: Any = None) -> Stream:
     """The library's stream for ``device``: one non-blocking stream per device, created once."""
-    index = _index_of(device)
+    index = current_device_index() if device is None else _index_of(device)
     stream = _defaults.get(index)
     if stream is None:
         with _defaults_lock:
@@ -269,8 +269,14 @@ def current_stream(device: Any = None) -> Stream:
 def as_stream(stream: Any = None) -> Stream:
     """Normalise what callers pass as ``stream=``: None, a :class:`Stream`, a raw handle,
     or any object with ``__cuda_stream__`` (cuda.core, recent CuPy) or ``.cuda_stream`` (torch)."""
+    if type(stream) is Stream:  # hot path first
+        return stream
     if stream is None:
-        return current_stream()
+        stack = getattr(_local, "stack", None)
+        if stack:
+            return stack[-1]
+        stream = _defaults.get(current_device_index())
+        return stream if stream is not None else default_stream()
     if isinstance(stream, Stream):
         return stream
     if isinstance(stream, bool):
@@ -305,6 +311,22 @@ class PerStreamCache:
         self._cache: "dict[tuple[int, int], Any]" = {}
 
     def get(self, stream: Any = None, device: Any = None) -> Any:
+        if device is None and self._cache:
+            # Hot path (every cuDNN/cuBLAS call): the handle for this stream exists and is already
+            # the most recently used entry, so the LRU order needs no update and no lock.
+            s = stream if type(stream) is Stream else as_stream(stream)
+            key = (s._device, s._handle)
+            cache = self._cache
+            handle = cache.get(key)
+            if handle is not None and not handle.closed:
+                try:
+                    if next(reversed(cache)) == key:
+                        return handle
+                except (StopIteration, RuntimeError):  # emptied or resized by another thread
+                    pass
+        return self._get(stream, device)
+
+    def _get(self, stream: Any, device: Any) -> Any:
         from .._lib import device_index, no_device_message
         from ..errors import DnnbindError, NoDeviceError
         from .device import is_available, unavailable_reason

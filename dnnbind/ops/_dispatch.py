@@ -16,6 +16,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .. import backend as _backend
 from ..backend import is_device_array
 
 __all__ = [
@@ -60,6 +61,29 @@ def route(op: str, family: str, **arrays: Any) -> "ModuleType | None":
     (``None`` entries are ignored). Returns ``dnnbind.ops._cuda.<family>`` when
     the primary is a DeviceArray and ``None`` when it is a NumPy array.
     """
+    # Fast paths by exact type: every argument a DeviceArray (or None), or every one a
+    # NumPy array (or None). Anything else takes the general path below, which also
+    # builds the error messages.
+    first = next(iter(arrays.values()))
+    if type(first) is _ndarray:
+        for value in arrays.values():
+            if value is not None and type(value) is not _ndarray:
+                break
+        else:
+            return None
+    else:
+        cls = _backend._device_array_type
+        if cls is not None and type(first) is cls:
+            for value in arrays.values():
+                if value is not None and type(value) is not cls:
+                    break
+            else:
+                module = _cuda_modules.get(family)
+                return module if module is not None else _cuda_module(family)
+    return _route_general(op, family, arrays)
+
+
+def _route_general(op: str, family: str, arrays: "dict[str, Any]") -> "ModuleType | None":
     it = iter(arrays.items())
     first_name, first = next(it)
     if type(first) is _ndarray:
@@ -86,7 +110,8 @@ def route(op: str, family: str, **arrays: Any) -> "ModuleType | None":
 
 def as_array(x: Any) -> Any:
     """NumPy arrays and DeviceArrays pass through; anything else becomes a NumPy array."""
-    if type(x) is _ndarray or is_device_array(x):
+    t = type(x)
+    if t is _ndarray or t is _backend._device_array_type or is_device_array(x):
         return x
     return np.asarray(x)
 

@@ -30,6 +30,8 @@ PaddingSpec = Union[int, str, Sequence[int]]
 
 def as_pair(value: "int | Sequence[int]", name: str) -> tuple[int, int]:
     """``3`` -> ``(3, 3)``; ``(2, 3)`` stays; anything else is a clear error."""
+    if type(value) is int and value >= 1:  # hot path: a plain positive int
+        return (value, value)
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
     if isinstance(value, int):

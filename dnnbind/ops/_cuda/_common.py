@@ -51,44 +51,90 @@ _SUFFIX = {F32: "f32", F64: "f64", F16: "f16", BF16: "bf16", np.dtype(np.int32):
            np.dtype(np.bool_): "bool"}
 
 
-def config():
-    """``dnnbind.ops.config`` (imported on use: the ops package imports this room lazily)."""
-    from .. import config as cfg
+_config: Any = None
 
-    return cfg
+
+def config():
+    """``dnnbind.ops.config`` (imported on first use: the ops package imports this room lazily)."""
+    global _config
+    if _config is None:
+        from .. import config as cfg
+
+        _config = cfg
+    return _config
 
 
 # ------------------------------------------------------------------------ streams and handles
 
+# The CUDA room is imported on first use (importing dnnbind.ops must not touch it), then kept
+# in these globals: an import statement inside a hot function costs ~1 µs per call.
+_Stream: Any = None
+_as_stream: Any = None
+_cudnn_get_handle: Any = None
+_cublas_get_handle: Any = None
+_cudnn_lib: Any = None
+_DeviceArray: Any = None
+_Pointer: Any = None
+
+
+def _load_cuda() -> None:
+    global _Stream, _as_stream, _DeviceArray, _Pointer
+    from ...cuda.array import DeviceArray
+    from ...cuda.kernel import Pointer
+    from ...cuda.stream import Stream, as_stream
+
+    _as_stream, _DeviceArray, _Pointer = as_stream, DeviceArray, Pointer
+    _Stream = Stream
+
+
 def stream_of(stream: Any):
     """The :class:`dnnbind.cuda.Stream` for ``stream=`` (None: the current stream)."""
-    from ...cuda.stream import as_stream
-
-    return as_stream(stream)
+    if _Stream is None:
+        _load_cuda()
+    if type(stream) is _Stream:
+        return stream
+    return _as_stream(stream)
 
 
 def cudnn_handle(stream) -> int:
     """Raw cudnnHandle_t bound to ``stream`` (cached per device and stream by dnnbind.cudnn)."""
-    from ...cudnn import get_handle
+    global _cudnn_get_handle
+    if _cudnn_get_handle is None:
+        from ...cudnn import get_handle
 
-    return get_handle(stream).handle
+        _cudnn_get_handle = get_handle
+    return _cudnn_get_handle(stream).handle
 
 
 def cublas_handle(stream) -> int:
     """Raw cublasHandle_t bound to ``stream`` (workspace set, so graph-capturable)."""
-    from ...cublas import get_handle
+    global _cublas_get_handle
+    if _cublas_get_handle is None:
+        from ...cublas import get_handle
 
-    return get_handle(stream).handle
+        _cublas_get_handle = get_handle
+    return _cublas_get_handle(stream).handle
+
+
+def _cudnn():
+    global _cudnn_lib
+    if _cudnn_lib is None:
+        from ..._lib import cudnn as C
+
+        _cudnn_lib = C
+    return _cudnn_lib
 
 
 def cudnn_call(name: str, *args: Any, **context: Any) -> None:
     """Call cuDNN function ``name``; a failure raises CudnnError carrying ``context``."""
-    from ..._lib import cudnn as C
-
+    C = _cudnn_lib if _cudnn_lib is not None else _cudnn()
     C.call(name, *args, context=context)
 
 
 def cudnn_dtype(dtype: np.dtype) -> int:
+    hit = _CUDNN_DTYPE.get(dtype) if isinstance(dtype, np.dtype) else None
+    if hit is not None:
+        return hit
     try:
         return _CUDNN_DTYPE[np.dtype(dtype)]
     except KeyError:
@@ -96,6 +142,9 @@ def cudnn_dtype(dtype: np.dtype) -> int:
 
 
 def suffix(dtype: np.dtype) -> str:
+    hit = _SUFFIX.get(dtype) if isinstance(dtype, np.dtype) else None
+    if hit is not None:
+        return hit
     try:
         return _SUFFIX[np.dtype(dtype)]
     except KeyError:
@@ -190,12 +239,20 @@ def layout_strides(dims_nchw: Sequence[int], layout: str) -> tuple[int, int, int
 
 def tensor_desc_nd(dims: Sequence[int], strides: Sequence[int], dtype: np.dtype) -> int:
     """A cached cudnnTensorDescriptor_t for ``dims``/``strides`` (elements), N-d (>= 4 dims)."""
-    dims = tuple(int(d) for d in dims)
-    strides = tuple(int(s) for s in strides)
-    key = (dims, strides, np.dtype(dtype).str)
+    # The key is (dims, strides, dtype object): NumPy dtypes hash and compare by value
+    # (bfloat16 included), and no dtype->str conversion runs per call.
+    if type(dims) is not tuple:
+        dims = tuple(dims)
+    if type(strides) is not tuple:
+        strides = tuple(strides)
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    key = (dims, strides, dtype)
     desc = _tensor_cache.get(key)
     if desc is not None:
         return desc.handle
+    dims = tuple(int(d) for d in dims)
+    strides = tuple(int(s) for s in strides)
     with _desc_lock:
         desc = _tensor_cache.get(key)
         if desc is None:
@@ -218,11 +275,15 @@ def filter_desc(kcrs: Sequence[int], dtype: np.dtype, layout: str = "NCHW") -> i
 
     NCHW filters are stored KCRS, NHWC filters KRSC (cuDNN's CUDNN_TENSOR_NHWC format).
     """
-    kcrs = tuple(int(v) for v in kcrs)
-    key = (kcrs, np.dtype(dtype).str, layout)
+    if type(kcrs) is not tuple:
+        kcrs = tuple(kcrs)
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    key = (kcrs, dtype, layout)
     desc = _filter_cache.get(key)
     if desc is not None:
         return desc.handle
+    kcrs = tuple(int(v) for v in kcrs)
     with _desc_lock:
         desc = _filter_cache.get(key)
         if desc is None:
@@ -250,11 +311,19 @@ def cached_descriptor(cache: dict, key: tuple, create: str, destroy: str,
 
 # ------------------------------------------------------------------------------- memory
 
+_cuda_empty: Any = None
+
+
 def empty(shape: Sequence[int], dtype: Any, stream) -> Any:
     """A new DeviceArray on ``stream`` (stream-ordered pool allocation)."""
-    from ...cuda.array import empty as _empty
+    global _cuda_empty
+    if _cuda_empty is None:
+        from ...cuda.array import empty as _empty
 
-    return _empty(tuple(int(s) for s in shape), dtype, stream=stream)
+        _cuda_empty = _empty
+    if type(shape) is not tuple:
+        shape = tuple(int(s) for s in shape)
+    return _cuda_empty(shape, dtype, stream=stream)
 
 
 def output(out: Any, shape: Sequence[int], dtype: Any, stream) -> Any:
@@ -264,22 +333,39 @@ def output(out: Any, shape: Sequence[int], dtype: Any, stream) -> Any:
     return empty(shape, dtype, stream)
 
 
-def memset(array: Any, byte: int, stream) -> None:
-    from ...cuda._util import check, rt
+_rt: Any = None
 
-    if array.nbytes:
-        check(rt.cudaMemsetAsync(array.ptr, int(byte), array.nbytes, stream.handle), "cudaMemsetAsync",
-              nbytes=array.nbytes)
+
+def _runtime():
+    global _rt
+    if _rt is None:
+        from ...cuda._util import rt
+
+        _rt = rt
+    return _rt
+
+
+def memset(array: Any, byte: int, stream) -> None:
+    n = array.nbytes
+    if n:
+        rt = _rt if _rt is not None else _runtime()
+        result = rt.cudaMemsetAsync(array.ptr, int(byte), n, stream.handle)
+        if result[0]:  # the error context is built only when raising
+            from ...cuda._util import check
+
+            check(result, "cudaMemsetAsync", nbytes=n)
 
 
 def memcpy(dst: Any, src: Any, stream, nbytes: "int | None" = None) -> None:
     """Device-to-device copy on ``stream`` (stream-ordered, capturable)."""
-    from ...cuda._util import check, rt
-
     n = src.nbytes if nbytes is None else nbytes
     if n and dst.ptr != src.ptr:
-        check(rt.cudaMemcpyAsync(dst.ptr, src.ptr, n, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice,
-                                 stream.handle), "cudaMemcpyAsync", nbytes=n)
+        rt = _rt if _rt is not None else _runtime()
+        result = rt.cudaMemcpyAsync(dst.ptr, src.ptr, n, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.handle)
+        if result[0]:
+            from ...cuda._util import check
+
+            check(result, "cudaMemcpyAsync", nbytes=n)
 
 
 class _Workspace:
@@ -395,10 +481,15 @@ def launch_rows(filename: str, name: str, rows: int, args: Sequence[Any], stream
 # Kernel argument helpers: NumPy scalars carry their exact C type; pointers are
 # dnnbind.cuda.Pointer (what dnnbind.cuda.Kernel packs as void*).
 def p(array_or_ptr: Any):
-    from ...cuda.kernel import Pointer
-
+    """A pointer kernel argument: a DeviceArray passes as itself (the kernel packs its pointer,
+    with no Pointer object made per call); ints, None and other objects with ``.ptr`` become a
+    :class:`dnnbind.cuda.Pointer`."""
+    if _Stream is None:
+        _load_cuda()
+    if type(array_or_ptr) is _DeviceArray:
+        return array_or_ptr
     value = array_or_ptr if isinstance(array_or_ptr, int) else ptr(array_or_ptr)
-    return Pointer(int(value))
+    return _Pointer(int(value))
 
 
 i64 = np.int64

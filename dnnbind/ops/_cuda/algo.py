@@ -66,6 +66,16 @@ class ConvKey:
     deterministic: bool
     benchmark: bool
 
+    # Keys are looked up in the cache on every convolution: hash the 15 fields once.
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.direction, self.device, self.x_dims, self.w_dims,
+                                                self.y_dims, self.dtype, self.layout, self.pad, self.stride,
+                                                self.dilation, self.groups, self.math, self.workspace_limit,
+                                                self.deterministic, self.benchmark)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
 
 @dataclass(frozen=True)
 class AlgoChoice:

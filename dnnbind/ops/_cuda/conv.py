@@ -19,7 +19,7 @@ with TF32 when ``config.allow_tf32`` (CUDNN_DEFAULT_MATH) and strict FMA math ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,8 @@ class _Geometry:
     w_desc: int
     y_desc: int
     params: ConvParams
+    # ConvKeys built so far, by (direction, device, config switches); not part of eq/hash.
+    keys: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def layout_shape(self, dims: tuple) -> tuple:
         n, c, h, w = dims
@@ -61,6 +63,15 @@ class _Geometry:
 
     def key(self, direction: str, device: int) -> algo.ConvKey:
         cfg = cm.config()
+        # Everything ConvKey reads from the config is in the memo key, so a change of
+        # allow_tf32/workspace_limit/deterministic/benchmark still gives a fresh key.
+        memo = (direction, device, cfg.allow_tf32, cfg.workspace_limit, cfg.deterministic, cfg.benchmark)
+        hit = self.keys.get(memo)
+        if hit is None:
+            hit = self.keys[memo] = self._make_key(direction, device, cfg)
+        return hit
+
+    def _make_key(self, direction: str, device: int, cfg: Any) -> algo.ConvKey:
         return algo.ConvKey(
             direction=direction, device=device, x_dims=self.xp_dims, w_dims=self.w_kcrs, y_dims=self.y_dims,
             dtype=str(self.dtype), layout=self.layout, pad=self.desc_pad, stride=self.params.stride,
@@ -102,8 +113,10 @@ def _kcrs(w_shape, layout: str) -> tuple:
 
 
 def _geometry(x_shape, w_shape, params: ConvParams, layout: str, dtype) -> _Geometry:
-    dtype = np.dtype(dtype)
-    key = (tuple(x_shape), tuple(w_shape), params, layout, dtype.str, str(dtype))
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    # dtype objects hash and compare by value (bfloat16 included): no str() per call.
+    key = (tuple(x_shape), tuple(w_shape), params, layout, dtype)
     g = _geometries.get(key)
     if g is not None:
         return g

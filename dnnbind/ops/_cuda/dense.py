@@ -28,23 +28,31 @@ def _compute(dtype) -> str:
     return "float32"
 
 
+_cublas_gemm: Any = None  # dnnbind.cublas.gemm and the Operation members, imported on first use
+_OP_N: Any = None
+_OP_T: Any = None
+
+
 def _gemm(stream, a: Any, b: Any, c: Any, m: int, n: int, k: int, transpose_a: bool, transpose_b: bool,
           alpha: float = 1.0, beta: float = 0.0) -> None:
     """Row-major ``c (m, n) = alpha * op(a) @ op(b) + beta * c`` with ``op(a)`` (m, k) and ``op(b)`` (k, n).
 
     ``a`` is stored (m, k), or (k, m) when ``transpose_a``; ``b`` is (k, n) or (n, k).
     """
-    from ...cublas import gemm
-    from ..._lib.cublas import Operation
+    global _cublas_gemm, _OP_N, _OP_T
+    if _cublas_gemm is None:
+        from ..._lib.cublas import Operation
+        from ...cublas import gemm
 
+        _cublas_gemm, _OP_N, _OP_T = gemm, Operation.N, Operation.T
     if m == 0 or n == 0:
         return
     lda = m if transpose_a else k  # row length of a's buffer
     ldb = k if transpose_b else n
     # Column-major view: C^T (n, m) = op(b)^T (n, k) @ op(a)^T (k, m).
-    op_b = Operation.T if transpose_b else Operation.N
-    op_a = Operation.T if transpose_a else Operation.N
-    gemm(cm.cublas_handle(stream), op_b, op_a, n, m, k, alpha, b.ptr, ldb, a.ptr, lda, beta, c.ptr, n,
+    op_b = _OP_T if transpose_b else _OP_N
+    op_a = _OP_T if transpose_a else _OP_N
+    _cublas_gemm(cm.cublas_handle(stream), op_b, op_a, n, m, k, alpha, b.ptr, ldb, a.ptr, lda, beta, c.ptr, n,
          a_dtype=b.dtype, b_dtype=a.dtype, c_dtype=c.dtype, compute=_compute(a.dtype))
 
 

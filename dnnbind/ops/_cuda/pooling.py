@@ -88,8 +88,10 @@ _plans: dict = {}
 
 
 def _plan(x_shape, params: PoolParams, layout: str, dtype) -> _Plan:
-    key = (tuple(x_shape), params, layout, np.dtype(dtype).str, str(np.dtype(dtype)),
-           bool(cm.config().deterministic))
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    # dtype objects hash and compare by value (bfloat16 included): no str() per call.
+    key = (tuple(x_shape), params, layout, dtype, bool(cm.config().deterministic))
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _Plan(x_shape, params, layout, dtype)

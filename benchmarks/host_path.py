@@ -1,0 +1,239 @@
+"""Host (Python) time of dnnbind's per-op hot path, piece by piece, in microseconds.
+
+    python benchmarks/host_path.py              # on a GPU: the real path
+    python benchmarks/host_path.py --fake       # anywhere: CUDA runtime/driver and cuDNN's
+                                                # device calls replaced by no-op fakes
+    python benchmarks/host_path.py --profile conv2d_forward   # cProfile one row
+
+Rows: the pure-Python pieces (is_device_array, route, normalize_shape, as_stream, the conv
+algorithm key, descriptor cache hits, kernel argument packing) and whole public op calls
+(empty(), a raw NVRTC kernel launch, bias_add, relu, conv2d_forward).
+
+With ``--fake`` every CUDA runtime/driver call the hot path makes (cudaMallocAsync,
+cudaStreamIsCapturing, cuLaunchKernel, ...) and cuDNN's handle/compute calls return success
+at once; cuDNN's descriptor functions stay real (they need no GPU), NVRTC compiles for
+``sm_90``. The fake rows therefore measure what dnnbind's own Python code costs, which is the
+part this benchmark is for; on a GPU the rows add the real runtime/driver/cuDNN host time.
+GPU rows measure enqueue time: the stream is synchronised only between timed batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+
+# ------------------------------------------------------------------------------------ fakes
+
+def install_fakes() -> None:
+    """Replace the device-touching calls by no-op successes (see the module docstring)."""
+    from cuda.bindings import driver as drv
+    from cuda.bindings import runtime as rt
+
+    import dnnbind.cuda.device as dev
+    from dnnbind._lib import cudnn as C
+
+    dev._probe = (1, "")
+    ok = rt.cudaError_t.cudaSuccess
+    none = rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone
+    handles = itertools.count(0x1000, 0x10)
+    ptrs = itertools.count(0x7F0000000000, 0x1000)
+    attrs = {rt.cudaDeviceAttr.cudaDevAttrComputeCapabilityMajor: 9,
+             rt.cudaDeviceAttr.cudaDevAttrComputeCapabilityMinor: 0,
+             rt.cudaDeviceAttr.cudaDevAttrMultiProcessorCount: 132}
+    runtime = {
+        "cudaGetDevice": lambda: (ok, 0),
+        "cudaSetDevice": lambda i: (ok,),
+        "cudaGetLastError": lambda: (ok,),
+        "cudaStreamCreateWithFlags": lambda flags: (ok, next(handles)),
+        "cudaStreamDestroy": lambda h: (ok,),
+        "cudaStreamGetDevice": lambda h: (ok, 0),
+        "cudaStreamIsCapturing": lambda h: (ok, none),
+        "cudaStreamGetCaptureInfo": lambda h: (ok, none, 0),
+        "cudaStreamSynchronize": lambda h: (ok,),
+        "cudaMallocAsync": lambda n, h: (ok, next(ptrs)),
+        "cudaFreeAsync": lambda p, h: (ok,),
+        "cudaFree": lambda p: (ok,),
+        "cudaMemsetAsync": lambda *a: (ok,),
+        "cudaMemcpyAsync": lambda *a: (ok,),
+        "cudaDeviceGetDefaultMemPool": lambda i: (ok, 1),
+        "cudaMemPoolSetAttribute": lambda *a: (ok,),
+        "cudaDeviceGetAttribute": lambda attr, i: (ok, attrs.get(attr, 1)),
+    }
+    for name, fn in runtime.items():
+        setattr(rt, name, fn)
+    dok = drv.CUresult.CUDA_SUCCESS
+    driver = {
+        "cuModuleLoadData": lambda image: (dok, 1),
+        "cuModuleGetFunction": lambda module, name: (dok, 2),
+        "cuModuleUnload": lambda module: (dok,),
+        # "not supported": the kernel path then relies on the arguments' own C types,
+        # as the ops pass them (NumPy scalars, Pointers).
+        "cuFuncGetParamInfo": lambda func, i: (drv.CUresult.CUDA_ERROR_NOT_SUPPORTED, 0, 0),
+        "cuLaunchKernel": lambda *a: (dok,),
+    }
+    for name, fn in driver.items():
+        setattr(drv, name, fn)
+
+    C.library()  # real: descriptors keep working without a GPU
+
+    def write(ref, value):
+        ref._obj.value = value
+        return 0
+
+    def find(handle, *rest):  # (descs x4, requested, byref(count), perfs)
+        count, perfs = rest[-2], rest[-1]
+        perfs[0].algo, perfs[0].status, perfs[0].mathType, perfs[0].determinism = 1, 0, 0, 1
+        count._obj.value = 1
+        return 0
+
+    fake = {
+        "cudnnCreate": lambda ref: write(ref, next(handles)),
+        "cudnnDestroy": lambda h: 0,
+        "cudnnSetStream": lambda h, s: 0,
+        "cudnnGetConvolutionForwardAlgorithm_v7": find,
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7": find,
+        "cudnnGetConvolutionBackwardFilterAlgorithm_v7": find,
+        "cudnnGetConvolutionForwardWorkspaceSize": lambda *a: write(a[-1], 1 << 16),
+        "cudnnGetConvolutionBackwardDataWorkspaceSize": lambda *a: write(a[-1], 1 << 16),
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize": lambda *a: write(a[-1], 1 << 16),
+        "cudnnConvolutionForward": lambda *a: 0,
+        "cudnnConvolutionBackwardData": lambda *a: 0,
+        "cudnnConvolutionBackwardFilter": lambda *a: 0,
+        "cudnnActivationForward": lambda *a: 0,
+        "cudnnActivationBackward": lambda *a: 0,
+        "cudnnPoolingForward": lambda *a: 0,
+        "cudnnPoolingBackward": lambda *a: 0,
+    }
+    C._binding._raw.update(fake)
+    for name in fake:  # drop checked wrappers built before the fakes
+        C.__dict__.pop(name, None)
+
+
+# ------------------------------------------------------------------------------------ timing
+
+def _time(fn: Callable[[], object], repeat: int, sync: Callable[[], None] | None = None) -> float:
+    for _ in range(min(repeat, 200)):
+        fn()
+    if sync:
+        sync()
+    best = float("inf")
+    batch = max(repeat // 5, 1)
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        best = min(best, (time.perf_counter() - start) / batch)
+        if sync:
+            sync()
+    return best * 1e6
+
+
+def build_cases(fake: bool):
+    """(name, fn) pairs; each fn is one call of the piece being timed."""
+    from dnnbind import cuda, ops
+    from dnnbind.backend import is_device_array
+    from dnnbind.cuda.array import normalize_shape
+    from dnnbind.ops import _dispatch
+    from dnnbind.ops._cuda import _common as cm
+    from dnnbind.ops._cuda import conv as cconv
+    from dnnbind.ops._params import ConvParams, as_pair
+
+    stream = cuda.Stream()
+    rng = np.random.default_rng(0)
+    n, c, h, w, k = 32, 16, 16, 16, 32
+    x = cuda.empty((n, c, h, w), np.float32, stream=stream)
+    wt = cuda.empty((k, c, 3, 3), np.float32, stream=stream)
+    b = cuda.empty((k,), np.float32, stream=stream)
+    y = cuda.empty((n, k, h, w), np.float32, stream=stream)
+    if not fake:
+        for arr in (x, wt, b):
+            arr.copy_from_host(rng.standard_normal(arr.shape).astype(np.float32), stream)
+    host = np.zeros((4, 4), np.float32)
+    params = ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    g = cconv._geometry(x.shape, wt.shape, params, "NCHW", x.dtype)
+    kern = cm.kernel("layout.cu", "bias_add_f32", stream.device_index)
+    bias_args = (cm.p(y), cm.p(b), cm.p(y), cm.i64(y.size), cm.i64(k), cm.i64(h * w))
+
+    def conv_fwd():
+        ops.conv2d_forward(x, wt, padding=1, out=y, stream=stream)
+
+    cases = [
+        ("is_device_array(DeviceArray)", lambda: is_device_array(x)),
+        ("is_device_array(ndarray)", lambda: is_device_array(host)),
+        ("route(op, family, x=, w=, out=None)", lambda: _dispatch.route("op", "conv", x=x, w=wt, out=None)),
+        ("as_array(DeviceArray)", lambda: _dispatch.as_array(x)),
+        ("normalize_shape(4-tuple)", lambda: normalize_shape((n, c, h, w))),
+        ("as_pair(1, 'stride')", lambda: as_pair(1, "stride")),
+        ("as_stream(None)", lambda: cuda.as_stream(None)),
+        ("as_stream(Stream)", lambda: cuda.as_stream(stream)),
+        ("current_device_index()", cuda.current_device_index),
+        ("conv geometry + algo key", lambda: cconv._geometry(x.shape, wt.shape, params, "NCHW", x.dtype)
+         .key("forward", 0)),
+        ("tensor_desc cache hit", lambda: cm.tensor_desc((n, c, h, w), x.dtype, "NCHW")),
+        ("cudnn get_handle(stream) (cached)", lambda: cm.cudnn_handle(stream)),
+        ("kernel args: 3 Pointers + 3 np.int64", lambda: (cm.p(y), cm.p(b), cm.p(y), cm.i64(y.size),
+                                                          cm.i64(k), cm.i64(h * w))),
+        ("Kernel.__call__ 6 args (prebuilt)", lambda: kern((64, 1, 1), (256, 1, 1), bias_args, stream=stream)),
+        ("empty((32,32,16,16)) + free", lambda: cuda.empty((n, k, h, w), np.float32, stream=stream)),
+        ("ops.bias_add(out=y)", lambda: ops.bias_add(y, b, out=y, stream=stream)),
+        ("ops.bias_add (new output)", lambda: ops.bias_add(y, b, stream=stream)),
+        ("ops.activation_forward relu (cuDNN)", lambda: ops.activation_forward(y, "relu", stream=stream)),
+        ("ops.activation_forward gelu (NVRTC)", lambda: ops.activation_forward(y, "gelu", stream=stream)),
+        ("ops.conv2d_forward(out=y)", conv_fwd),
+        ("ops.conv2d_forward (new output)", lambda: ops.conv2d_forward(x, wt, padding=1, stream=stream)),
+    ]
+    _ = g
+    return cases, stream
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fake", action="store_true", help="no GPU needed: fake the device calls")
+    parser.add_argument("--repeat", type=int, default=20000)
+    parser.add_argument("--profile", default=None, help="cProfile the row whose name contains this")
+    parser.add_argument("--only", default=None, help="time only rows whose name contains this")
+    args = parser.parse_args(argv)
+    if args.fake:
+        install_fakes()
+    from dnnbind import cuda
+
+    if not cuda.is_available():
+        print(f"no GPU ({cuda.unavailable_reason()}); run with --fake", file=sys.stderr)
+        return 2
+    cases, stream = build_cases(args.fake)
+    sync = None if args.fake else stream.synchronize
+    if args.profile:
+        import cProfile
+        import pstats
+
+        name, fn = next((c for c in cases if args.profile in c[0]))
+        _time(fn, 1000, sync)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.repeat // 10):
+            fn()
+        prof.disable()
+        print(name)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        return 0
+    where = "fake device calls (Python-side cost only)" if args.fake else f"GPU: {cuda.Device(0).name}"
+    print(f"dnnbind host path, {where}; Python {sys.version.split()[0]}")
+    width = max(len(name) for name, _ in cases)
+    print(f"{'piece':<{width}}  host µs/call")
+    print("-" * (width + 14))
+    for name, fn in cases:
+        if args.only and args.only not in name:
+            continue
+        print(f"{name:<{width}}  {_time(fn, args.repeat, sync):10.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

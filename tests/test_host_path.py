@@ -1,0 +1,179 @@
+"""The host fast paths (cached lookups, prebuilt kernel argument plans, memos) keep the semantics
+of the general paths they shortcut. CPU only: the device calls are faked where needed."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from dnnbind import backend, cuda
+from dnnbind.cuda import array as amod
+from dnnbind.cuda import kernel as kmod
+from dnnbind.cuda import memory as mmod
+from dnnbind.cuda.stream import Stream
+from dnnbind.ops import _dispatch
+from dnnbind.ops import conv as conv_ops
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float a, const float* x, float* y, long long n, int flag, double d) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n && flag) y[i] = a * x[i] + y[i] + (float)d;
+}
+"""
+
+
+def _fake_stream(handle: int = 0x5000, device: int = 0) -> Stream:
+    s = object.__new__(Stream)
+    s._handle, s._device, s._owned, s._finalizer = handle, device, False, None
+    return s
+
+
+def _fake_array(shape=(4, 3), dtype=np.float32, ptr=0x7000) -> "cuda.DeviceArray":
+    dt = np.dtype(dtype)
+    return cuda.DeviceArray(None, shape, dt, ptr, device_index=0, stream=_fake_stream())
+
+
+def test_is_device_array_and_as_array():
+    x = _fake_array()
+    assert backend.is_device_array(x) and not backend.is_device_array(np.zeros(2))
+    assert not backend.is_device_array(np.float32(1)) and not backend.is_device_array([1.0])
+
+    class Sub(cuda.DeviceArray):
+        __slots__ = ()
+
+    sub = Sub(None, (2,), np.float32, 0x10, device_index=0, stream=None)
+    assert backend.is_device_array(sub)
+    assert _dispatch.as_array(x) is x
+    assert isinstance(_dispatch.as_array([1.0, 2.0]), np.ndarray)
+
+
+def test_route_fast_paths_and_mixed_devices():
+    x, w = _fake_array(), _fake_array((3,))
+    h = np.zeros((4, 3), np.float32)
+    assert _dispatch.route("op", "conv", x=x, w=w, out=None).__name__ == "dnnbind.ops._cuda.conv"
+    assert _dispatch.route("op", "conv", x=h, w=h, out=None) is None
+    with pytest.raises(TypeError, match="x is a DeviceArray but w is a ndarray"):
+        _dispatch.route("op", "conv", x=x, w=h)
+    with pytest.raises(TypeError, match="x is a numpy.ndarray but w is a DeviceArray"):
+        _dispatch.route("op", "conv", x=h, w=x)
+    assert _dispatch.route("op", "conv", x=x, alpha=2.0).__name__ == "dnnbind.ops._cuda.conv"
+
+
+def test_normalize_shape_and_dtype_fast_paths_keep_their_errors():
+    assert amod.normalize_shape((2, 3)) == (2, 3)
+    assert amod.normalize_shape((np.int64(2), 3)) == (2, 3)
+    assert type(amod.normalize_shape((np.int64(2), 3))[0]) is int
+    for bad in ((2, -1), (2, True), (2.0, 3)):
+        with pytest.raises((TypeError, ValueError)):
+            amod.normalize_shape(bad)
+    for spelling in ("float32", np.float32, np.dtype(np.float32), "float32"):  # twice: the cached hit
+        assert amod.normalize_dtype(spelling) == np.dtype(np.float32)
+    assert amod.normalize_dtype(np.dtype(np.float32)) is np.dtype(np.float32)
+    with pytest.raises(TypeError, match="not supported"):
+        amod.normalize_dtype(np.complex64)
+    with pytest.raises(TypeError, match="not supported"):
+        amod.normalize_dtype(">f4")
+
+
+def test_conv_params_memo_still_rejects_bool_and_float_arguments():
+    args = dict(stride=1, padding=1, dilation=1, groups=1, layout="NCHW")
+    first = conv_ops.conv_params("op", (2, 4, 8, 8), (6, 4, 3, 3), **args)
+    assert conv_ops.conv_params("op", (2, 4, 8, 8), (6, 4, 3, 3), **args) is first  # memo hit
+    with pytest.raises(ValueError, match="groups"):
+        conv_ops.conv_params("op", (2, 4, 8, 8), (6, 4, 3, 3), **{**args, "groups": True})
+    with pytest.raises(TypeError, match="stride"):
+        conv_ops.conv_params("op", (2, 4, 8, 8), (6, 4, 3, 3), **{**args, "stride": True})
+    with pytest.raises(ValueError, match="channels"):
+        conv_ops.conv_params("op", (2, 5, 8, 8), (6, 4, 3, 3), **args)
+
+
+def test_allocation_is_freed_exactly_once(monkeypatch):
+    freed = []
+    monkeypatch.setattr(mmod, "_free", lambda record: freed.append(record.ptr))
+    rec = mmod._AllocRecord(0x1000, 64, _fake_stream(), 0, 0)
+    a = mmod.Allocation(rec)
+    a.close()
+    a.close()
+    del a
+    assert freed == [0x1000]
+    b = mmod.Allocation(mmod._AllocRecord(0x2000, 64, _fake_stream(), 0, 0))
+    view = amod.DeviceArray(b, (16,), np.float32, b.ptr, device_index=0, stream=None)
+    del b
+    assert freed == [0x1000]  # the view keeps it alive
+    del view
+    assert freed == [0x1000, 0x2000]
+
+
+def test_alloc_formats_what_only_on_failure(monkeypatch):
+    monkeypatch.setattr(mmod, "_pools", {0: object()})
+    monkeypatch.setattr(mmod, "_capture_id", lambda handle: 0)
+    err = mmod.rt.cudaError_t.cudaErrorMemoryAllocation
+    monkeypatch.setattr(mmod.rt, "cudaMallocAsync", lambda n, h: (err, 0))
+    monkeypatch.setattr(mmod.rt, "cudaGetLastError", lambda: (mmod.rt.cudaError_t.cudaSuccess,))
+    with pytest.raises(MemoryError, match=r"an array of shape \(2, 3\) float32"):
+        mmod.alloc(24, _fake_stream(), what=("an array of shape {} {}", (2, 3), np.dtype(np.float32)))
+
+
+def _params(address: int, sizes) -> list[bytes]:
+    table = (ctypes.c_void_p * len(sizes)).from_address(address)
+    return [ctypes.string_at(table[i], size) for i, size in enumerate(sizes)]
+
+
+@pytest.mark.parametrize("known_sizes", [True, False])
+def test_launch_plan_packs_the_same_bytes_as_the_general_path(monkeypatch, known_sizes):
+    k = kmod.Kernel(SAXPY, "saxpy", arch="sm_90")  # compile-only: no GPU needed
+    sizes = (4, 8, 8, 8, 4, 8)
+    k._modules[0] = (None, "func", sizes if known_sizes else None)
+    launches = []
+    drv = kmod._driver()
+
+    def fake_launch(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        launches.append(((gx, gy, gz), (bx, by, bz), shared, stream, _params(params, sizes)))
+        return (drv.CUresult.CUDA_SUCCESS,)
+
+    monkeypatch.setattr(drv, "cuLaunchKernel", fake_launch)
+    s = _fake_stream()
+    x = _fake_array(ptr=0xABC0)
+    # NumPy scalars and pointers: the prebuilt plan; then a plan-less call (a Python float).
+    args_plan = (np.float32(2.5), x, kmod.Pointer(0xDEF0), np.int64(-7), np.int32(1), np.float64(0.25))
+    for _ in range(2):  # the second call refills the cached plan
+        k((3,), (128,), args_plan, stream=s)
+    assert (k._plans[(0, tuple(map(type, args_plan)))] is not None)
+    expected = [np.float32(2.5).tobytes(), (0xABC0).to_bytes(8, "little"), (0xDEF0).to_bytes(8, "little"),
+                np.int64(-7).tobytes(), np.int32(1).tobytes(), np.float64(0.25).tobytes()]
+    assert launches[0] == ((3, 1, 1), (128, 1, 1), 0, 0x5000, expected)
+    assert launches[1] == launches[0]
+    k((3,), (128,), (np.float32(2.5), None, x, np.int64(5), np.int32(0), np.float64(1.0)), stream=s)
+    assert launches[-1][4][1] == bytes(8) and launches[-1][4][3] == np.int64(5).tobytes()
+    if known_sizes:
+        general = (2.5, x, kmod.Pointer(0xDEF0), -7, 1, 0.25)  # Python scalars: sized by the signature
+        k((3,), (128,), general, stream=s)
+        assert launches[-1][4] == expected
+        with pytest.raises(TypeError, match="exact type"):  # a wrong-size NumPy scalar still fails clearly
+            k((3,), (128,), (np.float64(2.5),) + args_plan[1:], stream=s)
+    with pytest.raises(ValueError, match="1024 threads"):
+        k((3,), (2048,), args_plan, stream=s)
+
+
+def test_conv_key_memo_follows_the_config():
+    from dnnbind.ops import config
+    from dnnbind.ops._cuda import algo
+    from dnnbind.ops._cuda import conv as cconv
+    from dnnbind.ops._params import ConvParams
+
+    params = ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    try:
+        g = cconv._geometry((2, 4, 8, 8), (6, 4, 3, 3), params, "NCHW", np.float32)
+    except Exception as exc:  # cuDNN's descriptor calls need the library, not a GPU
+        pytest.skip(f"cuDNN not loadable: {exc}")
+    k1 = g.key("forward", 0)
+    assert g.key("forward", 0) is k1 and hash(k1) == hash(algo.ConvKey(**{
+        f: getattr(k1, f) for f in k1.__dataclass_fields__}))
+    with config.override(allow_tf32=False):
+        k2 = g.key("forward", 0)
+    assert k2 != k1 and k2.math == algo.MATH_FMA
+    with config.override(deterministic=True):
+        assert g.key("forward", 0).deterministic
+    assert g.key("forward", 0) is k1
