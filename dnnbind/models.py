@@ -10,6 +10,10 @@ memory is uploaded once and batched on the device (``ops.take`` with a permutati
 per epoch); a larger one is streamed, copying the next batch on a second stream while the current
 step runs. No step waits for the host: loss and metrics accumulate in device scalars that are read
 when the progress bar draws and at the end of an epoch.
+
+CUDA graphs (``compile(jit_compile="auto")``, the default): on CUDA each step kind and batch shape
+runs eagerly once, is captured the second time and replayed from then on, so a step costs one
+graph launch of host time (see :mod:`dnnbind._step_graphs`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 
 from . import backend, callbacks as callbacks_module, losses as losses_module, metrics as metrics_module, ops
 from . import optimizers as optimizers_module
+from ._step_graphs import StepGraphs
 from .backend import Device
 from .errors import DnnbindError
 from .layers.base import InputLayer, Layer, split_batch, unique_name
@@ -48,6 +53,19 @@ def _resolve_verbose(verbose: Any, stream=None) -> int:
     if verbose not in (0, 1, 2, True, False):
         raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
     return int(verbose)
+
+
+def _check_jit_compile(value: Any, what: str) -> Any:
+    if isinstance(value, str) and value == "auto":
+        return "auto"
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{what}: jit_compile must be 'auto', True or False, got {value!r}")
+
+
+def _warn_no_graphs(model: Any) -> None:
+    warnings.warn(f"Sequential '{model.name}': jit_compile=True has no effect on {model.device} (CUDA graphs "
+                  "need the CUDA backend); steps run eagerly", UserWarning, stacklevel=3)
 
 
 class _LossScale:
@@ -113,6 +131,9 @@ class Sequential:
         self._compile_config: dict | None = None
         self._loss_scale: _LossScale | None = None
         self._output_shape: tuple[int, ...] | None = None
+        self._jit_compile: Any = "auto"
+        self.run_eagerly = False
+        self._step_graphs = StepGraphs()
         for layer in layers or []:
             self.add(layer)
 
@@ -176,6 +197,7 @@ class Sequential:
                 raise ValueError(f"Sequential '{self.name}': the input shape is unknown; start the model with "
                                  "keras.Input(shape=...) or call it on data")
         _, shape = split_batch(input_shape)
+        self._drop_graphs()  # (re)building may create new weight arrays
         dev = self.device
         for layer in self._layers:
             if layer._device is None:
@@ -198,6 +220,7 @@ class Sequential:
     def to(self, device: "str | Device") -> "Sequential":
         """Move weights and optimizer state to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
         dev = backend.resolve_device(device)
+        self._drop_graphs()  # they address the old device's buffers
         for layer in self._layers:
             layer.to(dev)
         if self.optimizer is not None:
@@ -300,10 +323,22 @@ class Sequential:
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Sequence[Any] | None = None,
                 loss_weights: Any = None, weighted_metrics: Any = None, run_eagerly: bool = False,
                 steps_per_execution: int = 1, jit_compile: Any = "auto", auto_scale_loss: bool = True) -> None:
-        """Choose the optimizer, the loss and the metrics (names or objects)."""
+        """Choose the optimizer, the loss and the metrics (names or objects).
+
+        ``jit_compile`` (Keras's argument): on CUDA, ``"auto"`` (default) or ``True`` run the train,
+        test and predict steps as CUDA graphs (the first step of each batch shape runs eagerly, the
+        second is captured, later ones replay it); ``False`` runs every step eagerly. On the NumPy
+        backend steps always run eagerly (``True`` warns). ``run_eagerly=True`` also means eager.
+        """
         if loss is None:
             raise ValueError(f"Sequential '{self.name}': compile needs a loss, e.g. "
                              "loss='sparse_categorical_crossentropy'")
+        jit_compile = _check_jit_compile(jit_compile, "compile")
+        if run_eagerly and jit_compile is True:
+            warnings.warn(f"Sequential '{self.name}': run_eagerly=True and jit_compile=True cannot both hold; "
+                          "disabling jit_compile (as Keras does)", UserWarning, stacklevel=2)
+            jit_compile = False
+        self._drop_graphs()  # new optimizer, loss, metrics and loss scale: every graph is stale
         if loss_weights is not None or weighted_metrics is not None:
             raise NotImplementedError("compile: loss_weights and weighted_metrics are not supported")
         if isinstance(metrics, (str, metrics_module.Metric)):
@@ -323,7 +358,110 @@ class Sequential:
             "loss": losses_module.serialize(self.loss),
             "metrics": [m if isinstance(m, str) else metrics_module.serialize(m) for m in (metrics or [])],
         }
+        self.run_eagerly = bool(run_eagerly)
+        self._jit_compile = jit_compile
+        self._step_graphs._warned.clear()
+        if jit_compile is True and not self.device.is_cuda:
+            _warn_no_graphs(self)
         self.compiled = True
+
+    # ----- CUDA graphs ------------------------------------------------------------------------
+    @property
+    def jit_compile(self) -> Any:
+        """``"auto"``, ``True`` or ``False`` (see :meth:`compile`); setting it drops captured graphs."""
+        return self._jit_compile
+
+    @jit_compile.setter
+    def jit_compile(self, value: Any) -> None:
+        value = _check_jit_compile(value, "jit_compile")
+        self._drop_graphs()
+        self._jit_compile = value
+        if value is True and not self.device.is_cuda:
+            _warn_no_graphs(self)
+
+    def _graphs_enabled(self) -> bool:
+        """Whether steps may run as CUDA graphs now (compiled, jit on, not run_eagerly, on CUDA)."""
+        return (self._jit_compile is not False and not self.run_eagerly and self.compiled
+                and self._step_graphs.backend.available(self.device))
+
+    def _drop_graphs(self) -> None:
+        """Forget every captured step (after the work using them finished)."""
+        graphs = getattr(self, "_step_graphs", None)
+        if graphs is not None:
+            graphs.clear()
+
+    def _graph_signature(self) -> tuple:
+        """Everything whose change makes captured graphs stale (read before every graph step, so it is
+        kept to identities and flags): trainable flags and dtype policies, the weight arrays, the
+        optimizer and its state version (bumped whenever its slots are reallocated), the loss scale."""
+        opt = self.optimizer
+        return (self.trainable, id(opt), getattr(opt, "_state_version", 0), id(self._loss_scale),
+                tuple([(layer.trainable, layer.dtype_policy.name) for layer in self._layers]),
+                tuple([id(w.value) for layer in self._layers for w in layer._weights]))
+
+    def _host_counters(self) -> list[tuple[Any, str]]:
+        """``(object, attribute)`` of the host-side numbers a step advances in Python: each metric's
+        sample count and the optimizer's update count (a graph replay advances them by hand)."""
+        pairs = []
+        for m in self._all_metrics():
+            pairs.append((m, "_count"))
+            impl = getattr(m, "_impl", None)  # Accuracy counts in the concrete metric it resolved to
+            if impl is not None:
+                pairs.append((impl, "_count"))
+        if self.optimizer is not None:
+            pairs.append((self.optimizer, "iterations"))
+        return pairs
+
+    def _graph_refs(self) -> list:
+        """The persistent objects a captured step addresses, kept alive as long as its graph."""
+        refs: list = [self.optimizer, self._loss_scale, *self._all_metrics()]
+        for layer in self._layers:
+            refs.append(layer)
+            refs.extend(w.value for w in layer._weights)
+            refs.extend(vars(layer).values())  # dropout states, BatchNorm constants...
+        opt = self.optimizer
+        if opt is not None:
+            refs.extend([opt._lr_array, opt._step_array, opt._one])
+            refs.extend(a for slots in opt._slots for a in slots.values())
+        for m in self._all_metrics():
+            refs.append(m._total)
+            impl = getattr(m, "_impl", None)
+            if impl is not None:
+                refs.append(impl._total)
+        if self._loss_scale is not None:
+            refs.extend(vars(self._loss_scale).values())
+        return refs
+
+    def _before_launch(self, kind: str, stream: Any) -> None:
+        """Host-to-device work a graph step needs first (not capturable): the learning rate, if it changed."""
+        if kind == "train" and self.optimizer is not None and self.optimizer.built:
+            self.optimizer._sync_lr(stream)
+
+    def _eager_step(self, kind: str, x: Any, y: Any) -> Any:
+        if kind == "train":
+            self._train_step(x, y)
+            return None
+        if kind == "test":
+            self._test_step(x, y)
+            return None
+        return self._predict_step(x)
+
+    def _step(self, kind: str, x: Any, y: Any = None, graph: bool = True) -> Any:
+        """One ``kind`` step: through the graph cache when graphs are on (and ``graph``), else eagerly."""
+        if graph and self._graphs_enabled():
+            return self._step_graphs.run(self, kind, x, y)
+        return self._eager_step(kind, x, y)
+
+    def _static_inputs(self, kind: str):
+        """For :meth:`_batches`: ``(n, x_dev, y_dev) -> (static_x, static_y) | None``."""
+        graphs = self._step_graphs
+
+        def into(n: int, x_dev: Any, y_dev: Any):
+            return graphs.static_inputs(self, kind, (n, *x_dev.shape[1:]), x_dev.dtype,
+                                        None if y_dev is None else (n, *y_dev.shape[1:]),
+                                        None if y_dev is None else y_dev.dtype)
+
+        return into if self._graphs_enabled() else None
 
     @property
     def metrics_names(self) -> list[str]:
@@ -430,11 +568,11 @@ class Sequential:
         dout = self._loss_and_metrics(x, y, training=True)
         self._backward(dout)
         params, grads = self._params_and_grads()
-        if not params:
-            return
         # drop the gradient references: nothing allocated inside the step outlives it (graph capture)
         for layer in self._layers:
             layer.grads = {}
+        if not params:
+            return
         if self._loss_scale is not None:
             skip, finite = self._loss_scale.check(grads)
             # the update divides by this step's scale, so the scale changes only afterwards
@@ -464,7 +602,11 @@ class Sequential:
 
     # ----- batching ---------------------------------------------------------------------------
     def _batches(self, x: np.ndarray, y: np.ndarray | None, batch_size: int, shuffle: bool,
-                 rng: np.random.Generator, device_data: dict | None) -> Iterator[tuple[Any, Any]]:
+                 rng: np.random.Generator, device_data: dict | None,
+                 into: Any = None) -> Iterator[tuple[Any, Any]]:
+        """Batches ``(x, y)``. ``into(n, x_dev, y_dev)`` may name static buffers (a graph step's
+        inputs) for a device-resident shuffled batch of ``n`` rows: the rows are gathered straight
+        into them, saving an allocation and a copy per step."""
         n = len(x)
         order = rng.permutation(n) if shuffle else None
         dev = self.device
@@ -487,7 +629,12 @@ class Sequential:
                     yield x_dev[start:stop], (None if y_dev is None else y_dev[start:stop])
                 else:
                     idx = order_dev[start:stop]
-                    yield ops.take(x_dev, idx), (None if y_dev is None else ops.take(y_dev, idx))
+                    dst = into(stop - start, x_dev, y_dev) if into is not None else None
+                    if dst is not None:
+                        yield (ops.take(x_dev, idx, out=dst[0]),
+                               None if y_dev is None else ops.take(y_dev, idx, out=dst[1]))
+                    else:
+                        yield ops.take(x_dev, idx), (None if y_dev is None else ops.take(y_dev, idx))
             return
         yield from self._streamed_batches(x, y, batch_size, order)
 
@@ -598,9 +745,11 @@ class Sequential:
         for epoch in range(initial_epoch, epochs):
             self.reset_metrics()
             cbs.on_epoch_begin(epoch)
-            for step, (xb, yb) in enumerate(self._batches(x, y, batch_size, shuffle, rng, device_data)):
+            batches = self._batches(x, y, batch_size, shuffle, rng, device_data, self._static_inputs("train"))
+            for step, (xb, yb) in enumerate(batches):
                 cbs.on_train_batch_begin(step)
-                self._train_step(xb, yb)
+                # the last, smaller batch of an epoch runs eagerly rather than holding a graph of its own
+                self._step("train", xb, yb, graph=int(xb.shape[0]) == batch_size)
                 if self._loss_scale is not None:
                     self._loss_scale.maybe_grow()
                 cbs.on_train_batch_end(step, self._lazy_logs())
@@ -627,7 +776,7 @@ class Sequential:
                                                       device_data)):
             if cbs is not None:
                 cbs.on_test_batch_begin(step)
-            self._test_step(xb, yb)
+            self._step("test", xb, yb, graph=int(xb.shape[0]) == batch_size)
             if cbs is not None:
                 cbs.on_test_batch_end(step, self._lazy_logs())
 
@@ -666,7 +815,7 @@ class Sequential:
         for step, (xb, _) in enumerate(self._batches(x, None, batch_size, False, np.random.default_rng(0),
                                                      self._device_dataset(x, None))):
             cbs.on_predict_batch_begin(step)
-            outputs.append(self._predict_step(xb))
+            outputs.append(self._step("predict", xb, graph=int(xb.shape[0]) == batch_size))
             cbs.on_predict_batch_end(step, {})
         # read back after everything is queued, so the device never idles waiting for the host
         host = [backend.to_numpy(o) for o in outputs]
@@ -729,7 +878,7 @@ class Sequential:
         if y is None:
             raise ValueError(f"Sequential '{self.name}': train_on_batch needs targets y")
         xb, yb = self._device_batch(x, y, "train_on_batch")
-        self._train_step(xb, yb)
+        self._step("train", xb, yb)
         if self._loss_scale is not None:
             self._loss_scale.maybe_grow()
         return self._batch_result(return_dict)
@@ -740,13 +889,13 @@ class Sequential:
         if y is None:
             raise ValueError(f"Sequential '{self.name}': test_on_batch needs targets y")
         xb, yb = self._device_batch(x, y, "test_on_batch")
-        self._test_step(xb, yb)
+        self._step("test", xb, yb)
         return self._batch_result(return_dict)
 
     def predict_on_batch(self, x: Any) -> np.ndarray:
         """Outputs for one batch, as NumPy."""
         xb, _ = self._device_batch(x, None, "predict_on_batch")
-        return backend.to_numpy(self._predict_step(xb))
+        return backend.to_numpy(self._step("predict", xb))
 
     # ----- config and saving ------------------------------------------------------------------
     def get_config(self) -> dict:

@@ -164,6 +164,9 @@ class Optimizer:
         self._lr_uploaded: float | None = None
         self._step_array = None
         self._one = None
+        # bumped whenever the state arrays are reallocated (build, set_state, to): CUDA graphs of a
+        # training step address them, and a model drops its graphs when this changes
+        self._state_version = 0
         self.built = False
 
     def _check_lr(self, lr):
@@ -203,18 +206,23 @@ class Optimizer:
         self._lr_uploaded = self.learning_rate
         self._step_array = backend.asarray(np.array(self.iterations, np.float32), device=self._device)
         self._one = backend.asarray(np.array(1.0, np.float32), device=self._device)
+        self._state_version += 1
         self.built = True
 
     def _slot_names_for(self, p) -> tuple[str, ...]:
         return self._slot_names
 
-    def _sync_lr(self) -> None:
-        """Rewrite the device learning rate when its host value changed (no-op otherwise)."""
+    def _sync_lr(self, stream: Any = None) -> None:
+        """Rewrite the device learning rate when its host value changed (no-op otherwise).
+
+        ``stream``: where the upload is queued (default: the array's stream). A model running its
+        step as a CUDA graph calls this before the launch, so the captured step never uploads.
+        """
         lr = self.learning_rate
         if lr != self._lr_uploaded:
             host = np.array(lr, np.float32)
             if backend.is_device_array(self._lr_array):
-                self._lr_array.copy_from_host(host)
+                self._lr_array.copy_from_host(host, stream=stream)
             else:
                 self._lr_array[...] = host
             self._lr_uploaded = lr
@@ -277,6 +285,7 @@ class Optimizer:
         self._slots = [{name: move(arr) for name, arr in slots.items()} for slots in self._slots]
         self._lr_array, self._step_array, self._one = move(self._lr_array), move(self._step_array), move(self._one)
         self._device = dev
+        self._state_version += 1
 
     def get_config(self) -> dict:
         lr = self._learning_rate
