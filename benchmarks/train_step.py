@@ -15,7 +15,9 @@ transfers in the timed loop. After ``--warmup`` steps, each of ``--steps`` steps
 bracketed by CUDA events (``dnnbind.cuda.Event`` / ``torch.cuda.Event``) on the stream
 the framework computes on; the table shows the median ms/step and the peak device memory
 (``dnnbind.cuda.pool_stats`` / ``torch.cuda.max_memory_allocated``), in float32 and in
-mixed bfloat16. dnnbind runs ``model.train_on_batch`` on device-resident arrays; torch runs
+mixed bfloat16. dnnbind runs ``model.train_on_batch`` on device-resident arrays, twice: with
+its default ``jit_compile="auto"`` (the step replayed as a CUDA graph: "graph ms") and with
+``jit_compile=False`` (every op launched from Python: "eager ms"); torch runs
 ``zero_grad``, forward, ``cross_entropy``, ``backward`` and ``Adam.step`` (under
 ``torch.autocast`` for bf16; channels_last memory format). torch is optional.
 
@@ -74,7 +76,7 @@ def make_batch(name: str, batch: int, seed: int = 0) -> tuple[np.ndarray, np.nda
 
 # ---------------------------------------------------------------- dnnbind
 
-def build_dnnbind(name: str):
+def build_dnnbind(name: str, jit_compile: Any = "auto"):
     import dnnbind
     from dnnbind import layers
 
@@ -97,7 +99,7 @@ def build_dnnbind(name: str):
             # The softmax is fused with the cross-entropy by dnnbind (torch takes logits).
             model.add(layers.Dense(args[0], use_bias=args[1], activation="softmax"))
     model.compile(optimizer=dnnbind.optimizers.Adam(learning_rate=1e-3),
-                  loss="sparse_categorical_crossentropy")
+                  loss="sparse_categorical_crossentropy", jit_compile=jit_compile)
     return model
 
 
@@ -115,13 +117,13 @@ def _reset_pool_high_water_mark() -> bool:
     return err == runtime.cudaError_t.cudaSuccess
 
 
-def time_dnnbind(name: str, precision: str, steps: int, warmup: int) -> dict:
+def time_dnnbind(name: str, precision: str, steps: int, warmup: int, jit_compile: Any = "auto") -> dict:
     import dnnbind
     from dnnbind import backend, cuda
 
     dnnbind.mixed_precision.set_global_policy(precision)
     try:
-        model = build_dnnbind(name)
+        model = build_dnnbind(name, jit_compile)
         device = backend.default_device()
         x, y = make_batch(name, MODELS[name]["batch"])
         xd, yd = backend.asarray(x, device), backend.asarray(y, device)
@@ -258,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         "device": device.name, "cudnn": dnnbind.cudnn.version(),
         "torch": None if torch is None else torch.__version__,
         "steps": args.steps, "warmup": args.warmup, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": []}
-    header = f"{'model':<11} {'batch':>5} {'precision':<15} {'dnnbind ms':>11} {'torch ms':>9} {'ratio':>6} " \
-             f"{'dnnbind peak':>13} {'torch peak':>11}"
+    header = f"{'model':<11} {'batch':>5} {'precision':<15} {'graph ms':>9} {'eager ms':>9} {'torch ms':>9} " \
+             f"{'ratio':>6} {'eager/torch':>11} {'dnnbind peak':>13} {'torch peak':>11}"
     print(f"{device.name}, cuDNN {results['cudnn']}, torch {results['torch']}")
     print(header)
     print("-" * len(header))
@@ -269,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             row: dict[str, Any] = {"model": name, "batch": MODELS[name]["batch"], "precision": precision}
             try:
                 row["dnnbind"] = time_dnnbind(name, precision, args.steps, args.warmup)
+                row["dnnbind_eager"] = time_dnnbind(name, precision, args.steps, args.warmup, jit_compile=False)
             except Exception as exc:  # report and go on: one failing model must not hide the others
                 failed = True
                 row["dnnbind_error"] = f"{type(exc).__name__}: {exc}"
@@ -277,13 +280,16 @@ def main(argv: list[str] | None = None) -> int:
                     row["torch"] = time_torch(name, precision, args.steps, args.warmup, not args.torch_nchw)
                 except Exception as exc:
                     row["torch_error"] = f"{type(exc).__name__}: {exc}"
-            d, t = row.get("dnnbind"), row.get("torch")
+            d, e, t = row.get("dnnbind"), row.get("dnnbind_eager"), row.get("torch")
             ratio = d["ms_per_step"] / t["ms_per_step"] if d and t else None
-            row["ratio"] = ratio
+            eager_ratio = e["ms_per_step"] / t["ms_per_step"] if e and t else None
+            row["ratio"], row["eager_ratio"] = ratio, eager_ratio
             results["rows"].append(row)
+            nan = float("nan")
             print(f"{name:<11} {row['batch']:>5} {precision:<15} "
-                  f"{d['ms_per_step'] if d else float('nan'):>11.2f} {t['ms_per_step'] if t else float('nan'):>9.2f} "
-                  f"{ratio if ratio else float('nan'):>6.2f} {_mib(d and d['peak_bytes']):>13} "
+                  f"{d['ms_per_step'] if d else nan:>9.2f} {e['ms_per_step'] if e else nan:>9.2f} "
+                  f"{t['ms_per_step'] if t else nan:>9.2f} {ratio if ratio else nan:>6.2f} "
+                  f"{eager_ratio if eager_ratio else nan:>11.2f} {_mib(d and d['peak_bytes']):>13} "
                   f"{_mib(t and t['peak_bytes']):>11}")
             for key in ("dnnbind_error", "torch_error"):
                 if key in row:

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from ._util import check, rt
 from ..errors import DnnbindError
-from .memory import PinnedBuffer, flush_deferred_frees
+from .memory import PinnedBuffer, capture_began, capture_ended, flush_deferred_frees
 from .stream import Stream, as_stream
 
 __all__ = ["Graph", "capture", "upload_slot"]
@@ -127,11 +127,13 @@ def capture(stream: Any = None, *, mode: str = "thread_local", upload_bytes: int
     graph = Graph()
     graph.stream = s
     graph._uploads = _arenas[s.handle] = _UploadArena(upload_bytes)
+    capture_began()
     try:
         check(rt.cudaStreamBeginCapture(s.handle, getattr(rt.cudaStreamCaptureMode, _MODES[mode])),
               "cudaStreamBeginCapture")
     except BaseException:
         _arenas.pop(s.handle, None)
+        capture_ended()
         raise
     try:
         with s:
@@ -142,9 +144,13 @@ def capture(stream: Any = None, *, mode: str = "thread_local", upload_bytes: int
         if not err and g is not None:
             rt.cudaGraphDestroy(g)
         rt.cudaGetLastError()
+        capture_ended()
         flush_deferred_frees()
         raise
     _arenas.pop(s.handle, None)
-    g = check(rt.cudaStreamEndCapture(s.handle), "cudaStreamEndCapture")
+    try:
+        g = check(rt.cudaStreamEndCapture(s.handle), "cudaStreamEndCapture")
+    finally:
+        capture_ended()
     graph._graph[0] = g
     flush_deferred_frees()

@@ -110,12 +110,35 @@ _deferred_lock = threading.RLock()
 _deferred: list[_AllocRecord] = []
 
 
+# Captures begun through dnnbind.cuda.capture() and not yet ended, in any thread. While one
+# runs, frees that are not part of it wait: cudaFree/cudaFreeHost synchronise the device, and
+# a stream-ordered free of memory the capture did not allocate would invalidate it.
+_captures_in_progress = 0
+_deferred_host: list[int] = []
+
+
+def capture_began() -> None:
+    global _captures_in_progress
+    with _deferred_lock:
+        _captures_in_progress += 1
+
+
+def capture_ended() -> None:
+    global _captures_in_progress
+    with _deferred_lock:
+        _captures_in_progress -= 1
+
+
 def _free(record: _AllocRecord) -> None:
     """Return ``record``'s memory to the pool, honouring graph capture (see module doc)."""
     if record.ptr == 0:
         return
     try:
         stream = record.stream
+        if _captures_in_progress and (stream.closed or not record.capture_id):
+            with _deferred_lock:
+                _deferred.append(record)
+            return
         if stream.closed:
             # Its stream is gone: free synchronously, ordered after everything on the device.
             with _DeviceGuard(record.device):
@@ -141,7 +164,13 @@ def _free(record: _AllocRecord) -> None:
 
 def flush_deferred_frees() -> int:
     """Free allocations whose free was deferred by a capture that has ended; returns the count."""
-    if not _deferred:
+    if _deferred_host and not _captures_in_progress:
+        with _deferred_lock:
+            hosts = list(_deferred_host)
+            _deferred_host.clear()
+        for ptr in hosts:
+            _free_host(ptr)
+    if not _deferred or _captures_in_progress:
         return 0
     with _deferred_lock:
         pending = list(_deferred)
@@ -308,6 +337,10 @@ def empty_cache(device: Any = None) -> None:
 
 
 def _free_host(ptr: int) -> None:
+    if _captures_in_progress:  # cudaFreeHost synchronises: wait for the capture to end
+        with _deferred_lock:
+            _deferred_host.append(ptr)
+        return
     try:
         rt.cudaFreeHost(ptr)
     except Exception:
