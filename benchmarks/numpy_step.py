@@ -5,11 +5,17 @@ The model is Keras's mnist_convnet example, channels_last, batch 128::
     Conv2D(32, 3, relu) -> MaxPool2 -> Conv2D(64, 3, relu) -> MaxPool2 -> Flatten
     -> Dropout(0.5) -> Dense(10) -> softmax cross-entropy, Adam
 
-written directly with ``dnnbind.ops`` (forward, backward and the Adam update).
-torch runs the same step when it is importable, with as many threads as there
-are cores. Prints the median milliseconds per step after a warm-up and the ratio.
+timed twice on the NumPy backend: ``ops`` is the step written directly with
+``dnnbind.ops`` (forward, backward and the Adam update); ``sequential`` is what a
+user runs, ``dnnbind.Sequential`` (the Keras example's layers, softmax output,
+sparse categorical cross-entropy, Adam) and ``train_on_batch`` after
+``dnnbind.set_default_device("cpu")``. torch runs the same step when it is
+importable, with as many threads as there are cores. The contenders run in
+alternating blocks so that a busy neighbour slows all of them; prints the median
+milliseconds per step and the ratios, plus the BLAS/OpenMP thread pools in use
+(through ``threadpoolctl`` when it is installed).
 
-    python benchmarks/numpy_step.py [--steps 20] [--batch 128]
+    python benchmarks/numpy_step.py [--steps 30] [--batch 128] [--only ops,sequential,torch]
 """
 
 from __future__ import annotations
@@ -82,6 +88,42 @@ class NumpyStep:
         return float(loss)
 
 
+def sequential_step_fn(params: dict[str, np.ndarray]):
+    """``train_on_batch`` of the Keras mnist_convnet on the NumPy backend, from the same weights."""
+    import dnnbind
+    from dnnbind import layers
+
+    dnnbind.set_default_device("cpu")
+    model = dnnbind.Sequential([
+        dnnbind.Input(shape=(28, 28, 1)),
+        layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
+        layers.MaxPooling2D(pool_size=(2, 2)),
+        layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
+        layers.MaxPooling2D(pool_size=(2, 2)),
+        layers.Flatten(),
+        layers.Dropout(0.5),
+        layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(optimizer=dnnbind.optimizers.Adam(learning_rate=1e-3), loss="sparse_categorical_crossentropy")
+    # Keras layouts: conv kernels (R, S, C, K), dense (in, out).
+    model.set_weights([params["w1"].transpose(1, 2, 3, 0), params["b1"], params["w2"].transpose(1, 2, 3, 0),
+                       params["b2"], params["w3"], params["b3"]])
+
+    def step(x: np.ndarray, labels: np.ndarray) -> float:
+        return model.train_on_batch(x, labels)
+
+    return step
+
+
+def thread_pools() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed: thread pools unknown"
+    return "; ".join(f"{i['internal_api']} {i.get('version') or ''} {i['num_threads']} threads".replace("  ", " ")
+                     for i in threadpool_info())
+
+
 def torch_step_fn(params: dict[str, np.ndarray]):
     import torch
 
@@ -132,29 +174,37 @@ def time_steps(steps_by_name: dict, x, labels, steps: int, warmup: int = 3, bloc
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--only", default="ops,sequential,torch", help="comma-separated contenders")
     args = parser.parse_args()
+    wanted = set(args.only.split(","))
 
     rng = np.random.default_rng(0)
     x = rng.random((args.batch, 28, 28, 1), dtype=np.float32)
     labels = rng.integers(0, 10, args.batch).astype(np.int64)
     params = make_params(rng)
 
-    contenders = {"numpy": NumpyStep({k: v.copy() for k, v in params.items()})}
-    try:
-        contenders["torch"] = torch_step_fn(params)
-    except ImportError:
-        pass
+    makers = {"ops": lambda: NumpyStep({k: v.copy() for k, v in params.items()}),
+              "sequential": lambda: sequential_step_fn(params), "torch": lambda: torch_step_fn(params)}
+    contenders = {}
+    for name, make in makers.items():
+        if name in wanted:
+            try:
+                contenders[name] = make()
+            except ImportError as exc:
+                print(f"{name}: not run ({exc})")
     ms = time_steps(contenders, x, labels, args.steps)
-    print(f"dnnbind NumPy backend: {ms['numpy']:8.2f} ms/step (median of {args.steps}, batch {args.batch})")
-    if "torch" not in ms:
-        print("torch is not importable: no torch-CPU comparison")
-        return
-    import torch
+    print(f"thread pools: {thread_pools()} ({os.cpu_count()} cores)")
+    labels_ = {"ops": "dnnbind NumPy, ops-level step", "sequential": "dnnbind NumPy, Sequential.train_on_batch"}
+    if "torch" in ms:
+        import torch
 
-    print(f"torch {torch.__version__} CPU ({torch.get_num_threads()} threads): {ms['torch']:8.2f} ms/step")
-    print(f"ratio NumPy / torch: {ms['numpy'] / ms['torch']:.2f}x (goal <= 1.5x)")
+        labels_["torch"] = f"torch {torch.__version__} CPU ({torch.get_num_threads()} threads)"
+    for name, value in ms.items():
+        ratio = f"  {value / ms['torch']:.2f}x torch" if "torch" in ms and name != "torch" else ""
+        print(f"{labels_[name]:45s} {value:8.2f} ms/step{ratio}")
+    print(f"(median of {args.steps} steps each, batch {args.batch}; goal <= 1.5x torch)")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--cprofile", action="store_true", help="also profile the host side with cProfile")
+    parser.add_argument("--jit-compile", default="auto", choices=["auto", "false"])
+    parser.add_argument("--heuristic", action="store_true", help="cuDNN algorithms by heuristics, not measured")
     args = parser.parse_args(argv)
 
     import torch
@@ -36,7 +38,8 @@ def main(argv: "list[str] | None" = None) -> int:
     from dnnbind import backend, cuda
 
     dnnbind.mixed_precision.set_global_policy(args.precision)
-    model = build_dnnbind(args.model)
+    dnnbind.ops.config.benchmark = not args.heuristic
+    model = build_dnnbind(args.model, "auto" if args.jit_compile == "auto" else False)
     x, y = make_batch(args.model, MODELS[args.model]["batch"])
     xd, yd = backend.asarray(x, "cuda"), backend.asarray(y, "cuda")
     stream = cuda.current_stream()

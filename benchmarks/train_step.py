@@ -231,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--torch-nchw", action="store_true", help="torch in NCHW instead of channels_last")
+    parser.add_argument("--heuristic", action="store_true",
+                        help="dnnbind picks cuDNN algorithms by heuristics (default: measures them once per "
+                             "shape, as torch.backends.cudnn.benchmark=True does for torch)")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
 
@@ -242,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     import dnnbind
 
     dnnbind.set_default_device("cuda")
+    dnnbind.ops.config.benchmark = not args.heuristic
     torch = None
     if not args.no_torch:
         try:
@@ -259,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "device": device.name, "cudnn": dnnbind.cudnn.version(),
         "torch": None if torch is None else torch.__version__,
-        "steps": args.steps, "warmup": args.warmup, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": []}
+        "steps": args.steps, "warmup": args.warmup, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cudnn_benchmark_mode": not args.heuristic, "rows": []}
     header = f"{'model':<11} {'batch':>5} {'precision':<15} {'graph ms':>9} {'eager ms':>9} {'torch ms':>9} " \
              f"{'ratio':>6} {'eager/torch':>11} {'dnnbind peak':>13} {'torch peak':>11}"
     print(f"{device.name}, cuDNN {results['cudnn']}, torch {results['torch']}")
