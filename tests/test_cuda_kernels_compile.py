@@ -29,7 +29,8 @@ ALL = FLOATS + ("i32", "i64", "u8", "i8", "bool")
 def _expected_kernels() -> dict[str, list[str]]:
     act = [f"act_{d}_{t}" for d in ("fwd", "bwd") for t in FLOATS]
     layout = [f"{k}_{t}" for k in ("pad2d", "crop2d", "scale_hw", "bias_add", "bias_add_f32bias", "channel_sum",
-                                   "broadcast_hw") for t in FLOATS]
+                                   "channel_sum_rows", "channel_sum_partials", "broadcast_hw", "maxpool2d_bwd_nhwc")
+              for t in FLOATS]
     elem = [f"{k}_{t}" for k in ("binary", "scale", "axpy", "reduce_rows", "reduce_mid", "argmax", "all_finite",
                                  "random_crop_flip") for t in FLOATS]
     elem += [f"{k}_{t}_{i}" for k in ("accuracy_count", "top_k_count") for t in FLOATS for i in ("i32", "i64")]

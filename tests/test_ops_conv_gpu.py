@@ -66,7 +66,9 @@ def test_conv_forward_backward_match_numpy(rng, label, dtype, overrides, layout,
 
 
 @pytest.mark.parametrize("label, dtype, overrides", PRECISIONS[:1] + PRECISIONS[2:])
-@pytest.mark.parametrize("layout, shape", [("NCHW", (2, 5, 3, 4)), ("NHWC", (2, 3, 4, 5)), ("NCHW", (7, 5))])
+@pytest.mark.parametrize("layout, shape", [("NCHW", (2, 5, 3, 4)), ("NHWC", (2, 3, 4, 5)), ("NCHW", (7, 5)),
+                                           # channels-last with >= 256 rows: the two-pass row-block sums
+                                           ("NHWC", (16, 9, 11, 24)), ("NHWC", (8, 13, 7, 70)), ("NCHW", (3001, 33))])
 def test_bias_add_and_bias_backward(rng, label, dtype, overrides, layout, shape):
     y = quantize(random(rng, shape), dtype)
     c = shape[1] if (len(shape) == 4 and layout == "NCHW") else shape[-1]

@@ -18,6 +18,9 @@ CASES = [
     pytest.param((2, 3, 7, 9), 2, 2, "same", id="2x2-same-odd"),
     pytest.param((1, 2, 10, 7), (2, 3), (3, 2), (0, 1, 2, 0), id="explicit-asym"),
     pytest.param((3, 1, 5, 5), 5, 1, 0, id="global-window"),
+    # non-overlapping max pooling in NHWC runs dnnbind's own backward kernel; leftovers get 0
+    pytest.param((2, 5, 9, 7), 2, None, 0, id="2x2-leftover-row-col"),
+    pytest.param((3, 40, 6, 6), 3, 3, 0, id="3x3-s3-40ch"),
 ]
 
 

@@ -266,12 +266,24 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
 def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
     """``db[c] = sum of dy over every axis but the channel axis``, dtype of dy, shape (C,).
 
-    One block per channel sums in a fixed order, so the result is deterministic.
+    Every sum runs in a fixed order, so the result is deterministic. Channels-last data (NHWC,
+    or 2-d (rows, C)) takes two coalesced passes over row blocks; NCHW, whose channel planes
+    are contiguous, takes one block per channel.
     """
     s = cm.stream_of(stream)
     outer, c, inner = _channel_split(dy.shape, layout)
     db = cm.empty((c,), dy.dtype, s)
-    cm.launch_rows("layout.cu", f"channel_sum_{cm.suffix(dy.dtype)}", c,
+    sfx = cm.suffix(dy.dtype)
+    if inner == 1 and outer >= 256:
+        rows_per_block = max(64, -(-outer // 1024))  # at most 1024 partial rows
+        blocks = -(-outer // rows_per_block)
+        partial = cm.empty((blocks, c), cm.F64 if dy.dtype == cm.F64 else cm.F32, s)
+        cm.launch_rows("layout.cu", f"channel_sum_rows_{sfx}", blocks,
+                       (cm.p(dy), cm.p(partial), cm.i64(outer), cm.i64(c), cm.i64(rows_per_block)), s, block=256)
+        cm.launch("layout.cu", f"channel_sum_partials_{sfx}", c,
+                  (cm.p(partial), cm.p(db), cm.i64(blocks), cm.i64(c), cm.f64(1.0)), s)
+        return db
+    cm.launch_rows("layout.cu", f"channel_sum_{sfx}", c,
                    (cm.p(dy), cm.p(db), cm.i64(outer), cm.i64(c), cm.i64(inner), cm.f64(1.0)), s)
     return db
 

@@ -157,6 +157,9 @@ def pool2d_backward(dy: Any, x: Any, y: Any, *, params: PoolParams, layout: str 
                     stream: Any = None) -> Any:
     """``dx`` (the shape of ``x``) from ``dy``, the forward input ``x`` and output ``y``."""
     s = cm.stream_of(stream)
+    if (params.mode == "max" and layout == "NHWC" and params.window == params.stride
+            and params.pad == (0, 0, 0, 0)):
+        return _maxpool_backward_nhwc(dy, x, y, params, s)
     plan = _plan(x.shape, params, layout, x.dtype)
     dx = cm.empty(x.shape, x.dtype, s)
     xin = _padded(x, plan, s)
@@ -174,6 +177,20 @@ def pool2d_backward(dy: Any, x: Any, y: Any, *, params: PoolParams, layout: str 
         raise
     if plan.explicit is not None:
         crop_nchw(dxp, plan.x_dims, plan.explicit, layout, dx, s)
+    return dx
+
+
+def _maxpool_backward_nhwc(dy: Any, x: Any, y: Any, params: PoolParams, s: Any) -> Any:
+    """Non-overlapping NHWC max pooling: one coalesced kernel instead of cudnnPoolingBackward."""
+    n, h, w, c = (int(v) for v in x.shape)
+    oh, ow = int(y.shape[1]), int(y.shape[2])
+    kh, kw = params.window
+    dx = cm.empty(x.shape, x.dtype, s)
+    if oh * kh != h or ow * kw != w:  # leftover rows/columns get no gradient
+        dx.fill_zero(s)
+    cm.launch("layout.cu", f"maxpool2d_bwd_nhwc_{cm.suffix(x.dtype)}", int(dy.size),
+              (cm.p(x), cm.p(y), cm.p(dy), cm.p(dx), cm.i64(int(dy.size)), cm.i32(h), cm.i32(w), cm.i32(c),
+               cm.i32(oh), cm.i32(ow), cm.i32(kh), cm.i32(kw)), s)
     return dx
 
 
