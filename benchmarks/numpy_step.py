@@ -10,19 +10,32 @@ timed twice on the NumPy backend: ``ops`` is the step written directly with
 user runs, ``dnnbind.Sequential`` (the Keras example's layers, softmax output,
 sparse categorical cross-entropy, Adam) and ``train_on_batch`` after
 ``dnnbind.set_default_device("cpu")``. torch runs the same step when it is
-importable, with as many threads as there are cores. The contenders run in
-alternating blocks so that a busy neighbour slows all of them; prints the median
-milliseconds per step and the ratios, plus the BLAS/OpenMP thread pools in use
-(through ``threadpoolctl`` when it is installed).
+importable, with as many threads as there are cores.
 
-    python benchmarks/numpy_step.py [--steps 30] [--batch 128] [--only ops,sequential,torch]
+Each contender runs in its own worker process (a process holding torch changes
+glibc's allocator thresholds, and with them the NumPy backend's speed, so one shared
+process would not measure what a user gets), and the workers run alternating blocks
+of steps, with a pause between blocks for the previous one's spinning BLAS/OpenMP
+threads to park, so that a busy neighbour on a shared machine slows all of them
+rather than whichever ran during the busy spell. Prints the median milliseconds per
+step, the ratios to torch, and each worker's BLAS/OpenMP thread pools (through
+``threadpoolctl`` when it is installed).
+
+    python benchmarks/numpy_step.py [--steps 30] [--blocks 3] [--batch 128] [--only ops,sequential,torch]
+
+Contenders: ``ops``, ``sequential``, ``torch`` (with the same glibc malloc thresholds as
+dnnbind sets for itself: the ratios are against this one) and ``torch_default_malloc``
+(glibc's defaults, as a plain torch script runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -152,59 +165,142 @@ def torch_step_fn(params: dict[str, np.ndarray]):
     return step
 
 
-def time_steps(steps_by_name: dict, x, labels, steps: int, warmup: int = 3, blocks: int = 3) -> dict:
-    """Median ms/step of each step function.
+def make_inputs(batch: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    x = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, batch).astype(np.int64)
+    return x, labels, make_params(rng)
 
-    Each runs ``steps`` steps in ``blocks`` back-to-back blocks (as in training, so torch's
-    thread pool stays warm), the blocks of the contenders alternating so that a busy
-    neighbour on a shared machine slows both rather than whichever ran during the busy spell.
-    """
-    times: dict = {name: [] for name in steps_by_name}
-    per_block = max(1, steps // blocks)
+
+MAKERS = {
+    "ops": lambda params: NumpyStep({k: v.copy() for k, v in params.items()}),
+    "sequential": sequential_step_fn,
+    "torch": torch_step_fn,
+    "torch_default_malloc": torch_step_fn,
+}
+
+# The glibc thresholds dnnbind's NumPy backend sets for itself (dnnbind.ops._host_memory), given
+# to the "torch" worker through the environment so that both frameworks reuse freed memory;
+# "torch_default_malloc" runs with glibc's defaults, as a plain torch script does (on the
+# 2-core machine of issue 3 that is ~1.5x slower: every step page-faults its buffers anew).
+TORCH_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
+def describe(name: str) -> str:
+    if name == "ops":
+        return "dnnbind NumPy, ops-level step"
+    if name == "sequential":
+        return "dnnbind NumPy, Sequential.train_on_batch"
+    import torch
+
+    label = f"torch {torch.__version__} CPU ({torch.get_num_threads()} threads)"
+    return label + (", glibc malloc defaults" if name == "torch_default_malloc" else "")
+
+
+def run_block(step, x, labels, warmup: int, steps: int) -> list[float]:
+    for _ in range(warmup):
+        step(x, labels)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step(x, labels)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def worker(name: str, batch: int) -> None:
+    """Build one contender, then run a block per ``"<warmup> <steps>"`` line on stdin (JSON replies)."""
+    x, labels, params = make_inputs(batch)
+    try:
+        step = MAKERS[name](params)
+    except ImportError as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+        return
+    print(json.dumps({"label": describe(name), "threads": thread_pools()}), flush=True)
+    for line in sys.stdin:
+        warmup, steps = (int(v) for v in line.split())
+        print(json.dumps(run_block(step, x, labels, warmup, steps)), flush=True)
+
+
+def time_isolated(names: list[str], batch: int, steps: int, blocks: int, warmup: int = 3,
+                  pause_s: float = 0.3) -> tuple[dict, dict]:
+    """ms of every timed step of each contender, each in its own worker process, blocks alternating."""
+    procs, info = {}, {}
+    try:
+        for name in names:
+            env = dict(os.environ)
+            env.update(TORCH_MALLOC_ENV if name == "torch" else {})
+            procs[name] = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--worker", name, "--batch", str(batch)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        for name in list(procs):
+            reply = json.loads(procs[name].stdout.readline() or '{"error": "the worker died"}')
+            if "error" in reply:
+                print(f"{name}: not run ({reply['error']})")
+                procs.pop(name).stdin.close()
+            else:
+                info[name] = reply
+        times: dict = {name: [] for name in procs}
+        per_block = max(1, steps // blocks)
+        for _ in range(blocks):
+            for name, proc in procs.items():
+                time.sleep(pause_s)
+                proc.stdin.write(f"{warmup} {per_block}\n")
+                proc.stdin.flush()
+                times[name] += json.loads(proc.stdout.readline())
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()
+            proc.wait()
+    return times, info
+
+
+def time_in_process(names: list[str], batch: int, steps: int, blocks: int, warmup: int = 3) -> tuple[dict, dict]:
+    """As :func:`time_isolated`, all contenders in this process (for profiling)."""
+    x, labels, params = make_inputs(batch)
+    contenders, info = {}, {}
+    for name in names:
+        try:
+            contenders[name] = MAKERS[name](params)
+            info[name] = {"label": describe(name), "threads": ""}
+        except ImportError as exc:
+            print(f"{name}: not run ({exc})")
+    times: dict = {name: [] for name in contenders}
     for _ in range(blocks):
-        for name, step in steps_by_name.items():
-            for _ in range(warmup):
-                step(x, labels)
-            for _ in range(per_block):
-                t0 = time.perf_counter()
-                step(x, labels)
-                times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+        for name, step in contenders.items():
+            times[name] += run_block(step, x, labels, warmup, max(1, steps // blocks))
+    for name in info:
+        info[name]["threads"] = thread_pools()
+    return times, info
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per contender")
+    parser.add_argument("--blocks", type=int, default=3, help="alternating blocks the steps are split into")
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--only", default="ops,sequential,torch", help="comma-separated contenders")
+    parser.add_argument("--only", default=",".join(MAKERS), help="comma-separated contenders")
+    parser.add_argument("--in-process", action="store_true", help="run every contender in this process")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    wanted = set(args.only.split(","))
-
-    rng = np.random.default_rng(0)
-    x = rng.random((args.batch, 28, 28, 1), dtype=np.float32)
-    labels = rng.integers(0, 10, args.batch).astype(np.int64)
-    params = make_params(rng)
-
-    makers = {"ops": lambda: NumpyStep({k: v.copy() for k, v in params.items()}),
-              "sequential": lambda: sequential_step_fn(params), "torch": lambda: torch_step_fn(params)}
-    contenders = {}
-    for name, make in makers.items():
-        if name in wanted:
-            try:
-                contenders[name] = make()
-            except ImportError as exc:
-                print(f"{name}: not run ({exc})")
-    ms = time_steps(contenders, x, labels, args.steps)
-    print(f"thread pools: {thread_pools()} ({os.cpu_count()} cores)")
-    labels_ = {"ops": "dnnbind NumPy, ops-level step", "sequential": "dnnbind NumPy, Sequential.train_on_batch"}
-    if "torch" in ms:
-        import torch
-
-        labels_["torch"] = f"torch {torch.__version__} CPU ({torch.get_num_threads()} threads)"
-    for name, value in ms.items():
-        ratio = f"  {value / ms['torch']:.2f}x torch" if "torch" in ms and name != "torch" else ""
-        print(f"{labels_[name]:45s} {value:8.2f} ms/step{ratio}")
-    print(f"(median of {args.steps} steps each, batch {args.batch}; goal <= 1.5x torch)")
+    if args.worker:
+        worker(args.worker, args.batch)
+        return
+    names = [name for name in MAKERS if name in set(args.only.split(","))]
+    timer = time_in_process if args.in_process else time_isolated
+    times, info = timer(names, args.batch, args.steps, args.blocks)
+    print(f"{os.cpu_count()} cores; thread pools per contender:")
+    for name in times:
+        print(f"  {name}: {info[name]['threads']}")
+    med = {name: statistics.median(t) for name, t in times.items()}
+    low = {name: min(t) for name, t in times.items()}
+    print(f"{'ms/step':58s} {'median':>8s} {'min':>8s}  ratio of medians (of minima)")
+    for name in times:
+        ratio = ""
+        if "torch" in times and name != "torch":
+            ratio = f"  {med[name] / med['torch']:.2f}x torch ({low[name] / low['torch']:.2f}x)"
+        print(f"{info[name]['label']:58s} {med[name]:8.2f} {low[name]:8.2f}{ratio}")
+    print(f"({args.steps} steps each in {args.blocks} alternating blocks, batch {args.batch}; goal <= 1.5x torch)")
 
 
 if __name__ == "__main__":

@@ -457,6 +457,11 @@ class ActivationFn:
             self._x, self._y = x, y
         return y
 
+    def remember(self, x: Any, y: Any) -> None:
+        """Keep what :meth:`backward` needs when the forward ran fused into another op."""
+        if self.kind is not None:
+            self._x, self._y = x, y
+
     def backward(self, dy: Any) -> Any:
         if self.kind is None:
             return dy

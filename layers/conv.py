@@ -115,6 +115,17 @@ class Conv2D(_ActivationMixin, Layer):
     def _forward(self, x, training, skip_softmax):
         x = self._cast_input(x)
         w = self._compute_weight(self.kernel)
+        act = self.activation
+        if self.bias is not None and act.kind in (None, "relu"):
+            # Kernel fusion: one cudnnConvolutionBiasActivationForward on the GPU (one pass less
+            # over the output on NumPy) instead of conv, bias add and activation.
+            y = ops.conv2d_bias_activation_forward(x, w, self._compute_weight(self.bias),
+                                                   activation=act.kind or "linear", **self._conv_kwargs())
+            self._skipped_softmax = False
+            if training:
+                self._x, self._w = x, w
+                act.remember(y, y)  # relu's gradient mask, x > 0, is y > 0
+            return y
         z = ops.conv2d_forward(x, w, **self._conv_kwargs())
         if self.bias is not None:
             z = ops.bias_add(z, self._compute_weight(self.bias), layout=self.layout)

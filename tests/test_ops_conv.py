@@ -195,3 +195,18 @@ def test_validation_messages(rng):
         ops.bias_add(x, np.zeros(4, np.float32))
     with pytest.raises(TypeError, match="conv2d_forward: x must be float16, bfloat16, float32 or float64"):
         ops.conv2d_forward(x.astype(np.int32), np.zeros((8, 3, 3, 3), np.int32))
+
+
+def test_bias_add_and_backward_channels_last_long_rows(rng):
+    # Wide enough for the tiled-row add and the gemv gradient; also in place and into out=.
+    y = random(rng, (3, 5, 7, 16)).astype(np.float32)
+    b = random(rng, (16,)).astype(np.float32)
+    expected = y + b
+    assert np.array_equal(ops.bias_add(y, b, layout="NHWC"), expected)
+    out = np.full_like(y, np.nan)
+    assert ops.bias_add(y, b, layout="NHWC", out=out) is out and np.array_equal(out, expected)
+    strided = y[:, ::2]
+    assert np.array_equal(ops.bias_add(strided, b, layout="NHWC"), strided + b)
+    db = ops.bias_backward(y, layout="NHWC")
+    assert db.dtype == np.float32 and rel_error(db, y.astype(np.float64).sum(axis=(0, 1, 2))) < 1e-6
+    assert ops.bias_add(y, b, layout="NHWC", out=y) is y and np.array_equal(y, expected)

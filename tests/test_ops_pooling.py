@@ -126,3 +126,17 @@ def test_pool_validation(rng):
         ops.pool2d_backward(x, x, x[:, :, :2, :2].copy(), window=2)
     with pytest.raises(ValueError, match="smaller than the window"):
         ops.pool2d_forward(x, window=2, padding=2)
+
+
+@pytest.mark.parametrize("shape, window", [((3, 11, 11, 5), 2), ((2, 9, 10, 3), (3, 2)), ((2, 7, 7, 4), 3)])
+def test_nhwc_fast_path_matches_the_general_path_with_many_ties(rng, shape, window):
+    # ReLU-like inputs rounded to one decimal: many windows hold several equal maxima (zeros
+    # above all), and the fast NHWC path must route each window's gradient to the first.
+    x = np.maximum(random(rng, shape), 0).round(1).astype(np.float32)
+    y = ops.pool2d_forward(x, window=window, layout="NHWC")
+    dy = random(rng, y.shape).astype(np.float32)
+    dx = ops.pool2d_backward(dy, x, y, window=window, layout="NHWC")
+    nchw = [np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in (dy, x, y)]
+    assert np.array_equal(ops.pool2d_forward(nchw[1], window=window).transpose(0, 2, 3, 1), y)
+    assert np.array_equal(dx, ops.pool2d_backward(*nchw, window=window).transpose(0, 2, 3, 1))
+    assert np.count_nonzero(dx) <= y.size

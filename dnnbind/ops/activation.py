@@ -159,7 +159,11 @@ def _forward(x: np.ndarray, kind: str, alpha: "float | None", out: "np.ndarray |
 
 def _backward(dy: np.ndarray, x: np.ndarray, y: np.ndarray, kind: str, alpha: "float | None") -> np.ndarray:
     if kind == "relu":
-        return dy * (x > 0)
+        # dy * (x > 0), but with the mask turned into floats in one vectorised cast first:
+        # NumPy's float-by-bool multiply casts inside its loop and is ~25% slower overall.
+        dx = np.greater(x, 0).view(np.uint8).astype(dy.dtype)
+        dx *= dy
+        return dx
     if kind == "sigmoid":
         return dy * y * (1 - y)
     if kind == "tanh":

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._dispatch import as_array, check_float, check_out, check_same_dtype, finish, route, to_compute
+from ._host_memory import tune_malloc_once
 from ._params import ConvParams, as_pair, check_layout, resolve_padding
 from .activation import _forward as _activation_forward, resolve_activation
 
@@ -81,6 +82,42 @@ def conv_params(
     layout: str,
 ) -> tuple[ConvParams, tuple[int, int, int, int]]:
     """Check a convolution's geometry; return its :class:`ConvParams` and the output shape (in ``layout``)."""
+    # Memo of accepted geometries: every training step repeats the same few. Only exact
+    # Python ints/strs (and tuples of ints) are memoised, so that True, 1.0 or a NumPy
+    # integer, which hash like 1, still go through the checks below and get their errors.
+    key = None
+    if (_plain(stride) and _plain(padding) and _plain(dilation) and type(groups) is int
+            and type(x_shape) is tuple and type(w_shape) is tuple):
+        key = (op, x_shape, w_shape, stride, padding, dilation, groups, layout)
+        hit = _conv_params_memo.get(key)
+        if hit is not None:
+            return hit
+    result = _conv_params(op, x_shape, w_shape, stride=stride, padding=padding, dilation=dilation,
+                          groups=groups, layout=layout)
+    if key is not None:
+        if len(_conv_params_memo) >= 4096:
+            _conv_params_memo.clear()
+        _conv_params_memo[key] = result
+    return result
+
+
+_conv_params_memo: dict = {}
+
+
+def _plain(value: Any) -> bool:
+    t = type(value)
+    if t is int or t is str:
+        return True
+    if t is tuple:
+        for v in value:
+            if type(v) is not int:
+                return False
+        return True
+    return False
+
+
+def _conv_params(op: str, x_shape: Sequence[int], w_shape: Sequence[int], *, stride: Any, padding: Any,
+                 dilation: Any, groups: int, layout: str) -> tuple[ConvParams, tuple[int, int, int, int]]:
     n, c, h, w = _nchw(x_shape, layout)
     k, cg, r, s = _kcrs(w_shape, layout)
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
@@ -199,6 +236,7 @@ def _im2col_narrow(x: np.ndarray, p: ConvParams, r: int, s: int, oh: int, ow: in
 
 def _conv_forward_nhwc(x: np.ndarray, w: np.ndarray, p: ConvParams, b: "np.ndarray | None" = None) -> np.ndarray:
     """NHWC convolution, plus the bias ``b`` (K,) when given."""
+    tune_malloc_once()
     n, h, wd, c = x.shape
     k, r, s, cg = w.shape
     g = p.groups
@@ -232,12 +270,23 @@ def _conv_backward_data_nhwc(dy: np.ndarray, w: np.ndarray, x_shape_nhwc: Sequen
         # image, so the col2im adds below run over whole (OW, C) rows.
         wrs = w.reshape(k, r * s, c).transpose(1, 0, 2)  # (RS, K, C)
         dcols = np.matmul(dy.reshape(m, k), wrs)
-        dxp = np.zeros((n, h + t + b, wd + l + rp, c), dtype=dcols.dtype)
-        for i in range(r):
-            for j in range(s):
-                dxp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] += (
-                    dcols[i * s + j].reshape(n, oh, ow, c)
-                )
+        shape = (n, h + t + b, wd + l + rp, c)
+        if sh == 1 and sw == 1:
+            # The first kernel position covers the block [0, OH) x [0, OW) densely: assign it and
+            # zero only the rest, instead of zero-filling everything and adding.
+            dxp = np.empty(shape, dtype=dcols.dtype)
+            dxp[:, :oh, :ow] = dcols[0].reshape(n, oh, ow, c)
+            dxp[:, oh:] = 0
+            dxp[:, :oh, ow:] = 0
+            first = 1
+        else:
+            dxp = np.zeros(shape, dtype=dcols.dtype)
+            first = 0
+        for pos in range(first, r * s):
+            i, j = divmod(pos, s)
+            dxp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] += (
+                dcols[pos].reshape(n, oh, ow, c)
+            )
         return dxp[:, t:t + h, l:l + wd, :]
     dyg = dy.reshape(m, g, k // g).transpose(1, 0, 2)  # (G, M, Kg)
     dcols = np.matmul(dyg, w.reshape(g, k // g, r * s * cg))  # (G, M, RSCg)
@@ -259,11 +308,54 @@ def _conv_backward_filter_nhwc(x: np.ndarray, dy: np.ndarray, w_shape_krsc: Sequ
     m = n * oh * ow
     if g == 1 and cg <= _NARROW_CHANNELS:
         cols_t = _im2col_narrow(x, p, r, s, oh, ow, ones_row=False)  # (RSC, M)
-        return np.matmul(dy.reshape(m, k).T, cols_t.T).reshape(k, r, s, cg)
+        # (RSC, M) @ (M, K) reads dy row by row: faster than the transposed product for a tall dy.
+        return np.matmul(cols_t, dy.reshape(m, k)).T.reshape(k, r, s, cg)
     cols = _im2col(x, p, r, s, oh, ow)  # (G, M, RSCg)
     dyg = dy.reshape(m, g, k // g).transpose(1, 2, 0)  # (G, Kg, M)
     dw = np.matmul(dyg, cols)  # (G, Kg, RSCg)
     return dw.reshape(k, r, s, cg)
+
+
+# Channels-last bias add and bias gradient. NumPy's broadcast add and its reduction over the
+# leading axes run inner loops of only C elements; a bias tiled to a row of a few hundred
+# elements, and a BLAS gemv with a vector of ones, run over long contiguous rows instead
+# (about 1.5x and 4x faster on a 128x26x26x32 batch). The gemv sums in the same order class
+# as NumPy's axis-0 reduction (a running sum per channel, no pairwise summation).
+_BIAS_ROW = 512
+_ones_cache: dict = {}
+
+
+def _ones(n: int, dtype: np.dtype) -> np.ndarray:
+    ones = _ones_cache.get(dtype)
+    if ones is None or ones.shape[0] < n:
+        ones = np.ones(max(n, 1024), dtype=dtype)
+        ones.flags.writeable = False
+        _ones_cache[dtype] = ones
+    return ones[:n]
+
+
+def _bias_add_last(y: np.ndarray, b: np.ndarray, out: "np.ndarray | None") -> np.ndarray:
+    """``y + b`` over the last axis, into ``out`` when given (it may be ``y``)."""
+    c = y.shape[-1]
+    if y.ndim < 2 or not y.flags.c_contiguous or (out is not None and not out.flags.c_contiguous):
+        return np.add(y, b, out=out)
+    reps = 1
+    for d in reversed(y.shape[:-1]):  # merge trailing dims into the row while it is short
+        if c * reps >= _BIAS_ROW:
+            break
+        reps *= d
+    y2 = y.reshape(-1, c * reps)
+    res = np.add(y2, np.tile(b, reps), out=None if out is None else out.reshape(y2.shape))
+    return out if out is not None else res.reshape(y.shape)
+
+
+def _bias_backward_last(dy: np.ndarray) -> np.ndarray:
+    """Sum of a C-contiguous ``dy`` over every axis but the last."""
+    c = dy.shape[-1]
+    rows = dy.size // c if c else 0
+    if rows == 0 or dy.dtype not in (np.float32, np.float64):
+        return dy.reshape(rows, c).sum(axis=0)
+    return np.matmul(_ones(rows, dy.dtype), dy.reshape(rows, c))
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,7 +395,8 @@ def conv2d_forward(
     impl = route(op, "conv", x=x, w=w, out=out)
     if impl is not None:
         return impl.conv2d_forward(x, w, params=params, layout=layout, out=out, stream=stream)
-    y = _conv_forward_nhwc(_to_nhwc(to_compute(x), layout), _filter_krsc(to_compute(w), layout), params)
+    xc = to_compute(x)
+    y = _conv_forward_nhwc(_to_nhwc(xc, layout), _filter_krsc(to_compute(w), layout), params)
     return finish(np.ascontiguousarray(_from_nhwc(y, layout)) if out is None else _from_nhwc(y, layout), out, x.dtype)
 
 
@@ -425,6 +518,8 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
         return impl.bias_add(y, b, layout=layout, out=out, stream=stream)
     bb = b.reshape((-1, 1, 1)) if (y.ndim == 4 and axis == 1) else b
     if to_compute(y) is y:
+        if axis == y.ndim - 1:
+            return _bias_add_last(y, b, out)
         return np.add(y, bb, out=out)
     return finish(to_compute(y) + to_compute(bb), out, y.dtype)
 
@@ -442,8 +537,11 @@ def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
     impl = route(op, "conv", dy=dy)
     if impl is not None:
         return impl.bias_backward(dy, layout=layout, stream=stream)
+    dyc = to_compute(dy)
+    if axis == dy.ndim - 1 and dyc.flags.c_contiguous:
+        return _bias_backward_last(dyc).astype(dy.dtype, copy=False)
     axes = tuple(a for a in range(dy.ndim) if a != axis)
-    return to_compute(dy).sum(axis=axes).astype(dy.dtype, copy=False)
+    return dyc.sum(axis=axes).astype(dy.dtype, copy=False)
 
 
 def conv2d_bias_activation_forward(
@@ -492,7 +590,8 @@ def conv2d_bias_activation_forward(
         return impl.conv2d_bias_activation_forward(
             x, w, b, activation=kind, alpha=alpha, params=params, layout=layout, out=out, stream=stream
         )
-    y = _conv_forward_nhwc(_to_nhwc(to_compute(x), layout), _filter_krsc(to_compute(w), layout), params,
+    xc = to_compute(x)
+    y = _conv_forward_nhwc(_to_nhwc(xc, layout), _filter_krsc(to_compute(w), layout), params,
                            to_compute(b))
     y = _activation_forward(y, kind, alpha, y)
     return finish(np.ascontiguousarray(_from_nhwc(y, layout)) if out is None else _from_nhwc(y, layout), out, x.dtype)

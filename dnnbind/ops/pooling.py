@@ -20,6 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
+from ._host_memory import tune_malloc_once
 from ._params import PoolParams, as_pair, check_layout, resolve_padding
 
 __all__ = [
@@ -130,27 +131,57 @@ def _fast_path(p: PoolParams, layout: str) -> bool:
 
 
 def _pool_forward_fast(x: np.ndarray, p: PoolParams, oh: int, ow: int) -> np.ndarray:
-    (kh, kw) = p.window
+    (kh, kw), n, c = p.window, x.shape[0], x.shape[3]
+    combine = np.maximum if p.mode == "max" else np.add
     t = _tiles_nhwc(x, p, oh, ow)
-    rows = t[:, :, 0].copy()  # (N, OH, OW*KW, C): reduce the window rows first, over long runs
-    for i in range(1, kh):
-        if p.mode == "max":
-            np.maximum(rows, t[:, :, i], out=rows)
-        else:
-            rows += t[:, :, i]
-    rows = rows.reshape(x.shape[0], oh, ow, kw, x.shape[3])
-    acc = rows[:, :, :, 0].copy()
-    for j in range(1, kw):
-        if p.mode == "max":
-            np.maximum(acc, rows[:, :, :, j], out=acc)
-        else:
-            acc += rows[:, :, :, j]
+    # Reduce the window rows first, over long runs; the first combine allocates its result, so
+    # no pass is spent copying the first row or column.
+    rows = combine(t[:, :, 0], t[:, :, 1]) if kh > 1 else t[:, :, 0].copy()  # (N, OH, OW*KW, C)
+    for i in range(2, kh):
+        combine(rows, t[:, :, i], out=rows)
+    rows = rows.reshape(n, oh, ow, kw, c)
+    acc = combine(rows[:, :, :, 0], rows[:, :, :, 1]) if kw > 1 else rows[:, :, :, 0].copy()
+    for j in range(2, kw):
+        combine(acc, rows[:, :, :, j], out=acc)
     if p.mode != "max":
         acc /= kh * kw
     return acc
 
 
+def _windows_nhwc(x: np.ndarray, p: PoolParams, oh: int, ow: int) -> np.ndarray:
+    """Non-overlapping windows of an NHWC array as an ``(N, OH, KH, OW, KW, C)`` view."""
+    (kh, kw), (sn, sh, sw, sc) = p.window, x.strides
+    return as_strided(x, shape=(x.shape[0], oh, kh, ow, kw, x.shape[3]),
+                      strides=(sn, sh * kh, sh, sw * kw, sw, sc), writeable=x.flags.writeable)
+
+
+def _max_pool_backward_fast(dy: np.ndarray, x: np.ndarray, y: np.ndarray, p: PoolParams, oh: int,
+                            ow: int) -> np.ndarray:
+    """Max-pool gradient for the fast-path geometry, in three broadcast passes over ``x``.
+
+    The hits ``x == y`` are stored one contiguous plane per window position, so that the
+    first-maximum rule (each position loses to the hits of the positions before it) runs
+    over long contiguous runs; the comparison and the final ``dy * hit`` each take one
+    call over the whole input instead of one per window position.
+    """
+    (kh, kw), (n, h, w, c) = p.window, x.shape
+    hits = np.empty((kh, kw, n, oh, ow, c), dtype=bool)
+    hits_view = hits.transpose(2, 3, 0, 4, 1, 5)  # (N, OH, KH, OW, KW, C), as the windows
+    np.equal(_windows_nhwc(x, p, oh, ow), y[:, :, None, :, None, :], out=hits_view)
+    planes = hits.reshape(kh * kw, n, oh, ow, c)
+    claimed = planes[0].copy() if kh * kw > 2 else planes[0]
+    for k in range(1, kh * kw):
+        np.greater(planes[k], claimed, out=planes[k])  # hit and not claimed before
+        if k < kh * kw - 1:
+            np.logical_or(claimed, planes[k], out=claimed)
+    exact = oh * kh == h and ow * kw == w
+    dx = np.empty_like(x, dtype=dy.dtype) if exact else np.zeros_like(x, dtype=dy.dtype)
+    np.multiply(dy[:, :, None, :, None, :], hits_view, out=_windows_nhwc(dx, p, oh, ow))
+    return dx
+
+
 def _pool_forward(x: np.ndarray, p: PoolParams, layout: str) -> np.ndarray:
+    tune_malloc_once()
     h, w = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
     oh, ow = p.output_hw((h, w))
     if _fast_path(p, layout):
@@ -173,6 +204,8 @@ def _pool_forward(x: np.ndarray, p: PoolParams, layout: str) -> np.ndarray:
 def _pool_backward(dy: np.ndarray, x: np.ndarray, y: np.ndarray, p: PoolParams, layout: str) -> np.ndarray:
     h, w = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
     oh, ow = p.output_hw((h, w))
+    if p.mode == "max" and _fast_path(p, layout):
+        return _max_pool_backward_fast(dy, x, y, p, oh, ow)
     t, b, l, r = p.pad
     shape = list(x.shape)
     ah, aw = (2, 3) if layout == "NCHW" else (1, 2)

@@ -310,8 +310,9 @@ def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = 
 
     relu and linear go through cudnnConvolutionBiasActivationForward for float32/float16
     (linear only with the IMPLICIT_PRECOMP_GEMM algorithm, the one cuDNN allows with an
-    identity activation); other cases, or a configuration cuDNN refuses, run conv, bias add
-    and the activation as three launches (same numbers).
+    identity activation); other cases, or a configuration cuDNN refuses (remembered per
+    geometry in ``_FUSED_UNSUPPORTED``, silently), run conv, bias add and the activation as
+    three launches (same numbers).
     """
     s = cm.stream_of(stream)
     g = _geometry(x.shape, w.shape, params, layout, x.dtype)
@@ -353,10 +354,9 @@ def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = 
                     exc.context.setdefault(name, value)
                 exc.add_context()
                 raise
+            # Not a failure: cuDNN's fused kernels cover fewer configurations than the separate
+            # calls. Remembered, so the refusal costs one call per geometry; the numbers match.
             _FUSED_UNSUPPORTED.add(g)
-            cm.warn_once(("fused", g), "conv2d_bias_activation_forward: cuDNN's fused kernel does not support "
-                         f"this configuration ({exc.status_name}); running conv, bias and {activation} "
-                         "separately")
     from . import activation as act_mod
 
     y = conv2d_forward(x, w, params=params, layout=layout, out=out, stream=s)
