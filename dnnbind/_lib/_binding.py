@@ -31,6 +31,24 @@ class Binding:
         self._raw: dict[str, Callable[..., int]] = {}
         self._lock = threading.Lock()
 
+    def module_hooks(self, namespace: dict) -> "tuple[Callable[[str], Any], Callable[[], list[str]]]":
+        """``(__getattr__, __dir__)`` for the module that binds this library (PEP 562).
+
+        C function names become checked wrappers, built on first use (loading the library
+        then, never at import) and kept as module globals, so later lookups are dict hits.
+        """
+        def __getattr__(name: str) -> Any:
+            if name in self.signatures:
+                wrapper = self.checked(name)
+                namespace[name] = wrapper
+                return wrapper
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+
+        def __dir__() -> list[str]:
+            return sorted(set(namespace) | set(self.signatures))
+
+        return __getattr__, __dir__
+
     def library(self) -> ctypes.CDLL:
         """The loaded library with every declared function's argtypes/restype set."""
         if self._lib is not None:

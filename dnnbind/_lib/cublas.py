@@ -214,14 +214,4 @@ call = _binding.call
 # are the shared Binding methods; module attributes named after C functions are checked wrappers.
 
 
-def __getattr__(name: str) -> Any:
-    # Built on first access (loading the library then), then a plain module global.
-    if name in SIGNATURES:
-        wrapper = _binding.checked(name)
-        globals()[name] = wrapper
-        return wrapper
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(SIGNATURES))
+__getattr__, __dir__ = _binding.module_hooks(globals())

@@ -603,15 +603,4 @@ call = _binding.call
 # are the shared Binding methods; module attributes named after C functions are checked wrappers.
 
 
-def __getattr__(name: str) -> Any:
-    # PEP 562: build the checked wrapper on first use and keep it as a module global, so
-    # later lookups are plain dict hits (the library is loaded here, never at import).
-    if name in SIGNATURES:
-        wrapper = _binding.checked(name)
-        globals()[name] = wrapper
-        return wrapper
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(SIGNATURES))
+__getattr__, __dir__ = _binding.module_hooks(globals())

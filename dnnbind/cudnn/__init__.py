@@ -8,49 +8,8 @@ binding is :mod:`dnnbind._lib.cudnn`.
 from __future__ import annotations
 
 from .._lib.cudnn import cudart_version, version
-from ._descriptors import (
-    ActivationDescriptor,
-    ActivationInfo,
-    ConvolutionDescriptor,
-    ConvolutionInfo,
-    DropoutDescriptor,
-    DropoutInfo,
-    FilterDescriptor,
-    FilterInfo,
-    OpTensorDescriptor,
-    OpTensorInfo,
-    PoolingDescriptor,
-    PoolingInfo,
-    ReduceTensorDescriptor,
-    ReduceTensorInfo,
-    TensorDescriptor,
-    TensorInfo,
-    data_type,
-    dtype_of,
-)
+from . import _descriptors
+from ._descriptors import *  # noqa: F401,F403  (the descriptors and their records; see its __all__)
 from ._handle import Handle, get_handle
 
-__all__ = [
-    "Handle",
-    "get_handle",
-    "version",
-    "cudart_version",
-    "data_type",
-    "dtype_of",
-    "TensorDescriptor",
-    "FilterDescriptor",
-    "ConvolutionDescriptor",
-    "PoolingDescriptor",
-    "ActivationDescriptor",
-    "DropoutDescriptor",
-    "OpTensorDescriptor",
-    "ReduceTensorDescriptor",
-    "TensorInfo",
-    "FilterInfo",
-    "ConvolutionInfo",
-    "PoolingInfo",
-    "ActivationInfo",
-    "DropoutInfo",
-    "OpTensorInfo",
-    "ReduceTensorInfo",
-]
+__all__ = ["Handle", "get_handle", "version", "cudart_version", *_descriptors.__all__]
