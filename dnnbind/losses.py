@@ -1,7 +1,7 @@
 """Losses with Keras 3 names, computed by ``dnnbind.ops`` (value and gradient in one call).
 
 Every loss returns the mean over the batch (Keras's ``"sum_over_batch_size"``) as a 0-d float32
-array on the predictions' device, together with the gradient w.r.t. the predictions (already
+array (float64 for float64 predictions) on the predictions' device, together with the gradient w.r.t. the predictions (already
 divided by the batch size). A final softmax with ``from_logits=False`` crossentropy is fused by
 the model: the loss then sees the logits.
 """

@@ -329,6 +329,8 @@ class Sequential:
         test and predict steps as CUDA graphs (the first step of each batch shape runs eagerly, the
         second is captured, later ones replay it); ``False`` runs every step eagerly. On the NumPy
         backend steps always run eagerly (``True`` warns). ``run_eagerly=True`` also means eager.
+        ``steps_per_execution`` is accepted and has no effect: a replayed CUDA graph already costs
+        one launch per step.
         """
         if loss is None:
             raise ValueError(f"Sequential '{self.name}': compile needs a loss, e.g. "
@@ -701,8 +703,9 @@ class Sequential:
         self._require_compiled("fit")
         if class_weight is not None or sample_weight is not None:
             raise NotImplementedError("fit: class_weight and sample_weight are not supported")
-        if steps_per_epoch is not None:
-            raise NotImplementedError("fit: steps_per_epoch is not supported (arrays are consumed whole)")
+        if steps_per_epoch is not None or validation_steps is not None:
+            raise NotImplementedError("fit: steps_per_epoch and validation_steps are not supported (arrays are "
+                                      "consumed whole)")
         batch_size = 32 if batch_size is None else int(batch_size)
         if batch_size < 1:
             raise ValueError(f"fit: batch_size must be >= 1, got {batch_size}")
@@ -787,6 +790,8 @@ class Sequential:
         self._require_compiled("evaluate")
         if sample_weight is not None:
             raise NotImplementedError("evaluate: sample_weight is not supported")
+        if steps is not None:
+            raise NotImplementedError("evaluate: steps is not supported (arrays are consumed whole)")
         batch_size = 32 if batch_size is None else int(batch_size)
         x, y = self._check_xy(x, y, "evaluate")
         verbose = _resolve_verbose(verbose)
@@ -809,8 +814,11 @@ class Sequential:
         batch_size = 32 if batch_size is None else int(batch_size)
         x = self._check_x(x, "predict")
         verbose = _resolve_verbose(verbose)
+        if steps is not None:
+            raise NotImplementedError("predict: steps is not supported (arrays are consumed whole)")
         cbs = callbacks_module.CallbackList(callbacks or [], model=self)
         cbs.on_predict_begin()
+        bar = callbacks_module.Progbar(math.ceil(len(x) / batch_size), verbose=verbose) if verbose else None
         outputs = []
         for step, (xb, _) in enumerate(self._batches(x, None, batch_size, False, np.random.default_rng(0),
                                                      self._device_dataset(x, None))):
@@ -820,8 +828,8 @@ class Sequential:
         # read back after everything is queued, so the device never idles waiting for the host
         host = [backend.to_numpy(o) for o in outputs]
         result = np.concatenate(host, axis=0) if host else np.zeros((0, *self._output_shape), _F32)
-        if verbose:
-            callbacks_module.Progbar(len(outputs), verbose=verbose).update(len(outputs), {})
+        if bar is not None:
+            bar.update(len(outputs), {})
         cbs.on_predict_end()
         return result
 

@@ -113,3 +113,13 @@ def test_nan_loss_is_reported(model):
     x = np.full((4, 4, 4, 1), np.nan, np.float32)
     with pytest.warns(RuntimeWarning, match="epoch 1: the loss is nan"):
         model.fit(x, np.zeros(4), verbose=0)
+
+
+def test_unsupported_step_counts_are_refused_not_ignored(model):
+    x, y = np.ones((4, 4, 4, 1), np.float32), np.array([0, 1, 2, 0])
+    with pytest.raises(NotImplementedError, match="steps is not supported"):
+        model.predict(x, steps=1, verbose=0)
+    with pytest.raises(NotImplementedError, match="steps is not supported"):
+        model.evaluate(x, y, steps=1, verbose=0)
+    with pytest.raises(NotImplementedError, match="validation_steps"):
+        model.fit(x, y, validation_steps=1, verbose=0)

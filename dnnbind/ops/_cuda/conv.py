@@ -334,7 +334,7 @@ def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = 
                 size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, cdesc,
                                            _IMPLICIT_PRECOMP_GEMM)
                 if size is None:
-                    raise cm.CudnnError(9, "CUDNN_STATUS_NOT_SUPPORTED", "cudnnGetConvolutionForwardWorkspaceSize",
+                    raise cm.CudnnError(3000, "CUDNN_STATUS_NOT_SUPPORTED", "cudnnGetConvolutionForwardWorkspaceSize",
                                         "IMPLICIT_PRECOMP_GEMM cannot run this configuration")
                 choice = algo.AlgoChoice(_IMPLICIT_PRECOMP_GEMM, algo.math_for(g.dtype), size, cdesc, True,
                                          "fixed")
