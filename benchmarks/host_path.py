@@ -20,11 +20,9 @@ GPU rows measure enqueue time: the stream is synchronised only between timed bat
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
+import os
 import sys
-import time
-from typing import Callable
 
 import numpy as np
 
@@ -118,21 +116,9 @@ def install_fakes() -> None:
 
 # ------------------------------------------------------------------------------------ timing
 
-def _time(fn: Callable[[], object], repeat: int, sync: Callable[[], None] | None = None) -> float:
-    for _ in range(min(repeat, 200)):
-        fn()
-    if sync:
-        sync()
-    best = float("inf")
-    batch = max(repeat // 5, 1)
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        best = min(best, (time.perf_counter() - start) / batch)
-        if sync:
-            sync()
-    return best * 1e6
+# the same best-of-5-batches timer as host_overhead.py (scripts beside each other)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_overhead import _time  # noqa: E402
 
 
 def build_cases(fake: bool):
