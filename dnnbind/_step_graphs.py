@@ -14,7 +14,7 @@ Life of a step key ``(kind, stream, x shape/dtype, y shape/dtype, ops.config swi
 3. from then on: the batch is copied into the static buffers (device to device, outside the
    graph, or gathered straight into them by ``ops.take(..., out=)``), the learning rate is
    uploaded if it changed, and the graph is launched. Host-side counters the step advances in
-   Python (metric sample counts, ``optimizer.iterations``) are advanced by the amounts measured
+   Python (metric sample counts, the optimizer's update-count estimate) are advanced by the amounts measured
    during the capture.
 
 A capture that raises falls back to eager for that key with a warning naming the error; the
@@ -33,6 +33,8 @@ from __future__ import annotations
 import warnings
 from collections import OrderedDict
 from typing import Any, Callable
+
+from .errors import DnnbindError
 
 __all__ = ["StepGraphs", "CudaGraphBackend", "MAX_GRAPHS", "KINDS"]
 
@@ -62,6 +64,15 @@ class CudaGraphBackend:
         with capture(stream) as graph:
             fn()
         try:
+            if graph.outstanding_allocations:
+                # Graph memory the host still holds would alias memory the next replay reuses
+                # (see dnnbind.cuda.graph): a step must free everything it allocates.
+                left = graph.outstanding_allocations
+                shown = "; ".join(f"{what} ({nbytes:,} bytes)" for nbytes, what in left[:4])
+                raise DnnbindError(
+                    f"the step kept {len(left)} allocation(s) made during its capture alive after it: {shown}"
+                    f"{'; ...' if len(left) > 4 else ''}. A replayed step must free everything it allocates "
+                    "(this is a dnnbind bug: please report it)")
             graph.instantiate()
         except BaseException:
             graph.close()
@@ -142,7 +153,7 @@ class _Entry:
 def _config_key() -> tuple:
     from .ops import config
 
-    return (config.allow_tf32, config.deterministic, config.benchmark, config.workspace_limit)
+    return config.capture_key()
 
 
 def step_key(kind: str, stream_key: Any, x_shape: tuple, x_dtype: Any, y_shape: "tuple | None",

@@ -99,3 +99,15 @@ def test_dropout_replayed_in_a_graph_draws_fresh_masks(rng):
         masks.append(host(y) != 0)
     assert abs(masks[0].mean() - 0.5) < 0.05
     assert not np.array_equal(masks[0], masks[1]) and not np.array_equal(masks[1], masks[2])
+
+
+def test_capture_lists_the_allocations_that_outlive_it():
+    s = cuda.Stream()
+    kept = []
+    with cuda.capture(s) as graph:
+        kept.append(cuda.empty(256, np.float32, stream=s))  # still held when the capture ends
+        tmp = cuda.empty(64, np.float32, stream=s)  # freed inside the capture: a free node
+        del tmp
+    assert [nbytes for nbytes, _ in graph.outstanding_allocations] == [1024]
+    assert "(256,)" in graph.outstanding_allocations[0][1]
+    graph.close()

@@ -8,6 +8,14 @@ and not freed in it belongs to the graph and is released at the next launch.
 Allocations made before the capture and dropped during it are freed only after
 the capture ends (see :mod:`dnnbind.cuda.memory`), so replays never free them.
 
+Memory allocated during the capture and still held when it ends is the graph's *outstanding*
+memory (:attr:`Graph.outstanding_allocations` lists it): it is valid from a launch until the
+next launch of the same graph, and never once the graph is closed. Work that is replayed as a
+whole step (dnnbind's train/test/predict graphs) allows none: everything it allocates dies
+inside the capture, so no address the host keeps can point into graph memory. An allocation
+that outlived its capture and was cached on the host (an optimizer's pointer table, once)
+made compute-sanitizer report tens of thousands of invalid writes in the replayed step.
+
 Host-to-device uploads of constants during a capture (:func:`dnnbind.cuda.constant`, used
 for the optimizers' pointer tables) cannot allocate pinned memory (``cudaHostAlloc`` is
 refused while capturing), so each capture reserves a pinned upload arena before it starts;
@@ -17,12 +25,14 @@ the graph owns it, and every replay re-reads the same bytes.
 from __future__ import annotations
 
 import contextlib
+import gc
 import weakref
 from typing import Any, Iterator
 
 from ._util import check, rt
 from ..errors import DnnbindError
-from .memory import PinnedBuffer, capture_began, capture_ended, flush_deferred_frees
+from .memory import (PinnedBuffer, _capture_id, capture_began, capture_ended, capture_in_progress,
+                     defer_until_capture_ends, flush_deferred_frees, track_capture, untrack_capture)
 from .stream import Stream, as_stream
 
 __all__ = ["Graph", "capture", "upload_slot"]
@@ -64,6 +74,9 @@ _MODES = {
 
 
 def _destroy(graph_box: list, exec_box: list) -> None:
+    if capture_in_progress():  # cudaGraphExecDestroy during a capture would invalidate it
+        defer_until_capture_ends(_destroy, graph_box, exec_box)
+        return
     try:
         if exec_box[0] is not None:
             rt.cudaGraphExecDestroy(exec_box[0])
@@ -83,6 +96,8 @@ class Graph:
         self._finalizer = weakref.finalize(self, _destroy, self._graph, self._exec)
         self.stream: Stream | None = None
         self._uploads: "_UploadArena | None" = None  # pinned bytes the graph's copies read
+        self.outstanding_allocations: "list[tuple[int, str]]" = []
+        """``(bytes, what)`` of each allocation made during the capture and not freed in it."""
 
     @property
     def captured(self) -> bool:
@@ -127,6 +142,23 @@ def capture(stream: Any = None, *, mode: str = "thread_local", upload_bytes: int
     graph = Graph()
     graph.stream = s
     graph._uploads = _arenas[s.handle] = _UploadArena(upload_bytes)
+    # No cyclic garbage collection while capturing: a collection may run the finalizer of any
+    # unreachable object, and one that calls a CUDA API refused during capture (destroying an
+    # executable graph, a stream or a module, a synchronising free) invalidates the capture at
+    # a random point of the step. Reference-count frees are deterministic and stay.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with _capturing(s, graph, mode):
+            yield graph
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _capturing(s: Stream, graph: Graph, mode: str) -> Iterator[None]:
+    """Begin and end the capture on ``s``; record the allocations it leaves outstanding on ``graph``."""
     capture_began()
     try:
         check(rt.cudaStreamBeginCapture(s.handle, getattr(rt.cudaStreamCaptureMode, _MODES[mode])),
@@ -135,15 +167,18 @@ def capture(stream: Any = None, *, mode: str = "thread_local", upload_bytes: int
         _arenas.pop(s.handle, None)
         capture_ended()
         raise
+    capture_id = _capture_id(s.handle)
+    track_capture(capture_id)
     try:
         with s:
-            yield graph
+            yield
     except BaseException:
         _arenas.pop(s.handle, None)
         err, g = rt.cudaStreamEndCapture(s.handle)
         if not err and g is not None:
             rt.cudaGraphDestroy(g)
         rt.cudaGetLastError()
+        untrack_capture(capture_id)
         capture_ended()
         flush_deferred_frees()
         raise
@@ -151,6 +186,7 @@ def capture(stream: Any = None, *, mode: str = "thread_local", upload_bytes: int
     try:
         g = check(rt.cudaStreamEndCapture(s.handle), "cudaStreamEndCapture")
     finally:
+        graph.outstanding_allocations = untrack_capture(capture_id)
         capture_ended()
     graph._graph[0] = g
     flush_deferred_frees()

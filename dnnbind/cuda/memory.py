@@ -105,6 +105,30 @@ class _AllocRecord:
         self.capture_id = capture_id
 
 
+# Allocations made inside a capture begun by dnnbind.cuda.capture(), by capture id, with what they
+# were for: at the end of the capture, those not freed inside it are the graph's outstanding
+# allocations (Graph.outstanding_allocations). Only captures register here, so the eager hot
+# path pays one dict lookup on a capture id that is 0.
+_capture_allocs: "dict[int, list[tuple[_AllocRecord, Any]]]" = {}
+
+
+def track_capture(capture_id: int) -> None:
+    """Start recording the allocations made in capture ``capture_id``."""
+    _capture_allocs[capture_id] = []
+
+
+def untrack_capture(capture_id: int) -> "list[tuple[int, str]]":
+    """Stop recording ``capture_id``; ``[(bytes, what), ...]`` of its allocations still not freed."""
+    made = _capture_allocs.pop(capture_id, [])
+    left = []
+    for record, what in made:
+        if record.ptr:
+            if isinstance(what, tuple):
+                what = what[0].format(*what[1:])
+            left.append((record.nbytes, str(what) or "an allocation"))
+    return left
+
+
 # Re-entrant: a free may run from a garbage collection triggered while this thread holds it.
 _deferred_lock = threading.RLock()
 _deferred: list[_AllocRecord] = []
@@ -127,6 +151,20 @@ def capture_ended() -> None:
     global _captures_in_progress
     with _deferred_lock:
         _captures_in_progress -= 1
+
+
+def capture_in_progress() -> bool:
+    """Whether a capture begun through dnnbind.cuda.capture() is running, in any thread."""
+    return _captures_in_progress > 0
+
+
+_deferred_calls: list = []
+
+
+def defer_until_capture_ends(fn: Any, *args: Any) -> None:
+    """Call ``fn(*args)`` once no capture is in progress (cleanup that a capture would refuse)."""
+    with _deferred_lock:
+        _deferred_calls.append((fn, args))
 
 
 def _free(record: _AllocRecord) -> None:
@@ -164,6 +202,12 @@ def _free(record: _AllocRecord) -> None:
 
 def flush_deferred_frees() -> int:
     """Free allocations whose free was deferred by a capture that has ended; returns the count."""
+    if _deferred_calls and not _captures_in_progress:
+        with _deferred_lock:
+            calls = list(_deferred_calls)
+            _deferred_calls.clear()
+        for fn, args in calls:
+            fn(*args)
     if _deferred_host and not _captures_in_progress:
         with _deferred_lock:
             hosts = list(_deferred_host)
@@ -294,7 +338,12 @@ def alloc(nbytes: int, stream: Any = None, *, what: "str | tuple" = "") -> Alloc
                 free = total = None
             raise DeviceOutOfMemoryError(nbytes, free, total, index, what)
         check((err,), "cudaMallocAsync", nbytes=nbytes, device=index)
-    return Allocation(_AllocRecord(int(ptr), nbytes, s, index, capture_id))
+    record = _AllocRecord(int(ptr), nbytes, s, index, capture_id)
+    if capture_id:
+        made = _capture_allocs.get(capture_id)
+        if made is not None:
+            made.append((record, what))
+    return Allocation(record)
 
 
 def memory_info(device: Any = None) -> tuple[int, int]:

@@ -11,6 +11,11 @@
 
 Read them as module attributes (``config.allow_tf32``) or with :func:`get`; change them
 by assignment or temporarily with ``with config.override(allow_tf32=False): ...``.
+
+:func:`capture_key` is everything that changes which kernels a step launches: these settings
+and the module switches that implementations register with :func:`register_switches` (batch
+norm's path switches). Captured step graphs are keyed by it, so flipping any of them captures
+anew instead of replaying a stale graph.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["allow_tf32", "deterministic", "benchmark", "workspace_limit", "get", "override"]
+__all__ = ["allow_tf32", "deterministic", "benchmark", "workspace_limit", "get", "override", "capture_key",
+           "register_switches"]
 
 allow_tf32: bool = True
 deterministic: bool = False
@@ -30,6 +36,22 @@ workspace_limit: "int | None" = None
 _NAMES = ("allow_tf32", "deterministic", "benchmark", "workspace_limit")
 _lock = threading.RLock()
 _module = sys.modules[__name__]
+
+
+_switches: "dict[str, Callable[[], tuple]]" = {}
+
+
+def register_switches(owner: str, snapshot: "Callable[[], tuple]") -> None:
+    """Make ``snapshot()`` (a hashable tuple of ``owner``'s module switches) part of :func:`capture_key`."""
+    _switches[owner] = snapshot
+
+
+def capture_key() -> tuple:
+    """The settings and registered switches, as one hashable tuple (cheap: read before every step)."""
+    key = (allow_tf32, deterministic, benchmark, workspace_limit)
+    if _switches:
+        key += tuple((owner, snapshot()) for owner, snapshot in _switches.items())
+    return key
 
 
 def _check(name: str, value: Any) -> Any:

@@ -75,6 +75,14 @@ BF16_DIRECT: bool = True
 INFERENCE_KERNEL: bool = True
 """Channels-last inference through the NVRTC kernel (False: cudnnBatchNormalizationForwardInference)."""
 
+
+def _switches() -> tuple:
+    return (USE_PERSISTENT_NHWC, BN2D_PATH, BF16_DIRECT, INFERENCE_KERNEL)
+
+
+# They choose which kernels a step launches: a captured step graph must be keyed by them.
+cm.config().register_switches(__name__, _switches)
+
 # cudnnBatchNormMode_t / cudnnBatchNormOps_t (cudnn_ops_v9.h)
 _PER_ACTIVATION, _SPATIAL, _SPATIAL_PERSISTENT = 0, 1, 2
 _OPS_BN = 0

@@ -53,6 +53,11 @@ def _table(params: list, grads: list, states: Sequence["list | None"], stream) -
     # constant(), not to_device(): the table may first be needed while a train step is being
     # captured into a CUDA graph (the gradients' addresses are the graph's own then).
     entry = (constant(host, stream=stream), n, len(chunks))
+    if stream.is_capturing():
+        # Made inside a capture, the table is graph memory: it must die inside the capture (the
+        # graph frees it after the update and re-uploads it from its own pinned bytes at every
+        # replay). Cached, it would outlive the step as an allocation the graph still owned.
+        return entry
     _tables[key] = entry
     if len(_tables) > _TABLE_CACHE_SIZE:
         _tables.popitem(last=False)

@@ -118,7 +118,9 @@ def _map(plan: _Plan, stream) -> Any:
     if m is None:
         from ...cuda.array import constant
 
-        m = _maps[key] = constant(exclude_pad_map(plan.x_dims[2:], plan.params), stream=stream)
+        m = constant(exclude_pad_map(plan.x_dims[2:], plan.params), stream=stream)
+        if not stream.is_capturing():  # made in a capture it is graph memory: it dies with the step
+            _maps[key] = m
     return m
 
 

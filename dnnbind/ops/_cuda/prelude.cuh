@@ -71,11 +71,17 @@ __device__ __forceinline__ double m_min(double a, double b) { return fmin(a, b);
 __device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
 
+#define DNB_NEG_INF __int_as_float(0xff800000)
+#define DNB_NAN __int_as_float(0x7fc00000)
+
 #define GRID_STRIDE(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 // Block-wide reductions; blockDim.x must be a multiple of 32 and at most 1024. Every thread
-// gets the result. `scratch` needs 32 entries.
+// gets the result. `scratch` needs 32 entries. Lanes of warp 0 read the per-warp partials, then
+// lane 0 overwrites scratch[0] with the total: the __syncwarp() between them orders that read
+// and that write for every lane (racecheck reported the hazard without it), and lanes past the
+// last warp read the identity instead of scratch[0].
 template <typename A> __device__ __forceinline__ A warp_sum(A v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
     return v;
@@ -94,6 +100,7 @@ template <typename A> __device__ A block_sum(A v, A* scratch) {
     if (warp == 0) {
         r = lane < nwarps ? scratch[lane] : (A)0;
         r = warp_sum(r);
+        __syncwarp();
         if (lane == 0) scratch[0] = r;
     }
     __syncthreads();
@@ -106,8 +113,9 @@ template <typename A> __device__ A block_max(A v, A* scratch) {
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        A r = lane < nwarps ? scratch[lane] : scratch[0];
+        A r = lane < nwarps ? scratch[lane] : (A)DNB_NEG_INF;
         r = warp_max(r);
+        __syncwarp();
         if (lane == 0) scratch[0] = r;
     }
     __syncthreads();
@@ -117,5 +125,4 @@ template <typename A> __device__ A block_max(A v, A* scratch) {
 #define FOR_FLOAT_TYPES(M) M(float, f32) M(double, f64) M(half_t, f16) M(bf16_t, bf16)
 #define FOR_INDEX_TYPES(M) M(int, i32) M(i64, i64)
 
-#define DNB_NEG_INF __int_as_float(0xff800000)
-#define DNB_NAN __int_as_float(0x7fc00000)
+
