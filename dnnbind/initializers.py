@@ -1,7 +1,11 @@
 """Weight initialisers with Keras 3 names, defaults and fan computation.
 
 Initialisers run on the host (NumPy, float32 by default); layers then move the
-result to their device. Fans follow Keras: for a kernel of shape
+result to their device. A random initialiser given no seed draws one, when it is
+created, from dnnbind's seed generator (:func:`dnnbind.utils.set_random_seed` makes
+it reproducible).
+
+Fans follow Keras: for a kernel of shape
 ``(*receptive_field, fan_in_channels, fan_out_channels)`` (Keras layouts: Dense
 ``(in, out)``, Conv2D ``(kh, kw, in/groups, out)``), ``fan_in = prod(receptive
 field) * shape[-2]`` and ``fan_out = prod(receptive field) * shape[-1]``.
@@ -13,6 +17,8 @@ import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from .utils import draw_seed
 
 __all__ = [
     "Initializer",
@@ -63,11 +69,16 @@ class Initializer:
 
 
 class _Seeded(Initializer):
-    """An initialiser drawing from its own generator (seeded: reproducible; None: fresh entropy)."""
+    """An initialiser drawing from its own generator, advanced by every call.
+
+    ``seed=None`` draws the generator's seed, at creation, from dnnbind's seed generator
+    (:func:`dnnbind.utils.draw_seed`; reproducible after :func:`dnnbind.utils.set_random_seed`).
+    ``seed`` (what ``get_config`` returns) stays None, so a layer rebuilt from its config draws anew.
+    """
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
-        self._rng = np.random.default_rng(seed)
+        self._rng = np.random.default_rng(draw_seed() if seed is None else seed)
 
     def get_config(self) -> dict:
         return {"seed": self.seed}

@@ -5,6 +5,19 @@ count are 0-d arrays on that device, so a captured CUDA graph of a training step
 the current values; the learning rate array is rewritten (one tiny host-to-device copy) only
 when its value changes (a schedule, a callback).
 
+Step count: the device counter (int64, ``_step_array``) is the truth. Each ``apply`` advances it
+on the device with ``ops.advance_step`` unless the step's ``skip`` flag is set (dynamic loss
+scaling skips steps whose gradients overflowed), so Adam's bias correction and ``iterations``
+count applied updates only (Keras's LossScaleOptimizer). The host keeps an estimate without ever
+waiting for the device: ``_iterations`` counts the steps issued minus the skips it has seen, and
+``_unconfirmed`` the issued steps whose skip flag lived on the device (a CUDA graph replay
+advances both, like any host counter). Reading ``iterations`` returns the estimate when nothing
+is unconfirmed; otherwise it reads the device counter once (one stream synchronisation) and
+resets the estimate to it. A learning-rate schedule is evaluated at the estimate on the training
+path (no synchronisation per step), so after skipped steps it runs ahead by the number of skips
+until the next such read; the model reads it whenever it synchronises anyway (the loss scale's
+growth check, every ``growth_steps`` steps).
+
 Weight decay is decoupled, as in Keras 3: ``p -= lr * weight_decay * p`` before the update.
 """
 
@@ -139,8 +152,12 @@ class Optimizer:
     """Base class: holds the learning rate (float or schedule), the step count and per-parameter slots.
 
     ``apply(params, grads, grad_scale=None, skip=None)`` updates ``params`` in place
-    (``grad_scale`` multiplies the gradients first, for loss scaling; ``skip`` is a 0-d device flag:
-    non-zero skips the update without a host round trip).
+    (``grad_scale`` divides the gradients first, for loss scaling; ``skip`` is a 0-d int32 flag,
+    on the device for a device model: non-zero skips the update, the slots and the step count
+    without a host round trip).
+
+    ``iterations`` is the number of applied updates (skipped steps excluded); reading it may
+    synchronise once after device-flagged steps (see the module docstring).
     """
 
     _slot_names: tuple[str, ...] = ()
@@ -157,13 +174,15 @@ class Optimizer:
         if weight_decay is not None and weight_decay < 0:
             raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {weight_decay}")
         self.weight_decay = weight_decay
-        self.iterations = 0
+        # host estimate of the applied-update count, and how many issued steps it may overcount
+        # (their skip flags were on the device); both are host counters a graph replay advances
+        self._iterations = 0
+        self._unconfirmed = 0
         self._slots: list[dict[str, Any]] = []
         self._device = None
         self._lr_array = None
         self._lr_uploaded: float | None = None
         self._step_array = None
-        self._one = None
         # bumped whenever the state arrays are reallocated (build, set_state, to): CUDA graphs of a
         # training step address them, and a model drops its graphs when this changes
         self._state_version = 0
@@ -179,10 +198,53 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}: learning_rate must be a finite number >= 0, got {lr}")
         return lr
 
+    @property
+    def iterations(self) -> int:
+        """Applied updates so far (steps skipped for non-finite gradients excluded), as Keras.
+
+        Exact without touching the device unless steps were issued with a device ``skip`` flag since
+        the last read; then this reads the device step counter (one synchronisation of its stream).
+        """
+        if self._unconfirmed:
+            self._confirm_iterations()
+        return self._iterations
+
+    @iterations.setter
+    def iterations(self, value: int) -> None:
+        self._iterations = int(value)
+        self._unconfirmed = 0
+        if self._step_array is not None:  # the device counter is the truth: keep them equal
+            host = np.array(self._iterations, np.int64)
+            if backend.is_device_array(self._step_array):
+                self._step_array.copy_from_host(host)
+            else:
+                self._step_array[...] = host
+
+    def _confirm_iterations(self) -> None:
+        """Reset the host estimate to the device step counter (waits for the counter's stream)."""
+        if self._step_array is not None:
+            self._iterations = int(backend.to_numpy(self._step_array))
+        self._unconfirmed = 0
+
+    def _count_step(self, skip: Any) -> None:
+        """Advance the host estimate after one ``apply``: exactly when the flag is on the host."""
+        if skip is None:
+            self._iterations += 1
+        elif backend.is_device_array(skip):
+            self._iterations += 1
+            self._unconfirmed += 1
+        else:
+            self._iterations += int(int(np.asarray(skip)) == 0)
+
+    def _lr_at(self, step: int) -> float:
+        if isinstance(self._learning_rate, LearningRateSchedule):
+            return float(self._learning_rate(step))
+        return float(self._learning_rate)
+
     # Keras exposes learning_rate as a settable attribute (callbacks assign to it).
     @property
     def learning_rate(self) -> float:
-        """The current learning rate (a schedule is evaluated at the current step)."""
+        """The current learning rate (a schedule is evaluated at ``iterations``)."""
         if isinstance(self._learning_rate, LearningRateSchedule):
             return float(self._learning_rate(self.iterations))
         return float(self._learning_rate)
@@ -199,13 +261,15 @@ class Optimizer:
 
     # ----- state ----------------------------------------------------------------------------
     def build(self, params: Sequence[Any]) -> None:
-        """Create zeroed slots like each parameter, and the 0-d lr/step arrays, on the params' device."""
+        """Create zeroed slots like each parameter, and the 0-d lr (float32) and step count (int64)
+        arrays, on the params' device."""
+        iterations = self.iterations
         self._device = backend.device_of(params[0]) if params else backend.default_device()
         self._slots = [{name: ops.zeros_like(p) for name in self._slot_names_for(p)} for p in params]
-        self._lr_array = backend.asarray(np.array(self.learning_rate, np.float32), device=self._device)
-        self._lr_uploaded = self.learning_rate
-        self._step_array = backend.asarray(np.array(self.iterations, np.float32), device=self._device)
-        self._one = backend.asarray(np.array(1.0, np.float32), device=self._device)
+        lr = self._lr_at(iterations)
+        self._lr_array = backend.asarray(np.array(lr, np.float32), device=self._device)
+        self._lr_uploaded = lr
+        self._step_array = backend.asarray(np.array(iterations, np.int64), device=self._device)
         self._state_version += 1
         self.built = True
 
@@ -217,8 +281,9 @@ class Optimizer:
 
         ``stream``: where the upload is queued (default: the array's stream). A model running its
         step as a CUDA graph calls this before the launch, so the captured step never uploads.
+        A schedule is evaluated at the host estimate of the step count (never a device read).
         """
-        lr = self.learning_rate
+        lr = self._lr_at(self._iterations)
         if lr != self._lr_uploaded:
             host = np.array(lr, np.float32)
             if backend.is_device_array(self._lr_array):
@@ -232,10 +297,11 @@ class Optimizer:
         if not self.built or len(self._slots) != len(params):
             self.build(params)
         self._sync_lr()
-        # step += 1 on the device (Adam's bias correction uses the 1-based step), graph-replay safe
-        ops.axpy(1.0, self._one, self._step_array)
+        # step += 1 on the device unless skipped (Adam's bias correction reads the 1-based count of
+        # applied updates); the kernel reads the flag, so this is graph-replay safe with no host read
+        ops.advance_step(self._step_array, skip=skip)
         self._update(list(params), list(grads), grad_scale=grad_scale, skip=skip)
-        self.iterations += 1
+        self._count_step(skip)
 
     def _update(self, params, grads, *, grad_scale, skip) -> None:
         raise NotImplementedError
@@ -283,7 +349,7 @@ class Optimizer:
         dev = backend.resolve_device(device)
         move = lambda a: backend.asarray(backend.to_numpy(a), device=dev)  # noqa: E731
         self._slots = [{name: move(arr) for name, arr in slots.items()} for slots in self._slots]
-        self._lr_array, self._step_array, self._one = move(self._lr_array), move(self._step_array), move(self._one)
+        self._lr_array, self._step_array = move(self._lr_array), move(self._step_array)
         self._device = dev
         self._state_version += 1
 

@@ -1,10 +1,31 @@
-"""Small utilities with Keras names: ``to_categorical``, ``set_random_seed``."""
+"""Small utilities with Keras names: ``to_categorical``, ``set_random_seed``; dnnbind's seed generator.
+
+Seeding (as Keras 3): :func:`set_random_seed` seeds Python's ``random``, NumPy's global generator
+and dnnbind's own global seed generator. Everything random that is given no seed draws one from
+that generator with :func:`draw_seed`: an initialiser when it is created, a ``Dropout`` layer when
+it is created, an ``ops.DropoutState`` (hence the cuDNN dropout states) when it is created,
+``ops.random_crop_flip`` per call, and ``fit`` per call for its shuffling. So
+``set_random_seed(1)``, build and fit model A, ``set_random_seed(1)``, build and fit model B gives
+identical weights when the same draws happen in the same order (with
+``ops.config.deterministic = True`` on the GPU), while two models built without re-seeding differ.
+Until :func:`set_random_seed` is called the generator starts from fresh OS entropy.
+
+This module is a shared leaf (it imports only the standard library and NumPy), so that ``ops``,
+``initializers``, ``layers`` and ``models`` can all draw from the one generator.
+"""
 
 from __future__ import annotations
 
+import random
+import threading
+
 import numpy as np
 
-__all__ = ["to_categorical", "set_random_seed"]
+__all__ = ["to_categorical", "set_random_seed", "draw_seed"]
+
+_SEED_LIMIT = 2**32  # what np.random.seed accepts
+_seed_lock = threading.Lock()
+_seed_generator = np.random.default_rng()  # fresh entropy until set_random_seed
 
 
 def to_categorical(y, num_classes: int | None = None, dtype="float32") -> np.ndarray:
@@ -36,5 +57,30 @@ def to_categorical(y, num_classes: int | None = None, dtype="float32") -> np.nda
 
 
 def set_random_seed(seed: int) -> None:
-    """Seed NumPy's global generator (used when a layer or fit is given no seed)."""
+    """Seed Python's ``random``, NumPy's global generator and dnnbind's seed generator (Keras 3).
+
+    After it, every seed that dnnbind draws for an unseeded initialiser, dropout layer or state,
+    ``random_crop_flip`` call or ``fit`` shuffle comes from a stream fixed by ``seed``
+    (see the module docstring). ``seed``: an int in ``[0, 2**32)``.
+    """
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"set_random_seed: seed must be an int, got {type(seed).__name__} {seed!r}")
+    seed = int(seed)
+    if not 0 <= seed < _SEED_LIMIT:
+        raise ValueError(f"set_random_seed: seed must be in [0, 2**32), got {seed}")
+    global _seed_generator
+    random.seed(seed)
     np.random.seed(seed)
+    with _seed_lock:
+        # its own stream (a PCG64 from the seed), distinct from NumPy's global MT19937 one
+        _seed_generator = np.random.default_rng(seed)
+
+
+def draw_seed() -> int:
+    """The next seed (an int in ``[0, 2**63)``) of dnnbind's global seed generator (thread-safe).
+
+    What an unseeded initialiser, dropout layer/state, ``random_crop_flip`` or ``fit`` uses, so
+    that :func:`set_random_seed` makes them reproducible.
+    """
+    with _seed_lock:
+        return int(_seed_generator.integers(0, 2**63))

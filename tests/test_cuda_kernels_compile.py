@@ -40,6 +40,7 @@ def _expected_kernels() -> dict[str, list[str]]:
     losses = [f"{k}_{t}_{lab}" for k in ("softmax_xent", "probs_xent") for t in FLOATS for lab in ("i32", "i64", "dense")]
     losses += [f"elementwise_loss_{t}" for t in FLOATS] + ["sum_to_scalar_f32", "sum_to_scalar_f64"]
     optim = [f"{k}_{p}_{g}" for k in ("sgd", "adam", "rmsprop") for p in ("f32", "f64", "f16") for g in FLOATS]
+    optim += ["advance_step"]
     return {"activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
             "optim.cu": optim}
 

@@ -58,7 +58,8 @@ def _host_state(model) -> list:
         if getattr(m, "_impl", None) is not None:
             pairs.append((m._impl, "_count"))
     if model.optimizer is not None:
-        pairs += [(model.optimizer, "iterations"), (model.optimizer, "_lr_uploaded")]
+        pairs += [(model.optimizer, "_iterations"), (model.optimizer, "_unconfirmed"),
+                  (model.optimizer, "_lr_uploaded")]
     return [(obj, attr, getattr(obj, attr)) for obj, attr in pairs]
 
 
@@ -88,16 +89,16 @@ class FakeBackend:
     def capture(self, stream, fn):
         if self.fail is not None:
             # a real capture can fail half-way: the Python has advanced some host counters
-            self.model.optimizer.iterations += 1
+            self.model.optimizer._iterations += 1
             self.model._loss_tracker._count += 3
             raise self.fail
         opt = self.model.optimizer
         uploaded = None if opt is None else opt._lr_uploaded
-        iterations = None if opt is None else opt.iterations
+        iterations = None if opt is None else opt._iterations
         saved = [a.copy() for a in _device_state(self.model)]
         host_before = _host_state(self.model)
         fn()
-        trains = opt is not None and opt.iterations != iterations
+        trains = opt is not None and opt._iterations != iterations
         assert opt is None or opt._lr_uploaded == uploaded, "the captured step uploaded the learning rate"
         for a, before in zip(_device_state(self.model), saved):  # capturing does no device work
             np.copyto(a, before)
@@ -591,7 +592,7 @@ def test_gpu_mixed_precision_graphs_match_eager(gpu, policy):
         if policy == "mixed_float16":
             # a non-finite batch is skipped on the device and halves the scale, inside the graph too
             bad = x[:16].copy()
-            bad[0, 0, 0, 0] = np.inf
+            bad[0, 0, 0, 0] = 1e35  # finite in float32 (NaN/inf in x are refused), inf in float16
             for m in (graphed, eager):
                 scale = float(m._loss_scale.scale.numpy())
                 before = [w for w in m.get_weights() if w.ndim > 1]
@@ -672,3 +673,40 @@ def test_gpu_lru_bound_closes_evicted_graphs(gpu):
     assert dnnbind.cuda.memory_info()[0] >= free_before
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # still trains: graphs are captured again
     assert g.graph_count == 1
+
+
+def test_capture_key_follows_registered_module_switches():
+    """A module switch that changes the captured kernels (batch norm's path) is part of the step key."""
+    from dnnbind.ops._cuda import batchnorm as bn_cuda
+
+    before = ops.config.capture_key()
+    key = step_key("train", 1, (8, 4), np.float32, (8,), np.int32)
+    saved = bn_cuda.USE_PERSISTENT_NHWC
+    try:
+        bn_cuda.USE_PERSISTENT_NHWC = not saved
+        assert ops.config.capture_key() != before
+        assert step_key("train", 1, (8, 4), np.float32, (8,), np.int32) != key
+    finally:
+        bn_cuda.USE_PERSISTENT_NHWC = saved
+    assert ops.config.capture_key() == before
+
+
+@pytest.mark.gpu
+def test_gpu_flipping_a_batchnorm_switch_captures_anew(gpu):
+    from dnnbind.ops._cuda import batchnorm as bn_cuda
+
+    x, y = gpu_data(32)
+    dnnbind.set_default_device("cuda")
+    model = keras.Sequential([keras.Input((8, 8, 3)), layers.Conv2D(4, 3), layers.BatchNormalization(),
+                              layers.Flatten(), layers.Dense(5, activation="softmax")])
+    model.compile(keras.optimizers.SGD(0.01), "sparse_categorical_crossentropy")
+    saved = bn_cuda.USE_PERSISTENT_NHWC
+    try:
+        for flag in (saved, not saved):
+            bn_cuda.USE_PERSISTENT_NHWC = flag
+            for _ in range(3):
+                model.train_on_batch(x, y)
+    finally:
+        bn_cuda.USE_PERSISTENT_NHWC = saved
+    stats = model._step_graphs.stats
+    assert stats["captures"] == 2 and stats["replays"] == 2 and stats["failures"] == 0, stats

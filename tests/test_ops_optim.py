@@ -108,3 +108,90 @@ def test_validation():
     with pytest.raises(ValueError, match="adam_update: step must be >= 1"):
         ops.adam_update(p, [np.ones(3, np.float32)], [np.zeros(3, np.float32)], [np.zeros(3, np.float32)], lr=0.1,
                         step=0)
+
+
+# ----- skipped steps (dynamic loss scaling): nothing changes, and the step count stays ----------
+def _bad_grads(g):
+    """What an overflowed mixed-precision step hands the optimizer: inf and NaN among the values."""
+    bad = g.copy()
+    bad[0], bad[-1] = np.inf, np.nan
+    return bad
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_adam_skipped_step_changes_nothing_and_the_next_uses_the_right_bias_correction(amsgrad):
+    p, g1, g2 = _setup()
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-7, 0.004
+    params, m, v, vhat = [p.copy()], [np.zeros(3)], [np.zeros(3)], [np.zeros(3)]
+    step = np.zeros((), np.int64)  # the count of applied updates, as Optimizer keeps it
+    kw = dict(lr=lr, step=step, beta1=b1, beta2=b2, epsilon=eps, weight_decay=wd, amsgrad=amsgrad,
+              vhat=vhat if amsgrad else None)
+    for g, skip in ((g1, 0), (_bad_grads(g2), 1)):
+        flag = np.asarray(skip, np.int32)
+        before = [a.copy() for a in (params[0], m[0], v[0], vhat[0])]
+        ops.advance_step(step, skip=flag)
+        ops.adam_update(params, [g], m, v, skip=flag, **kw)
+    after = (params[0], m[0], v[0], vhat[0])
+    assert all(np.array_equal(a, b) for a, b in zip(after, before)), "the skipped step changed a tensor"
+    assert int(step) == 1, "the skipped step advanced the step count"
+    ops.advance_step(step, skip=np.asarray(0, np.int32))
+    ops.adam_update(params, [g2], m, v, skip=np.asarray(0, np.int32), **kw)
+    assert int(step) == 2
+    # reference: two applied updates, t = 1 and t = 2, as if the skipped step had never been
+    rp, rm, rv, rvh = p.copy(), np.zeros(3), np.zeros(3), np.zeros(3)
+    for t, g in ((1, g1), (2, g2)):
+        rp = rp - lr * wd * rp
+        rm = rm + (g - rm) * (1 - b1)
+        rv = rv + (g * g - rv) * (1 - b2)
+        rvh = np.maximum(rvh, rv)
+        rp = rp - lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) * rm / (np.sqrt(rvh if amsgrad else rv) + eps)
+    np.testing.assert_allclose(params[0], rp, rtol=1e-14)
+    np.testing.assert_allclose(m[0], rm, rtol=1e-14)
+    np.testing.assert_allclose(v[0], rv, rtol=1e-14)
+    if amsgrad:
+        np.testing.assert_allclose(vhat[0], rvh, rtol=1e-14)
+
+
+def _update_fn(case):
+    """update(params, slots, g, skip) for one optimizer configuration (slots: 3 zero-initialised lists)."""
+    if case.startswith("sgd"):
+        return lambda params, slots, g, skip: ops.sgd_update(
+            params, [g], slots[0], lr=0.1, momentum=0.9, nesterov=case == "sgd_nesterov", weight_decay=0.01,
+            skip=skip)
+    centered = case != "rmsprop"
+    return lambda params, slots, g, skip: ops.rmsprop_update(
+        params, [g], slots[0], lr=0.01, momentum=0.5 if centered else 0.0, centered=centered, mom=slots[1],
+        avg=slots[2], weight_decay=0.01, skip=skip)
+
+
+@pytest.mark.parametrize("case", ["sgd", "sgd_nesterov", "rmsprop", "rmsprop_centered_momentum"])
+def test_skipped_step_leaves_params_and_slots_of_sgd_and_rmsprop(case):
+    update = _update_fn(case)
+    p, g1, g2 = _setup()
+    params, slots = [p.copy()], [[np.zeros(3)] for _ in range(3)]
+    update(params, slots, g1, np.asarray(0, np.int32))
+    before = [params[0].copy()] + [s[0].copy() for s in slots]
+    assert not np.array_equal(before[0], p) and np.any(before[1] != 0)  # the first step did move them
+    update(params, slots, _bad_grads(g2), np.asarray(1, np.int32))
+    assert all(np.array_equal(a, b) for a, b in zip([params[0]] + [s[0] for s in slots], before))
+    update(params, slots, g2, 0)
+    # the same, bit for bit, as a run that never saw the skipped step
+    ref, ref_slots = [p.copy()], [[np.zeros(3)] for _ in range(3)]
+    for g in (g1, g2):
+        update(ref, ref_slots, g, None)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip([params] + slots, [ref] + ref_slots))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_advance_step_counts_applied_updates_only(dtype):
+    step = np.asarray(5, dtype)
+    for skip in (None, 0, np.asarray(0, np.int32)):
+        ops.advance_step(step, skip=skip)
+    assert step.dtype == dtype and int(step) == 8
+    for skip in (1, np.asarray(1, np.int32), np.asarray(-1, np.int32)):  # nonzero: skipped
+        ops.advance_step(step, skip=skip)
+    assert int(step) == 8
+    with pytest.raises(TypeError, match="advance_step: step must be an array"):
+        ops.advance_step(3)
+    with pytest.raises(TypeError, match="advance_step: step must be a one-element float32, int32 or int64"):
+        ops.advance_step(np.zeros(2, np.int64))

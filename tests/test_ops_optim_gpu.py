@@ -82,3 +82,54 @@ def test_skip_flag_leaves_everything_unchanged(rng):
         assert np.array_equal(host(d), p.astype(np.float64))
     ops.adam_update(dps, dgs, dm, dv, lr=0.1, step=1, skip=dev(np.asarray(0, np.int32)))
     assert not np.array_equal(host(dps[0]), ps[0].astype(np.float64))
+
+
+def _updater(name):
+    """update(params, grads, states, step, skip) for one optimizer; states: three lists of slots."""
+    if name == "sgd":
+        return lambda ps, gs, st, step, skip: ops.sgd_update(ps, gs, st[0], lr=0.05, momentum=0.9, nesterov=True,
+                                                             weight_decay=0.01, skip=skip)
+    if name.startswith("adam"):
+        ams = name == "adam_amsgrad"
+        return lambda ps, gs, st, step, skip: ops.adam_update(ps, gs, st[0], st[1], lr=1e-2, step=step,
+                                                              weight_decay=0.004, amsgrad=ams, vhat=st[2],
+                                                              grad_scale=4.0, skip=skip)
+    return lambda ps, gs, st, step, skip: ops.rmsprop_update(ps, gs, st[0], lr=1e-3, momentum=0.5, centered=True,
+                                                             mom=st[1], avg=st[2], skip=skip)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adam_amsgrad", "rmsprop"])
+@pytest.mark.parametrize("step_dtype", [np.int64, np.float32])
+def test_skip_then_apply_matches_the_reference(rng, name, step_dtype):
+    """skip=1 (its gradients poisoned with NaN and inf) changes nothing on the device, the step
+    count included; the next skip=0 step equals the NumPy reference's, bias correction included."""
+    update = _updater(name)
+    ps, g1 = _params(rng)
+    _, g3 = _params(rng)
+    bad = [np.full(s, np.nan, np.float32) for s in SHAPES]
+    bad[0][0, 0] = np.inf
+    hst, hstep = [_zeros() for _ in range(3)], np.zeros((), step_dtype)
+    dps = [dev(p) for p in ps]
+    dst, dstep = [[dev(a) for a in col] for col in hst], dev(np.zeros((), step_dtype))
+    for k, (grads, skip) in enumerate(((g1, 0), (bad, 1), (g3, 0))):
+        flag = dev(np.asarray(skip, np.int32))  # a device flag: the kernels read it, the host never does
+        ops.advance_step(hstep, skip=np.asarray(skip, np.int32))
+        update(ps, grads, hst, hstep, np.asarray(skip, np.int32))
+        if skip:
+            before = [host(a) for a in dps + [x for col in dst for x in col] + [dstep]]
+        ops.advance_step(dstep, skip=flag)
+        update(dps, [dev(g) for g in grads], dst, dstep, flag)
+        if skip:
+            after = [host(a) for a in dps + [x for col in dst for x in col] + [dstep]]
+            assert all(np.array_equal(a, b) for a, b in zip(after, before)), f"{name}: the skipped step changed state"
+    assert host(dstep) == 2 == float(hstep)
+    used = {"sgd": 1, "adam": 2, "adam_amsgrad": 3, "rmsprop": 3}[name]
+    _compare(f"{name} skip", [ps] + hst[:used], [dps] + dst[:used], f"{name} step={np.dtype(step_dtype)}")
+
+
+@pytest.mark.parametrize("step_dtype", [np.float32, np.int32, np.int64])
+def test_advance_step_reads_the_flag_on_the_device(step_dtype):
+    step = dev(np.asarray(5, step_dtype))
+    for skip in (None, 0, dev(np.asarray(0, np.int32)), 1, dev(np.asarray(1, np.int32)), dev(np.asarray(7, np.int32))):
+        ops.advance_step(step, skip=skip)
+    assert step.numpy().dtype == step_dtype and int(step.numpy()) == 8

@@ -47,7 +47,7 @@ from .elementwise import (
     zeros_like,
 )
 from .losses import binary_crossentropy, crossentropy_from_probs, mean_squared_error, softmax_cross_entropy
-from .optim import adam_update, rmsprop_update, sgd_update
+from .optim import adam_update, advance_step, rmsprop_update, sgd_update
 from .pooling import global_avg_pool2d_backward, global_avg_pool2d_forward, pool2d_backward, pool2d_forward
 from .softmax import softmax_backward, softmax_forward
 
@@ -70,5 +70,5 @@ __all__ = [
     "top_k_count", "cast", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
     "random_crop_flip",
     # optimizers
-    "sgd_update", "adam_update", "rmsprop_update",
+    "sgd_update", "adam_update", "rmsprop_update", "advance_step",
 ]

@@ -2,8 +2,11 @@
 
 A :class:`DropoutState` holds the rate and the random stream. The NumPy backend
 draws from a ``np.random.Generator``; the CUDA backend keeps its cuDNN dropout
-state (seeded from ``seed``) per device in ``state.device_states``, so a CUDA
-graph replays new masks from the same state. The reserve returned by the
+state (seeded from ``seed`` by ``cudnnSetDropoutDescriptor``) per device in
+``state.device_states``, so a CUDA graph replays new masks from the same state.
+A state made with ``seed=None`` draws its seed from dnnbind's seed generator
+(:func:`dnnbind.utils.draw_seed`), so :func:`dnnbind.utils.set_random_seed` fixes
+the masks on both backends. The reserve returned by the
 forward is opaque: pass it, unchanged, to :func:`dropout_backward` (NumPy: the
 mask times the scale, in ``x``'s dtype; ``None`` when ``rate == 0``).
 """
@@ -14,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..utils import draw_seed
 from ._dispatch import as_array, check_float, check_out, route
 
 __all__ = ["DropoutState", "dropout_forward", "dropout_backward"]
@@ -27,8 +31,9 @@ class DropoutState:
     rate:
         Probability of dropping an element, in ``[0, 1)``.
     seed:
-        Seed of the stream (``None``: fresh entropy; the drawn seed is kept in
-        ``seed`` so that the CUDA state can be seeded from it too).
+        Seed of the stream (``None``: drawn from dnnbind's seed generator,
+        reproducible after :func:`dnnbind.utils.set_random_seed`; the drawn seed
+        is kept in ``seed``, and the CUDA state is seeded from it too).
     """
 
     def __init__(self, rate: float, seed: "int | None" = None) -> None:
@@ -36,7 +41,7 @@ class DropoutState:
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"DropoutState: rate must be in [0, 1), got {rate}")
         if seed is None:
-            seed = int(np.random.SeedSequence().generate_state(1)[0])
+            seed = draw_seed()
         self.rate = rate
         self.seed = int(seed)
         self.rng = np.random.default_rng(self.seed)

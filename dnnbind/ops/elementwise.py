@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..utils import draw_seed
 from ._dispatch import (
     FLOAT_DTYPES,
     as_array,
@@ -361,8 +362,9 @@ def random_crop_flip(
     """Per-sample augmentation: zero-pad by ``padding`` pixels, crop back at a random offset, flip left-right
     with probability 1/2 (when ``flip``). The usual CIFAR recipe.
 
-    ``seed`` is an int (the same int gives the same crops: pass e.g. ``epoch * steps + step``)
-    or a ``np.random.Generator`` (advanced by the call).
+    ``seed`` is an int (the same int gives the same crops: pass e.g. ``epoch * steps + step``),
+    a ``np.random.Generator`` (advanced by the call) or None (an int drawn from dnnbind's seed
+    generator, :func:`dnnbind.utils.draw_seed`: reproducible after ``set_random_seed``).
 
     CUDA: ``_cuda.elementwise.random_crop_flip(x, padding=padding, flip=flip, layout=layout, seed=seed,
     out=out, stream=stream)``.
@@ -375,6 +377,8 @@ def random_crop_flip(
     if isinstance(padding, bool) or not isinstance(padding, (int, np.integer)) or padding < 0:
         raise ValueError(f"{op}: padding must be an int >= 0, got {padding!r}")
     check_out(op, out, x.shape, x.dtype)
+    if seed is None:
+        seed = draw_seed()
     impl = route(op, "elementwise", x=x, out=out)
     if impl is not None:
         return impl.random_crop_flip(x, padding=int(padding), flip=bool(flip), layout=layout, seed=seed, out=out,

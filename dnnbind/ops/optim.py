@@ -9,18 +9,37 @@ Shared arguments:
 * ``weight_decay`` is decoupled (Keras 3 / AdamW): ``p -= lr * weight_decay * p`` before the step.
 * ``grad_scale``: the gradients are divided by it first (mixed-precision loss scaling).
 * ``skip``: a 0-d int flag; nonzero means no parameter or state changes (an overflowed step).
+  The step count is the caller's: :func:`advance_step` advances it under the same flag, so a
+  skipped step leaves it, and with it Adam's next bias correction, unchanged.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
 
 import numpy as np
 
+from .. import _validate
 from ._dispatch import as_array, route, scalar
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update"]
+__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step"]
+
+
+def _hyper(value: Any, name: str, op: str, **bounds: Any) -> float:
+    """A float hyper-parameter (a number or a 0-d NumPy array): finite and within ``bounds``
+    (:func:`dnnbind._validate.number`'s keywords), checked before anything runs."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    return _validate.number(value, name, op, **bounds)
+
+
+def _check_number(value: Any, name: str, op: str, **bounds: Any) -> None:
+    """``lr``/``step``/``grad_scale``: checked when given as a Python or NumPy number; arrays (0-d,
+    possibly on the device, read again on every CUDA-graph replay) are left as they are."""
+    if isinstance(value, (numbers.Real, np.generic)):
+        _validate.number(value, name, op, **bounds)
 
 
 def _as_list(value: Any) -> list:
@@ -101,11 +120,13 @@ def sgd_update(
     (``velocities`` None or a list) and ``momentum``/``weight_decay`` floats.
     """
     op = "sgd_update"
+    _check_number(lr, "lr", op, low=0.0)
+    _check_number(grad_scale, "grad_scale", op, low=0.0, low_open=True)
+    momentum = _hyper(momentum, "momentum", op, low=0.0, high=1.0)  # Keras 3's range
+    weight_decay = _hyper(weight_decay, "weight_decay", op, low=0.0)
+    nesterov = _validate.boolean(nesterov, "nesterov", op)
     params, grads = [as_array(p) for p in _as_list(params)], [as_array(g) for g in _as_list(grads)]
     velocities = [as_array(v) for v in _as_list(velocities)] or None
-    momentum, weight_decay, nesterov = float(momentum), float(weight_decay), bool(nesterov)
-    if momentum < 0:
-        raise ValueError(f"{op}: momentum must be >= 0, got {momentum}")
     if momentum and velocities is None:
         raise ValueError(f"{op}: momentum={momentum} needs velocities")
     _check_lists(op, params, grads=grads, velocities=velocities)
@@ -163,14 +184,17 @@ def adam_update(
     skip=skip, stream=stream)`` with lists and float hyper-parameters.
     """
     op = "adam_update"
+    _check_number(lr, "lr", op, low=0.0)
+    _check_number(step, "step", op, low=1.0)
+    _check_number(grad_scale, "grad_scale", op, low=0.0, low_open=True)
+    beta1 = _hyper(beta1, "beta1", op, low=0.0, high=1.0, high_open=True)
+    beta2 = _hyper(beta2, "beta2", op, low=0.0, high=1.0, high_open=True)
+    epsilon = _hyper(epsilon, "epsilon", op, low=0.0)
+    weight_decay = _hyper(weight_decay, "weight_decay", op, low=0.0)
+    amsgrad = _validate.boolean(amsgrad, "amsgrad", op)
     params, grads = [as_array(p) for p in _as_list(params)], [as_array(g) for g in _as_list(grads)]
     m, v = [as_array(a) for a in _as_list(m)], [as_array(a) for a in _as_list(v)]
     vhat = [as_array(a) for a in _as_list(vhat)] or None
-    beta1, beta2, epsilon, weight_decay = float(beta1), float(beta2), float(epsilon), float(weight_decay)
-    amsgrad = bool(amsgrad)
-    for name, b in (("beta1", beta1), ("beta2", beta2)):
-        if not 0.0 <= b < 1.0:
-            raise ValueError(f"{op}: {name} must be in [0, 1), got {b}")
     if amsgrad and vhat is None:
         raise ValueError(f"{op}: amsgrad=True needs vhat (one zero-initialised tensor per parameter)")
     _check_lists(op, params, grads=grads, m=m, v=v, vhat=vhat)
@@ -231,12 +255,17 @@ def rmsprop_update(
     grad_scale=grad_scale, skip=skip, stream=stream)``.
     """
     op = "rmsprop_update"
+    _check_number(lr, "lr", op, low=0.0)
+    _check_number(grad_scale, "grad_scale", op, low=0.0, low_open=True)
+    rho = _hyper(rho, "rho", op, low=0.0, high=1.0)
+    momentum = _hyper(momentum, "momentum", op, low=0.0, high=1.0)
+    epsilon = _hyper(epsilon, "epsilon", op, low=0.0)
+    weight_decay = _hyper(weight_decay, "weight_decay", op, low=0.0)
+    centered = _validate.boolean(centered, "centered", op)
     params, grads = [as_array(p) for p in _as_list(params)], [as_array(g) for g in _as_list(grads)]
     avg_sq = [as_array(a) for a in _as_list(avg_sq)]
     mom = [as_array(a) for a in _as_list(mom)] or None
     avg = [as_array(a) for a in _as_list(avg)] or None
-    rho, momentum, epsilon, weight_decay = float(rho), float(momentum), float(epsilon), float(weight_decay)
-    centered = bool(centered)
     if momentum and mom is None:
         raise ValueError(f"{op}: momentum={momentum} needs mom (one zero-initialised tensor per parameter)")
     if centered and avg is None:
@@ -274,4 +303,32 @@ def rmsprop_update(
             p -= mo
         else:
             p -= inc
+    return None
+
+
+_STEP_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
+
+
+def advance_step(step: Any, *, skip: Any = None, stream: Any = None) -> None:
+    """``step += 1`` in place, unless ``skip`` is nonzero: the count of applied updates.
+
+    ``step`` is a one-element float32/int32/int64 array (what :func:`adam_update` takes as its
+    1-based ``step`` after this call); ``skip`` is None, a number or a 0-d int32 flag. On CUDA the
+    kernel reads the flag on the device (one thread, no host read), so a captured CUDA graph and a
+    step skipped for overflowed gradients stay right.
+
+    CUDA: ``_cuda.optim.advance_step(step, skip=skip, stream=stream)``.
+    """
+    op = "advance_step"
+    if not hasattr(step, "shape"):
+        raise TypeError(f"{op}: step must be an array (it is advanced in place), got {type(step).__name__}")
+    step = as_array(step)
+    if step.size != 1 or np.dtype(step.dtype) not in _STEP_DTYPES:
+        raise TypeError(f"{op}: step must be a one-element float32, int32 or int64 array, got {step.dtype} "
+                        f"{tuple(step.shape)}")
+    impl = route(op, "optim", step=step)
+    if impl is not None:
+        return impl.advance_step(step, skip=skip, stream=stream)
+    if not _skipped(skip):
+        step += 1
     return None

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...utils import draw_seed
 from . import _common as cm
 
 __all__ = [
@@ -277,23 +278,21 @@ def all_finite(arrays: Sequence[Any], *, stream: Any = None) -> Any:
     return flag
 
 
-_seed_rng = np.random.default_rng()
-
-
 def random_crop_flip(x: Any, *, padding: int = 4, flip: bool = True, layout: str = "NCHW",
                      seed: "int | np.random.Generator | None" = None, out: Any = None, stream: Any = None) -> Any:
     """Per-sample random crop of the zero-padded image and optional left-right flip.
 
     The draws come from a counter-based hash of (seed, sample): an int seed gives the same
     crops every time (but not the NumPy backend's crops: the generators differ); a Generator
-    is advanced by one draw; None draws a fresh seed. Under CUDA-graph replay the seed is the
-    one captured, so the crops repeat: pass a new seed per step outside graphs.
+    is advanced by one draw; None draws one from dnnbind's seed generator (``utils.draw_seed``).
+    Under CUDA-graph replay the seed is the one captured, so the crops repeat: pass a new seed
+    per step outside graphs.
     """
     s = cm.stream_of(stream)
     if isinstance(seed, np.random.Generator):
         seed_value = int(seed.integers(0, 2**63))
     elif seed is None:
-        seed_value = int(_seed_rng.integers(0, 2**63))
+        seed_value = draw_seed()  # the public op resolves None first; a direct call lands here
     else:
         seed_value = int(seed) & (2**64 - 1)
     n, c, h, w = cm.nchw_dims(x.shape, layout)

@@ -179,3 +179,14 @@ __device__ void rmsprop_impl(Chunks ch, float lr_h, const float* lr_ptr, float r
 OPTIM_FOR_GRADS(float, f32)
 OPTIM_FOR_GRADS(double, f64)
 OPTIM_FOR_GRADS(half_t, f16)
+
+// step += 1 unless the skip flag is set: the optimizer's count of applied updates (Adam's 1-based
+// bias-correction step), so a step skipped for overflowed gradients leaves it unchanged. One
+// thread; step_kind 1/2/3: float32/int32/int64, as read_step.
+extern "C" __global__ void advance_step(void* step, int step_kind, const int* skip) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (skip && *skip) return;
+    if (step_kind == 1) *(float*)step += 1.0f;
+    else if (step_kind == 2) *(int*)step += 1;
+    else *(i64*)step += 1;
+}

@@ -9,7 +9,8 @@ preceded by one eager step so that the upload does not happen inside the capture
 
 ``lr``, ``step`` and ``grad_scale`` may be numbers (baked into the launch) or 0-d device
 arrays (read by the kernel, so a replayed CUDA graph sees their current values); ``skip`` is
-a number or a 0-d int32 device flag (nonzero: nothing changes).
+a number or a 0-d int32 device flag (nonzero: nothing changes). :func:`advance_step` adds one
+to a device step counter unless the same flag is set, read on the device (one thread).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from . import _common as cm
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update", "CHUNK"]
+__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "CHUNK"]
 
 _FILE = "optim.cu"
 CHUNK = 1 << 16  # items per chunk: enough work per block, few table entries
@@ -187,4 +188,18 @@ def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: flo
         _launch("rmsprop", key, ps, gs, sts,
                 (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(rho), cm.f32(momentum), cm.f32(epsilon), cm.i32(bool(centered)),
                  cm.f32(weight_decay), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)), s)
+    return None
+
+
+def advance_step(step: Any, *, skip: Any = None, stream: Any = None) -> None:
+    """``step += 1`` on the device unless ``skip`` (a number, or a 0-d int32 device flag read by the kernel)."""
+    op = "advance_step"
+    s = cm.stream_of(stream)
+    skip_now, skip_ptr = _skip(skip, op)
+    if skip_now:
+        return None
+    _, step_ptr, step_kind = _step(step, op)
+    if not step_ptr:
+        raise TypeError(f"{op}: step must be a one-element float32/int32/int64 DeviceArray (advanced in place)")
+    cm.launch(_FILE, "advance_step", 1, (cm.p(step), cm.i32(step_kind), cm.p(skip_ptr)), s, block=32)
     return None
