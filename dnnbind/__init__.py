@@ -19,6 +19,7 @@ from typing import Any
 
 from .backend import Device, default_device, set_default_device
 from .errors import (
+    AllocationTooLargeError,
     CublasError,
     CudaError,
     CudnnError,
@@ -61,6 +62,7 @@ __all__ = [
     "CublasError",
     "NvrtcError",
     "DeviceOutOfMemoryError",
+    "AllocationTooLargeError",
     "NoDeviceError",
     "LibraryNotFoundError",
     *sorted(_LAZY),

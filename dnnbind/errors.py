@@ -19,6 +19,7 @@ __all__ = [
     "CublasError",
     "NvrtcError",
     "DeviceOutOfMemoryError",
+    "AllocationTooLargeError",
     "NoDeviceError",
     "LibraryNotFoundError",
     "format_context",
@@ -154,6 +155,11 @@ class DeviceOutOfMemoryError(DnnbindError, MemoryError):
             "Try a smaller batch size, free arrays you no longer need, or call "
             "dnnbind.cuda.empty_cache() to return cached pool memory to the driver."
         )
+
+
+class AllocationTooLargeError(DnnbindError, MemoryError):
+    """An allocation refused before it was tried, because it cannot fit (a layer built with
+    ``Dense(2**40)``...). The message names the layer, the shape, the bytes and what to do."""
 
 
 class NoDeviceError(DnnbindError):

@@ -27,12 +27,15 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import backend, callbacks as callbacks_module, losses as losses_module, metrics as metrics_module, ops
+from . import _validate
 from . import optimizers as optimizers_module
+from . import saving as saving_module
 from ._step_graphs import StepGraphs
 from .backend import Device
 from .errors import DnnbindError
-from .layers.base import InputLayer, Layer, split_batch, unique_name
+from .layers.base import InputLayer, Layer, deserialize, unique_name
 from .mixed_precision import global_policy
+from .utils import draw_seed
 
 __all__ = ["Sequential", "Model"]
 
@@ -47,12 +50,12 @@ def _is_tty(stream) -> bool:
         return False
 
 
-def _resolve_verbose(verbose: Any, stream=None) -> int:
-    if verbose == "auto":
+def _resolve_verbose(verbose: Any, owner: str, stream=None) -> int:
+    if isinstance(verbose, str) and verbose == "auto":
         return 1 if _is_tty(stream if stream is not None else sys.stdout) else 2
-    if verbose not in (0, 1, 2, True, False):
-        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
-    return int(verbose)
+    if isinstance(verbose, (bool, np.bool_)):
+        return int(verbose)
+    return int(_validate.one_of(verbose, "verbose", owner, ("auto", 0, 1, 2)))
 
 
 def _check_jit_compile(value: Any, what: str) -> Any:
@@ -72,9 +75,10 @@ class _LossScale:
     """Dynamic loss scaling state on the device (mixed_float16), with Keras's LossScaleOptimizer rules.
 
     ``scale`` multiplies the loss gradient; the optimizer divides the gradients by it
-    (``grad_scale=``). A step whose gradients are not all finite is skipped on the device and halves
-    the scale. The finite-step counter is read back once every ``growth_steps`` steps (the only host
-    synchronisation) to double the scale after ``growth_steps`` finite steps in a row.
+    (``grad_scale=``). A step whose gradients are not all finite is skipped on the device (the
+    parameters, the optimizer's slots and its step count stay as they were: ``skip=`` flag) and
+    halves the scale. The finite-step counter is read back once every ``growth_steps`` steps (the
+    only host synchronisation) to double the scale after ``growth_steps`` finite steps in a row.
     """
 
     def __init__(self, device: Device, initial: float = 2.0**15, growth_steps: int = 2000) -> None:
@@ -98,13 +102,16 @@ class _LossScale:
         ops.axpy(1.0, self._one, self.good_steps)
         ops.multiply(self.good_steps, finite, out=self.good_steps)  # reset on a non-finite step
 
-    def maybe_grow(self) -> None:
+    def maybe_grow(self) -> bool:
+        """After a step: every ``growth_steps`` steps read the finite-step counter (synchronising) and
+        double the scale when they were all finite. Returns whether it synchronised."""
         self._steps += 1
         if self._steps % self.growth_steps:
-            return
+            return False
         if float(backend.to_numpy(self.good_steps)) >= self.growth_steps:
             ops.scale(self.scale, 2.0, out=self.scale)
             ops.fill(self.good_steps, 0.0)
+        return True
 
 
 class Sequential:
@@ -155,9 +162,19 @@ class Sequential:
             self._layers.append(layer)
         else:
             raise TypeError(f"Sequential.add expects a dnnbind layer, got {type(layer).__name__}")
+        was_built = self.built
         self.built = False
         if self._declared_input_shape() is not None:
-            self.build()
+            try:
+                self.build()
+            except BaseException:
+                # a layer that cannot be built on this model is not added (Keras 3 does the same)
+                if isinstance(layer, InputLayer):
+                    self._input_layer = None
+                else:
+                    self._layers.pop()
+                self.built = was_built
+                raise
 
     def pop(self) -> Layer:
         """Remove and return the last layer."""
@@ -196,7 +213,9 @@ class Sequential:
             if input_shape is None:
                 raise ValueError(f"Sequential '{self.name}': the input shape is unknown; start the model with "
                                  "keras.Input(shape=...) or call it on data")
-        _, shape = split_batch(input_shape)
+        if isinstance(input_shape, (list, tuple)) and input_shape and input_shape[0] is None:
+            input_shape = input_shape[1:]
+        input_shape = shape = _validate.shape(input_shape, "input_shape", f"Sequential '{self.name}': build")
         self._drop_graphs()  # (re)building may create new weight arrays
         dev = self.device
         for layer in self._layers:
@@ -206,7 +225,7 @@ class Sequential:
                 layer.to(dev)
             layer._ensure_built(shape)
             shape = tuple(layer.output_shape)
-        self._built_input_shape = tuple(split_batch(input_shape)[1])
+        self._built_input_shape = input_shape
         self._output_shape = shape
         self.built = True
 
@@ -252,24 +271,17 @@ class Sequential:
         return [arr for layer in self._layers for arr in layer.get_weights()]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
-        """Set every layer's weights (the list :meth:`get_weights` returns); all shapes are checked first."""
+        """Set every layer's weights (the list :meth:`get_weights` returns). The count and every array's
+        shape and dtype are checked before the first is written, so a failed call changes no weight."""
         self._require_built("set_weights")
         weights = list(weights)
-        expected = sum(len(layer._weights) for layer in self._layers)
-        if len(weights) != expected:
-            raise ValueError(f"Sequential '{self.name}': set_weights expects {expected} arrays, got {len(weights)}")
-        i = 0
-        for layer in self._layers:
-            for w in layer._weights:
-                if tuple(np.shape(weights[i])) != w.shape:
-                    raise ValueError(f"layer '{layer.name}' ({type(layer).__name__}): weight '{w.name}' expects "
-                                     f"shape {w.shape}, got {tuple(np.shape(weights[i]))}")
-                i += 1
-        i = 0
-        for layer in self._layers:
-            n = len(layer._weights)
-            layer.set_weights(weights[i:i + n])
-            i += n
+        targets = self.weights
+        if len(weights) != len(targets):
+            raise ValueError(f"Sequential '{self.name}': set_weights expects {len(targets)} arrays, got {len(weights)} "
+                             "(one per array of get_weights)")
+        arrays = [w.checked(arr) for w, arr in zip(targets, weights)]
+        for w, arr in zip(targets, arrays):
+            w.assign(arr)
 
     def count_params(self) -> int:
         self._require_built("count_params")
@@ -314,9 +326,10 @@ class Sequential:
         trainable = sum(int(np.prod(w.shape)) for w in self.trainable_weights)
         total = sum(int(np.prod(w.shape)) for w in self.weights)
         nbytes = lambda ws: sum(int(np.prod(w.shape)) * w.value.dtype.itemsize for w in ws)  # noqa: E731
-        out(f"Total params: {total:,} ({_human_bytes(nbytes(self.weights))})")
-        out(f"Trainable params: {trainable:,} ({_human_bytes(nbytes(self.trainable_weights))})")
-        out(f"Non-trainable params: {total - trainable:,} ({_human_bytes(nbytes(self.non_trainable_weights))})")
+        human = _validate.human_bytes
+        out(f"Total params: {total:,} ({human(nbytes(self.weights))})")
+        out(f"Trainable params: {trainable:,} ({human(nbytes(self.trainable_weights))})")
+        out(f"Non-trainable params: {total - trainable:,} ({human(nbytes(self.non_trainable_weights))})")
         out("_" * width)
 
     # ----- compile ----------------------------------------------------------------------------
@@ -331,36 +344,49 @@ class Sequential:
         backend steps always run eagerly (``True`` warns). ``run_eagerly=True`` also means eager.
         ``steps_per_execution`` is accepted and has no effect: a replayed CUDA graph already costs
         one launch per step.
+
+        All or nothing: every argument is resolved first, and a failure (an unknown metric after a
+        good optimizer...) leaves the model as it was, compiled or not.
         """
+        owner = f"Sequential '{self.name}': compile"
         if loss is None:
-            raise ValueError(f"Sequential '{self.name}': compile needs a loss, e.g. "
-                             "loss='sparse_categorical_crossentropy'")
+            raise ValueError(f"{owner} needs a loss, e.g. loss='sparse_categorical_crossentropy'")
         jit_compile = _check_jit_compile(jit_compile, "compile")
-        if run_eagerly and jit_compile is True:
-            warnings.warn(f"Sequential '{self.name}': run_eagerly=True and jit_compile=True cannot both hold; "
-                          "disabling jit_compile (as Keras does)", UserWarning, stacklevel=2)
-            jit_compile = False
-        self._drop_graphs()  # new optimizer, loss, metrics and loss scale: every graph is stale
+        run_eagerly = _validate.boolean(run_eagerly, "run_eagerly", owner)
+        _validate.positive_int(steps_per_execution, "steps_per_execution", owner)
+        auto_scale_loss = _validate.boolean(auto_scale_loss, "auto_scale_loss", owner)
         if loss_weights is not None or weighted_metrics is not None:
             raise NotImplementedError("compile: loss_weights and weighted_metrics are not supported")
         if isinstance(metrics, (str, metrics_module.Metric)):
             metrics = [metrics]
-        self.optimizer = optimizers_module.get(optimizer)
-        self.loss = losses_module.get(loss)
-        self._metrics = [metrics_module.get(m) for m in (metrics or [])]
-        names = [m.name for m in self._metrics]
+        if metrics is not None and not isinstance(metrics, (list, tuple)):
+            raise _validate.ArgumentTypeError(f"{owner}: metrics must be a list of metric names or Metric "
+                                              f"instances, got {type(metrics).__name__}")
+        optimizer = optimizers_module.get(optimizer)
+        loss = losses_module.get(loss)
+        metric_objects = [metrics_module.get(m) for m in (metrics or [])]
+        names = [m.name for m in metric_objects]
         if len(set(names)) != len(names):
-            raise ValueError(f"compile: metric names must be unique, got {names}")
-        self._loss_tracker = metrics_module.Mean(name="loss")
-        policy = global_policy()
-        self._loss_scale = _LossScale(self.device) if (auto_scale_loss and policy.needs_loss_scaling
-                                                       and self.device.is_cuda) else None
-        self._compile_config = {
-            "optimizer": optimizers_module.serialize(self.optimizer),
-            "loss": losses_module.serialize(self.loss),
+            raise ValueError(f"{owner}: metric names must be unique, got {names}")
+        compile_config = {
+            "optimizer": optimizers_module.serialize(optimizer),
+            "loss": losses_module.serialize(loss),
             "metrics": [m if isinstance(m, str) else metrics_module.serialize(m) for m in (metrics or [])],
         }
-        self.run_eagerly = bool(run_eagerly)
+        policy = global_policy()
+        loss_scale = _LossScale(self.device) if (auto_scale_loss and policy.needs_loss_scaling
+                                                 and self.device.is_cuda) else None
+        if run_eagerly and jit_compile is True:
+            warnings.warn(f"Sequential '{self.name}': run_eagerly=True and jit_compile=True cannot both hold; "
+                          "disabling jit_compile (as Keras does)", UserWarning, stacklevel=2)
+            jit_compile = False
+        # everything resolved: from here on nothing raises
+        self._drop_graphs()  # new optimizer, loss, metrics and loss scale: every graph is stale
+        self.optimizer, self.loss, self._metrics = optimizer, loss, metric_objects
+        self._loss_tracker = metrics_module.Mean(name="loss")
+        self._loss_scale = loss_scale
+        self._compile_config = compile_config
+        self.run_eagerly = run_eagerly
         self._jit_compile = jit_compile
         self._step_graphs._warned.clear()
         if jit_compile is True and not self.device.is_cuda:
@@ -411,7 +437,8 @@ class Sequential:
             if impl is not None:
                 pairs.append((impl, "_count"))
         if self.optimizer is not None:
-            pairs.append((self.optimizer, "iterations"))
+            # the update count's host estimate (``iterations`` itself may read the device)
+            pairs += [(self.optimizer, "_iterations"), (self.optimizer, "_unconfirmed")]
         return pairs
 
     def _graph_refs(self) -> list:
@@ -423,7 +450,7 @@ class Sequential:
             refs.extend(vars(layer).values())  # dropout states, BatchNorm constants...
         opt = self.optimizer
         if opt is not None:
-            refs.extend([opt._lr_array, opt._step_array, opt._one])
+            refs.extend([opt._lr_array, opt._step_array])
             refs.extend(a for slots in opt._slots for a in slots.values())
         for m in self._all_metrics():
             refs.append(m._total)
@@ -482,8 +509,17 @@ class Sequential:
             raise DnnbindError(f"Sequential '{self.name}': you must call compile(optimizer, loss, metrics) "
                                f"before {what}()")
 
+    def _require_layers(self, what: str) -> None:
+        if not self._layers:
+            raise ValueError(f"Sequential '{self.name}': {what} needs a model with at least one layer; add "
+                             "layers first (Sequential([Input(...), Dense(...)]) or model.add(...))")
+
     # ----- data checks ------------------------------------------------------------------------
-    def _check_x(self, x: Any, what: str) -> np.ndarray:
+    def _check_x(self, x: Any, what: str, *, finite: bool = True, allow_empty: bool = False) -> np.ndarray:
+        """``x`` as a float32 host array of the model's input shape (building the model from it if
+        needed). ``finite``: refuse NaN/inf (training and evaluation; predict accepts them, as Keras);
+        ``allow_empty``: accept zero samples (predict returns an empty result)."""
+        self._require_layers(what)
         if backend.is_device_array(x):
             raise TypeError(f"Sequential '{self.name}': {what} takes NumPy arrays; got a DeviceArray "
                             "(use predict_on_batch/train_on_batch for device data)")
@@ -495,6 +531,8 @@ class Sequential:
                             f"dtype {arr.dtype}")
         if arr.ndim < 1:
             raise ValueError(f"Sequential '{self.name}': {what} expects a batch of samples, got a scalar")
+        if len(arr) == 0 and not allow_empty:
+            raise ValueError(f"Sequential '{self.name}': {what} got no samples (x has shape {tuple(arr.shape)})")
         if arr.dtype != _F32:
             arr = arr.astype(_F32)  # ints/bools/float64 are cast to float32, as Keras does
         sample = tuple(arr.shape[1:])
@@ -503,14 +541,22 @@ class Sequential:
             first = self._layers[0] if self._layers else None
             who = f" (first layer '{first.name}' ({type(first).__name__}))" if first else ""
             raise ValueError(
-                f"Sequential '{self.name}'{who} expects input of shape (batch, {', '.join(map(str, expected))}), "
+                f"Sequential '{self.name}'{who}: {what} expects input of shape (batch, "
+                f"{', '.join(map(str, expected))}), "
                 f"got {tuple(arr.shape)}"
             )
         if not self.built:
             self.build(sample)
+        if finite:
+            # after the cast: float64 values beyond float32's range have become inf
+            harm = "the loss and the weights" if what.startswith(("fit", "train")) else "the loss"
+            _validate.finite_array(arr, "x", f"Sequential '{self.name}': {what}",
+                                   hint=f"they would make {harm} NaN; clean or impute the data first (predict "
+                                        "accepts them)")
         return arr
 
     def _check_xy(self, x: Any, y: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, y)`` checked for training or evaluation: finite, same length, labels in the loss's form."""
         if y is None:
             raise ValueError(f"Sequential '{self.name}': {what} needs targets y")
         x = self._check_x(x, what)
@@ -519,6 +565,7 @@ class Sequential:
             raise ValueError(f"Sequential '{self.name}': {what} got {len(x)} input samples but "
                              f"{len(y) if y.ndim else 'a scalar'} targets; x and y must have the same length")
         y = self.loss.prepare_labels(y, self._output_shape, owner=f"Sequential '{self.name}': ")
+        _validate.finite_array(y, "y", f"Sequential '{self.name}': {what}", hint="clean the targets first")
         return x, y
 
     # ----- the steps --------------------------------------------------------------------------
@@ -582,6 +629,12 @@ class Sequential:
             self._loss_scale.update(finite)
         else:
             self.optimizer.apply(params, grads)
+
+    def _after_loss_scaled_step(self) -> None:
+        """The loss scale's growth check; when it synchronised, the optimizer's update count is
+        confirmed from the device too (it skips overflowed steps there), at no extra wait."""
+        if self._loss_scale.maybe_grow() and self.optimizer is not None:
+            self.optimizer._confirm_iterations()
 
     def _test_step(self, x: Any, y: Any) -> None:
         fused = self._fused()
@@ -699,38 +752,61 @@ class Sequential:
         """Train for ``epochs`` epochs on NumPy ``x``/``y``; returns a :class:`~dnnbind.callbacks.History`.
 
         ``validation_split`` holds out the *last* fraction of the samples (before shuffling), as Keras.
+        ``shuffle`` reorders the training samples every epoch from a generator seeded by ``seed``, or
+        when None by a seed drawn from dnnbind's seed generator (:func:`dnnbind.utils.set_random_seed`).
+        ``epochs`` is the index of the last epoch (training runs epochs ``initial_epoch .. epochs - 1``).
+
+        Every argument is checked before anything runs; ``x`` (and float ``y``) holding NaN or inf
+        is refused with the count and the first bad sample.
         """
+        owner = f"Sequential '{self.name}': fit"
         self._require_compiled("fit")
+        self._require_layers("fit")
+        batch_size = _validate.optional_positive_int(batch_size, "batch_size", owner, default=32)
+        epochs = _validate.non_negative_int(epochs, "epochs", owner)
+        initial_epoch = _validate.non_negative_int(initial_epoch, "initial_epoch", owner)
+        if initial_epoch > epochs:
+            raise ValueError(f"{owner}: initial_epoch={initial_epoch} is past epochs={epochs}; epochs is the index "
+                             "of the last epoch, not a count (fit(epochs=initial_epoch + n) trains n more)")
+        verbose = _resolve_verbose(verbose, owner)
+        cb_list = _validate.instances(callbacks, callbacks_module.Callback, "callbacks", owner)
+        validation_split = _validate.number(validation_split, "validation_split", owner, low=0.0, high=1.0,
+                                            high_open=True)
+        shuffle = _validate.boolean(shuffle, "shuffle", owner)
+        _validate.optional_positive_int(steps_per_epoch, "steps_per_epoch", owner)
+        _validate.optional_positive_int(validation_steps, "validation_steps", owner)
+        validation_batch_size = _validate.optional_positive_int(validation_batch_size, "validation_batch_size",
+                                                                owner)
+        validation_freq = _validate.positive_int(validation_freq, "validation_freq", owner)
+        if seed is not None:
+            _validate.non_negative_int(seed, "seed", owner)
         if class_weight is not None or sample_weight is not None:
             raise NotImplementedError("fit: class_weight and sample_weight are not supported")
         if steps_per_epoch is not None or validation_steps is not None:
             raise NotImplementedError("fit: steps_per_epoch and validation_steps are not supported (arrays are "
                                       "consumed whole)")
-        batch_size = 32 if batch_size is None else int(batch_size)
-        if batch_size < 1:
-            raise ValueError(f"fit: batch_size must be >= 1, got {batch_size}")
-        if not 0.0 <= validation_split < 1.0:
-            raise ValueError(f"fit: validation_split must be in [0, 1), got {validation_split}")
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+                got = (f"a {type(validation_data).__name__} of {len(validation_data)}"
+                       if isinstance(validation_data, (tuple, list)) else type(validation_data).__name__)
+                raise ValueError(f"{owner}: validation_data must be a tuple (x_val, y_val), got {got}")
+            if len(validation_data) == 3 and validation_data[2] is not None:
+                raise NotImplementedError("fit: validation sample weights (a third element of validation_data) "
+                                          "are not supported")
         x, y = self._check_xy(x, y, "fit")
         val = None
         if validation_data is not None:
-            if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
-                raise ValueError("fit: validation_data must be a tuple (x_val, y_val)")
             val = self._check_xy(validation_data[0], validation_data[1], "fit (validation_data)")
         elif validation_split:
             split = int(len(x) * (1.0 - validation_split))
             if split == 0 or split == len(x):
-                raise ValueError(f"fit: validation_split={validation_split} leaves no training or no validation "
+                raise ValueError(f"{owner}: validation_split={validation_split} leaves no training or no validation "
                                  f"samples out of {len(x)}")
             val = (x[split:], y[split:])
             x, y = x[:split], y[:split]
-        if len(x) == 0:
-            raise ValueError("fit: no training samples")
 
-        verbose = _resolve_verbose(verbose)
         steps = math.ceil(len(x) / batch_size)
         history = callbacks_module.History()
-        cb_list = list(callbacks or [])
         if verbose and not any(isinstance(c, callbacks_module.ProgbarLogger) for c in cb_list):
             cb_list.append(callbacks_module.ProgbarLogger(verbose))
         cbs = callbacks_module.CallbackList([*cb_list, history], model=self,
@@ -740,7 +816,8 @@ class Sequential:
         cbs.callbacks = [c for c in cbs.callbacks if c not in progbars] + progbars
         self.history = history
         self.stop_training = False
-        rng = np.random.default_rng(seed)
+        # seed=None: one seed per fit call from dnnbind's seed generator (utils.set_random_seed fixes it)
+        rng = np.random.default_rng(draw_seed() if seed is None else seed)
         device_data = self._device_dataset(x, y)
         val_device = self._device_dataset(*val) if val is not None else None
 
@@ -754,7 +831,7 @@ class Sequential:
                 # the last, smaller batch of an epoch runs eagerly rather than holding a graph of its own
                 self._step("train", xb, yb, graph=int(xb.shape[0]) == batch_size)
                 if self._loss_scale is not None:
-                    self._loss_scale.maybe_grow()
+                    self._after_loss_scaled_step()
                 cbs.on_train_batch_end(step, self._lazy_logs())
                 if self.stop_training:
                     break
@@ -786,16 +863,24 @@ class Sequential:
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None, verbose: Any = "auto",
                  sample_weight: Any = None, steps: int | None = None, callbacks: Sequence[Any] | None = None,
                  return_dict: bool = False):
-        """Loss (and metrics) on ``x``/``y``: a float, ``[loss, *metrics]``, or a dict with ``return_dict``."""
+        """Loss (and metrics) on ``x``/``y``: a float, ``[loss, *metrics]``, or a dict with ``return_dict``.
+
+        Empty data, and ``x`` (or float ``y``) holding NaN or inf, are refused (as ``fit``).
+        """
+        owner = f"Sequential '{self.name}': evaluate"
         self._require_compiled("evaluate")
+        self._require_layers("evaluate")
+        batch_size = _validate.optional_positive_int(batch_size, "batch_size", owner, default=32)
+        verbose = _resolve_verbose(verbose, owner)
+        _validate.optional_positive_int(steps, "steps", owner)
+        cb_list = _validate.instances(callbacks, callbacks_module.Callback, "callbacks", owner)
+        return_dict = _validate.boolean(return_dict, "return_dict", owner)
         if sample_weight is not None:
             raise NotImplementedError("evaluate: sample_weight is not supported")
         if steps is not None:
             raise NotImplementedError("evaluate: steps is not supported (arrays are consumed whole)")
-        batch_size = 32 if batch_size is None else int(batch_size)
         x, y = self._check_xy(x, y, "evaluate")
-        verbose = _resolve_verbose(verbose)
-        cbs = callbacks_module.CallbackList(callbacks or [], model=self,
+        cbs = callbacks_module.CallbackList(cb_list, model=self,
                                             params={"verbose": verbose, "steps": math.ceil(len(x) / batch_size)})
         cbs.on_test_begin()
         bar = callbacks_module.Progbar(math.ceil(len(x) / batch_size), verbose=verbose)
@@ -810,13 +895,21 @@ class Sequential:
 
     def predict(self, x: Any, batch_size: int | None = None, verbose: Any = "auto", steps: int | None = None,
                 callbacks: Sequence[Any] | None = None) -> np.ndarray:
-        """Model outputs for ``x`` as a NumPy array (float32)."""
-        batch_size = 32 if batch_size is None else int(batch_size)
-        x = self._check_x(x, "predict")
-        verbose = _resolve_verbose(verbose)
+        """Model outputs for ``x`` as a NumPy array (float32).
+
+        As Keras, NaN or inf in ``x`` are accepted (they give NaN outputs); zero samples give an
+        empty result.
+        """
+        owner = f"Sequential '{self.name}': predict"
+        self._require_layers("predict")
+        batch_size = _validate.optional_positive_int(batch_size, "batch_size", owner, default=32)
+        verbose = _resolve_verbose(verbose, owner)
+        _validate.optional_positive_int(steps, "steps", owner)
+        cb_list = _validate.instances(callbacks, callbacks_module.Callback, "callbacks", owner)
         if steps is not None:
             raise NotImplementedError("predict: steps is not supported (arrays are consumed whole)")
-        cbs = callbacks_module.CallbackList(callbacks or [], model=self)
+        x = self._check_x(x, "predict", finite=False, allow_empty=True)
+        cbs = callbacks_module.CallbackList(cb_list, model=self)
         cbs.on_predict_begin()
         bar = callbacks_module.Progbar(math.ceil(len(x) / batch_size), verbose=verbose) if verbose else None
         outputs = []
@@ -835,9 +928,10 @@ class Sequential:
 
     def __call__(self, x: Any, training: bool = False) -> Any:
         """Eager forward on a batch (NumPy in, NumPy out; DeviceArray in, DeviceArray out)."""
+        if training is not None:  # None: inference, as Keras
+            training = _validate.boolean(training, "training", f"Sequential '{self.name}': __call__")
         if backend.is_device_array(x):
-            if not self.built:
-                self.build(tuple(x.shape[1:]))
+            x, _ = self._device_batch(x, None, "__call__")
             return self._forward(x, training=training)
         return self.predict_on_batch(x)
 
@@ -852,9 +946,12 @@ class Sequential:
         """Accept DeviceArrays (already on this model's device) as they are: only shapes are checked,
         labels must already be in the loss's form (int32 class indices or float rows)."""
         if not backend.is_device_array(x):
-            if y is None:
-                return self._to_device_batch(self._check_x(x, what))[0], None
+            if y is None:  # predicting: NaN/inf pass, as in predict
+                return self._to_device_batch(self._check_x(x, what, finite=False))[0], None
             return self._to_device_batch(*self._check_xy(x, y, what))
+        self._require_layers(what)
+        if x.ndim < 1 or int(x.shape[0]) == 0:
+            raise ValueError(f"Sequential '{self.name}': {what} got no samples (x has shape {tuple(x.shape)})")
         if backend.device_of(x) != self.device:
             raise ValueError(f"Sequential '{self.name}': {what} got data on {backend.device_of(x)} but the model "
                              f"is on {self.device}; move one of them (model.to(...) or backend.asarray)")
@@ -867,8 +964,9 @@ class Sequential:
             x = ops.cast(x, _F32)
         if y is not None:
             if not backend.is_device_array(y):
-                y = backend.asarray(self.loss.prepare_labels(np.asarray(y), self._output_shape,
-                                                             owner=f"Sequential '{self.name}': "), device=self.device)
+                y = self.loss.prepare_labels(np.asarray(y), self._output_shape, owner=f"Sequential '{self.name}': ")
+                _validate.finite_array(y, "y", f"Sequential '{self.name}': {what}", hint="clean the targets first")
+                y = backend.asarray(y, device=self.device)
             elif int(y.shape[0]) != int(x.shape[0]):
                 raise ValueError(f"Sequential '{self.name}': {what} got {x.shape[0]} input samples but "
                                  f"{y.shape[0]} targets")
@@ -883,17 +981,23 @@ class Sequential:
         whose values are read from the device only when looked up (no per-step synchronisation).
         """
         self._require_compiled("train_on_batch")
+        return_dict = _validate.boolean(return_dict, "return_dict", f"Sequential '{self.name}': train_on_batch")
+        if sample_weight is not None or class_weight is not None:
+            raise NotImplementedError("train_on_batch: sample_weight and class_weight are not supported")
         if y is None:
             raise ValueError(f"Sequential '{self.name}': train_on_batch needs targets y")
         xb, yb = self._device_batch(x, y, "train_on_batch")
         self._step("train", xb, yb)
         if self._loss_scale is not None:
-            self._loss_scale.maybe_grow()
+            self._after_loss_scaled_step()
         return self._batch_result(return_dict)
 
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False):
         """Loss (and metrics) of one batch without updating weights (running averages, as Keras 3)."""
         self._require_compiled("test_on_batch")
+        return_dict = _validate.boolean(return_dict, "return_dict", f"Sequential '{self.name}': test_on_batch")
+        if sample_weight is not None:
+            raise NotImplementedError("test_on_batch: sample_weight is not supported")
         if y is None:
             raise ValueError(f"Sequential '{self.name}': test_on_batch needs targets y")
         xb, yb = self._device_batch(x, y, "test_on_batch")
@@ -917,32 +1021,52 @@ class Sequential:
         return config
 
     @classmethod
-    def from_config(cls, config: dict) -> "Sequential":
-        from .layers.base import deserialize
-
+    def from_config(cls, config: dict, *, max_weight_bytes: int | None = None) -> "Sequential":
+        """A model from :meth:`get_config`'s dict, which may come from an untrusted file: the layers'
+        constructors check their arguments, and the weights are sized from the config before any is
+        created (``AllocationTooLargeError`` past ``max_weight_bytes``, default the physical memory)."""
+        if not isinstance(config, dict):
+            raise TypeError(f"Sequential.from_config: config must be a dict, got {type(config).__name__}")
+        owner = f"Sequential.from_config ('{config.get('name')}')"
+        layer_configs = config.get("layers")
+        if not isinstance(layer_configs, list):
+            raise TypeError(f"{owner}: 'layers' must be a list, got {type(layer_configs).__name__}")
+        for i, entry in enumerate(layer_configs):
+            if not (isinstance(entry, dict) and isinstance(entry.get("class_name"), str)
+                    and isinstance(entry.get("config"), dict)):
+                raise TypeError(f"{owner}: layers[{i}] must be {{'class_name': str, 'config': dict}}, "
+                                f"got {str(entry)[:120]}")
+        build_shape = config.get("build_input_shape")
+        if build_shape is not None:
+            build_shape = _validate.shape(build_shape[1:] if isinstance(build_shape, list) and build_shape
+                                          and build_shape[0] is None else build_shape, "build_input_shape", owner)
+        layers = [deserialize(entry) for entry in layer_configs]  # constructors allocate nothing
         model = cls(name=config.get("name"), trainable=config.get("trainable", True))
-        for layer_config in config["layers"]:
-            model.add(deserialize(layer_config))
-        if not model.built and config.get("build_input_shape") is not None:
-            model.build(tuple(config["build_input_shape"]))
+        input_shape = layers[0].input_shape if layers and isinstance(layers[0], InputLayer) else None
+        if input_shape is None and layers:
+            input_shape = layers[0]._declared_input_shape
+        if input_shape is None:
+            input_shape = build_shape
+        if input_shape is not None:
+            saving_module.check_weight_budget(layers, input_shape, f"Sequential '{model.name}'", max_weight_bytes)
+        for layer in layers:
+            model.add(layer)
+        if not model.built and build_shape is not None:
+            model.build(build_shape)
         return model
 
     def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
         """Weights to a safetensors file, named ``"<layer>/<weight>"`` (Keras layouts)."""
-        from .saving import save_weights
-
-        save_weights(self, filepath, overwrite=overwrite)
+        saving_module.save_weights(self, filepath, overwrite=overwrite)
 
     def load_weights(self, filepath: "str | os.PathLike") -> None:
-        from .saving import load_weights
-
-        load_weights(self, filepath)
+        """Weights from :meth:`save_weights`' file; all are checked (names, shapes, float dtypes) before
+        any is written, so a failed call changes no weight. Unused tensors are named in a warning."""
+        saving_module.load_weights(self, filepath)
 
     def save(self, filepath: "str | os.PathLike", overwrite: bool = True, include_optimizer: bool = True) -> None:
         """The whole model (config, weights, compile config, optimizer state): a ``.dnnbind`` zip or a directory."""
-        from .saving import save_model
-
-        save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
+        saving_module.save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
 
     def __repr__(self) -> str:
         return f"<Sequential name={self.name}, layers={len(self._layers)}, built={self.built}>"
@@ -950,12 +1074,3 @@ class Sequential:
 
 Model = Sequential
 
-
-def _human_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n:.2f} B"
-    for unit in ("KB", "MB", "GB", "TB"):
-        n /= 1024.0
-        if n < 1024:
-            return f"{n:.2f} {unit}"
-    return f"{n:.2f} PB"

@@ -12,12 +12,13 @@ batch placeholder, as in ``(None, 28, 28, 1)``) is accepted and kept.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind import backend, ops
+from dnnbind import _validate, backend, ops
 from dnnbind import initializers as _init
 from dnnbind.backend import Device
 from dnnbind.mixed_precision import Policy, global_policy, numpy_dtype
@@ -97,8 +98,8 @@ class Weight:
         # always a copy: on NumPy the value itself would otherwise leak out and change under training
         return np.array(self._to_keras(backend.to_numpy(self.value)), order="C", copy=True)
 
-    def assign(self, array: Any) -> None:
-        """Set from a Keras-layout array, checking its shape (the error names the layer)."""
+    def checked(self, array: Any) -> np.ndarray:
+        """``array`` as NumPy once it passes :meth:`assign`'s checks (numeric dtype, Keras shape); changes nothing."""
         arr = np.asarray(array)
         if arr.dtype.kind not in "fiub":
             raise TypeError(f"layer '{self.layer.name}': weight '{self.name}' must be numeric, got dtype {arr.dtype}")
@@ -107,6 +108,11 @@ class Weight:
                 f"layer '{self.layer.name}' ({type(self.layer).__name__}): weight '{self.name}' expects shape "
                 f"{self.shape}, got {tuple(arr.shape)}"
             )
+        return arr
+
+    def assign(self, array: Any) -> None:
+        """Set from a Keras-layout array, checking its dtype and shape (the error names the layer)."""
+        arr = self.checked(array)
         internal = np.ascontiguousarray(self._to_internal(arr.astype(self.value.dtype, copy=False)))
         # Write into the existing buffer: its address stays valid for optimizer state and captured graphs.
         if backend.is_device_array(self.value):
@@ -138,8 +144,11 @@ class Layer:
         batch_input_shape = kwargs.pop("batch_input_shape", None)
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
+        if name is not None and not isinstance(name, str):
+            raise _validate.ArgumentTypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
         self.name = name if name is not None else unique_name(_snake_case(type(self).__name__))
-        self.trainable = bool(trainable)
+        owner = f"{type(self).__name__} '{self.name}'"
+        self.trainable = _validate.boolean(trainable, "trainable", owner)
         if isinstance(dtype, Policy):
             self.dtype_policy = dtype
         elif dtype is None:
@@ -147,8 +156,9 @@ class Layer:
         else:
             self.dtype_policy = Policy(str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype)
         if batch_input_shape is not None:
-            input_shape = tuple(batch_input_shape)[1:]
-        self._declared_input_shape = None if input_shape is None else tuple(int(s) for s in input_shape)
+            input_shape = _validate.shape(tuple(batch_input_shape)[1:], "batch_input_shape[1:]", owner)
+        self._declared_input_shape = None if input_shape is None else _validate.shape(input_shape, "input_shape",
+                                                                                      owner)
         self.built = False
         self.input_shape: tuple[int, ...] | None = None
         self.output_shape: tuple[int, ...] | None = None
@@ -223,12 +233,27 @@ class Layer:
         """Create a weight from a Keras-layout initial value; returns the :class:`Weight`."""
         shape = tuple(int(s) for s in shape)
         vdtype = numpy_dtype(dtype or self.variable_dtype)
+        self._check_weight_size(name, shape, vdtype)
         init = _init.get(initializer)
         host = np.asarray(init(shape, dtype=vdtype), dtype=vdtype)
         internal = np.ascontiguousarray(to_internal(host) if to_internal else host)
         w = Weight(self, name, shape, backend.asarray(internal, device=self.device), trainable, to_internal, to_keras)
         self._weights.append(w)
         return w
+
+    def _check_weight_size(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """Refuse a weight that cannot fit (host memory for its initial value; device memory on CUDA)
+        before anything is allocated, naming the layer, the shape and the bytes."""
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: no overflow
+        total = None
+        if self.device.is_cuda and nbytes > 2**30:
+            # deferred: dnnbind.cuda loads cuda.bindings, needed only for large weights on CUDA
+            from dnnbind import cuda
+
+            total = cuda.Device(self.device.index).total_memory
+        _validate.check_allocation(nbytes, f"weight '{name}' of shape {shape} ({np.dtype(dtype)})",
+                                   f"{type(self).__name__} '{self.name}'", device_total=total,
+                                   device=str(self.device))
 
     @property
     def weights(self) -> list[Weight]:
@@ -255,7 +280,7 @@ class Layer:
         return [w.numpy() for w in self._weights]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
-        """Set from Keras-layout arrays; the count and every shape are checked before anything changes."""
+        """Set from Keras-layout arrays; the count, every shape and dtype are checked before anything changes."""
         if not self.built:
             raise ValueError(f"layer '{self.name}' is not built yet; call it on data or build it first")
         weights = list(weights)
@@ -264,13 +289,8 @@ class Layer:
                 f"layer '{self.name}' ({type(self).__name__}) expects {len(self._weights)} weight arrays "
                 f"{[w.shape for w in self._weights]}, got {len(weights)}"
             )
-        for w, arr in zip(self._weights, weights):
-            if tuple(np.shape(arr)) != w.shape:
-                raise ValueError(
-                    f"layer '{self.name}' ({type(self).__name__}): weight '{w.name}' expects shape {w.shape}, "
-                    f"got {tuple(np.shape(arr))}"
-                )
-        for w, arr in zip(self._weights, weights):
+        arrays = [w.checked(arr) for w, arr in zip(self._weights, weights)]
+        for w, arr in zip(self._weights, arrays):
             w.assign(arr)
 
     def count_params(self) -> int:
@@ -290,7 +310,13 @@ class Layer:
     def _ensure_built(self, input_shape: Sequence[int]) -> None:
         _, shape = split_batch(input_shape)
         if not self.built:
-            self.build(shape)
+            _validate.shape(shape, "input shape", f"{type(self).__name__} '{self.name}'")
+            before = list(self._weights)
+            try:
+                self.build(shape)
+            except BaseException:
+                self._weights = before  # a failed build leaves no half-made weights behind
+                raise
             if not self.built:  # a subclass build that forgot the base call
                 self._set_built(shape)
         elif tuple(shape) != tuple(self.input_shape):
@@ -361,18 +387,12 @@ class InputLayer(Layer):
             shape = kwargs.pop("input_shape", None)
         if shape is None:
             raise ValueError("Input: `shape` is required, e.g. Input(shape=(28, 28, 1))")
-        if isinstance(shape, int):
-            shape = (shape,)
-        shape = tuple(shape)
-        if any(s is None for s in shape):
-            raise ValueError(
-                f"Input: every dimension of `shape` must be known (got {shape}); dnnbind needs fixed shapes "
-                "(omit the batch axis)"
-            )
+        shape = _validate.shape(shape, "shape", "Input")
+        batch_size = _validate.optional_positive_int(batch_size, "batch_size", "Input")
         super().__init__(name=name if name is not None else unique_name("input_layer"), dtype=None, **kwargs)
         self.batch_size = batch_size
         self.input_dtype = "float32" if dtype is None else str(np.dtype(dtype))
-        self._set_built(tuple(int(s) for s in shape))
+        self._set_built(shape)
 
     @property
     def shape(self) -> tuple:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
-
-from dnnbind import ops
+from dnnbind import _validate, ops
 from dnnbind import initializers as _init
-from dnnbind.ops._params import ConvParams, as_pair, resolve_padding
+from dnnbind.ops._params import ConvParams, resolve_padding
 
 from .base import Layer, register, split_batch
 from .core import _ActivationMixin
@@ -48,23 +46,22 @@ class Conv2D(_ActivationMixin, Layer):
                  bias_initializer: Any = "zeros", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         owner = f"Conv2D '{self.name}'"
-        if not isinstance(filters, (int, np.integer)) or isinstance(filters, bool) or filters < 1:
-            raise ValueError(f"{owner}: filters must be a positive int, got {filters!r}")
-        self.filters = int(filters)
-        self.kernel_size = as_pair(kernel_size, "kernel_size")
-        self.strides = as_pair(strides, "strides")
-        self.dilation_rate = as_pair(dilation_rate, "dilation_rate")
+        self.filters = _validate.positive_int(filters, "filters", owner)
+        self.kernel_size = _validate.int_pair(kernel_size, "kernel_size", owner)
+        self.strides = _validate.int_pair(strides, "strides", owner)
+        self.dilation_rate = _validate.int_pair(dilation_rate, "dilation_rate", owner)
         if self.strides != (1, 1) and self.dilation_rate != (1, 1):
             raise ValueError(f"{owner}: strides > 1 together with dilation_rate > 1 is not supported (as Keras)")
         if str(padding).lower() not in ("valid", "same"):
             raise ValueError(f"{owner}: padding must be 'valid' or 'same', got {padding!r}")
         self.padding = str(padding).lower()
         self.data_format, self.layout = data_format_to_layout(data_format, owner)
-        if not isinstance(groups, (int, np.integer)) or groups < 1 or self.filters % groups:
+        groups = _validate.positive_int(groups, "groups", owner)
+        if self.filters % groups:
             raise ValueError(f"{owner}: groups must be a positive divisor of filters={self.filters}, got {groups!r}")
-        self.groups = int(groups)
+        self.groups = groups
         self._set_activation(activation)
-        self.use_bias = bool(use_bias)
+        self.use_bias = _validate.boolean(use_bias, "use_bias", owner)
         self.kernel_initializer = _init.get(kernel_initializer)
         self.bias_initializer = _init.get(bias_initializer)
 

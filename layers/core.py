@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-import numpy as np
-
-from dnnbind import ops
+from dnnbind import _validate, ops
 from dnnbind import initializers as _init
+from dnnbind.utils import draw_seed
 
 from .base import ActivationFn, Layer, register
 
@@ -58,11 +57,10 @@ class Dense(_ActivationMixin, Layer):
     def __init__(self, units: int, activation: Any = None, use_bias: bool = True,
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(units, (int, np.integer)) or isinstance(units, bool) or units < 1:
-            raise ValueError(f"Dense '{self.name}': units must be a positive int, got {units!r}")
-        self.units = int(units)
+        owner = f"Dense '{self.name}'"
+        self.units = _validate.positive_int(units, "units", owner)
         self._set_activation(activation)
-        self.use_bias = bool(use_bias)
+        self.use_bias = _validate.boolean(use_bias, "use_bias", owner)
         self.kernel_initializer = _init.get(kernel_initializer)
         self.bias_initializer = _init.get(bias_initializer)
 
@@ -113,16 +111,21 @@ class Dense(_ActivationMixin, Layer):
 
 @register
 class Dropout(Layer):
-    """Randomly zero a fraction ``rate`` of the inputs in training, scaling the rest by ``1/(1-rate)``."""
+    """Randomly zero a fraction ``rate`` of the inputs in training, scaling the rest by ``1/(1-rate)``.
+
+    ``seed=None`` draws the mask stream's seed when the layer is created, from dnnbind's seed
+    generator (:func:`dnnbind.utils.set_random_seed` makes it reproducible); ``seed`` (the config
+    value) stays None. Moving the layer to another device restarts the stream from that seed.
+    """
 
     def __init__(self, rate: float, noise_shape: Any = None, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not (isinstance(rate, (int, float)) and 0.0 <= float(rate) < 1.0):
-            raise ValueError(f"Dropout '{self.name}': rate must be in [0, 1), got {rate!r}")
+        rate = _validate.number(rate, "rate", f"Dropout '{self.name}'", low=0.0, high=1.0, high_open=True)
         if noise_shape is not None:
             raise NotImplementedError(f"Dropout '{self.name}': noise_shape is not supported")
         self.rate = float(rate)
         self.seed = seed
+        self._seed = draw_seed() if seed is None else seed
         self._state = None
 
     def _on_device_change(self) -> None:
@@ -133,7 +136,7 @@ class Dropout(Layer):
             self._reserve = None
             return x
         if self._state is None:
-            self._state = ops.DropoutState(self.rate, seed=self.seed)
+            self._state = ops.DropoutState(self.rate, seed=self._seed)
         y, self._reserve = ops.dropout_forward(x, self._state)
         return y
 
@@ -157,6 +160,9 @@ class Flatten(Layer):
 
     def __init__(self, data_format: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if data_format is not None:
+            _validate.one_of(str(data_format).lower(), "data_format", f"Flatten '{self.name}'",
+                             ("channels_last", "channels_first"))
         self.data_format = data_format
 
     def _output_shape(self, input_shape):
@@ -225,17 +231,18 @@ class ReLU(_ActivationLayerBase):
     def __init__(self, max_value: float | None = None, negative_slope: float = 0.0, threshold: float = 0.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        owner = f"ReLU '{self.name}'"
+        if max_value is not None:
+            max_value = _validate.number(max_value, "max_value", owner, low=0.0, low_open=True)
+        negative_slope = _validate.number(negative_slope, "negative_slope", owner, low=0.0)
+        threshold = _validate.number(threshold, "threshold", owner)
         if threshold != 0.0:
             raise NotImplementedError(f"ReLU '{self.name}': threshold != 0 is not supported")
         if max_value is not None and negative_slope != 0.0:
             raise NotImplementedError(f"ReLU '{self.name}': max_value together with negative_slope is not supported")
-        if max_value is not None and max_value <= 0:
-            raise ValueError(f"ReLU '{self.name}': max_value must be positive, got {max_value}")
-        if negative_slope < 0:
-            raise ValueError(f"ReLU '{self.name}': negative_slope must be >= 0, got {negative_slope}")
-        self.max_value = None if max_value is None else float(max_value)
-        self.negative_slope = float(negative_slope)
-        self.threshold = float(threshold)
+        self.max_value = max_value
+        self.negative_slope = negative_slope
+        self.threshold = threshold
 
     def _make_fn(self):
         if self.max_value is not None:
@@ -258,7 +265,7 @@ class LeakyReLU(_ActivationLayerBase):
     def __init__(self, negative_slope: float = 0.3, **kwargs: Any) -> None:
         kwargs.pop("alpha", None)
         super().__init__(**kwargs)
-        self.negative_slope = float(negative_slope)
+        self.negative_slope = _validate.number(negative_slope, "negative_slope", f"LeakyReLU '{self.name}'", low=0.0)
 
     def _make_fn(self):
         return ActivationFn("leaky_relu", alpha=self.negative_slope)
@@ -273,7 +280,7 @@ class ELU(_ActivationLayerBase):
 
     def __init__(self, alpha: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.alpha = float(alpha)
+        self.alpha = _validate.number(alpha, "alpha", f"ELU '{self.name}'")
 
     def _make_fn(self):
         return ActivationFn("elu", alpha=self.alpha)
@@ -288,7 +295,7 @@ class Softmax(_ActivationLayerBase):
 
     def __init__(self, axis: int = -1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.axis = int(axis)
+        self.axis = _validate.integer(axis, "axis", f"Softmax '{self.name}'")
 
     def build(self, input_shape):
         from .base import split_batch

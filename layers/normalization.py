@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnbind import backend, ops
+from dnnbind import _validate, backend, ops
 from dnnbind import initializers as _init
 
 from .base import Layer, register, split_batch
@@ -32,17 +32,16 @@ class BatchNormalization(Layer):
                  moving_mean_initializer: Any = "zeros", moving_variance_initializer: Any = "ones",
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        owner = f"BatchNormalization '{self.name}'"
         if isinstance(axis, (list, tuple)):
             if len(axis) != 1:
-                raise NotImplementedError(f"BatchNormalization '{self.name}': only one axis is supported, got {axis}")
+                raise NotImplementedError(f"{owner}: only one axis is supported, got {axis}")
             axis = axis[0]
-        self.axis = int(axis)
-        if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"BatchNormalization '{self.name}': momentum must be in [0, 1], got {momentum}")
-        if epsilon <= 0:
-            raise ValueError(f"BatchNormalization '{self.name}': epsilon must be positive, got {epsilon}")
-        self.momentum, self.epsilon = float(momentum), float(epsilon)
-        self.center, self.scale = bool(center), bool(scale)
+        self.axis = _validate.integer(axis, "axis", owner)
+        self.momentum = _validate.number(momentum, "momentum", owner, low=0.0, high=1.0)
+        self.epsilon = _validate.number(epsilon, "epsilon", owner, low=0.0, low_open=True)
+        self.center = _validate.boolean(center, "center", owner)
+        self.scale = _validate.boolean(scale, "scale", owner)
         self.beta_initializer = _init.get(beta_initializer)
         self.gamma_initializer = _init.get(gamma_initializer)
         self.moving_mean_initializer = _init.get(moving_mean_initializer)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dnnbind import ops
-from dnnbind.ops._params import PoolParams, as_pair, resolve_padding
+from dnnbind import _validate, ops
+from dnnbind.ops._params import PoolParams, resolve_padding
 
 from .base import Layer, register, split_batch
 from .conv import check_image_shape, data_format_to_layout
@@ -21,8 +21,8 @@ class _Pooling2D(Layer):
                  padding: str = "valid", data_format: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         owner = f"{type(self).__name__} '{self.name}'"
-        self.pool_size = as_pair(pool_size, "pool_size")
-        self.strides = self.pool_size if strides is None else as_pair(strides, "strides")
+        self.pool_size = _validate.int_pair(pool_size, "pool_size", owner)
+        self.strides = self.pool_size if strides is None else _validate.int_pair(strides, "strides", owner)
         if str(padding).lower() not in ("valid", "same"):
             raise ValueError(f"{owner}: padding must be 'valid' or 'same', got {padding!r}")
         self.padding = str(padding).lower()
@@ -94,8 +94,9 @@ class GlobalAveragePooling2D(Layer):
 
     def __init__(self, data_format: str | None = None, keepdims: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.data_format, self.layout = data_format_to_layout(data_format, f"GlobalAveragePooling2D '{self.name}'")
-        self.keepdims = bool(keepdims)
+        owner = f"GlobalAveragePooling2D '{self.name}'"
+        self.data_format, self.layout = data_format_to_layout(data_format, owner)
+        self.keepdims = _validate.boolean(keepdims, "keepdims", owner)
 
     def _output_shape(self, input_shape):
         check_image_shape(tuple(input_shape), f"GlobalAveragePooling2D '{self.name}'", self.data_format)

@@ -27,6 +27,7 @@ import numpy as np
 from .._lib import OwnedPointer
 from .._lib import cudnn as C
 from ..errors import CudnnError
+from ._handle import Handle, require_handle
 
 __all__ = [
     "data_type",
@@ -172,6 +173,12 @@ def _enum_arg(value: Any, names: dict[str, Any], enum: type, what: str, name: st
     if isinstance(value, str) and value.lower() in names:
         return names[value.lower()]
     raise ValueError(f"{what}: {name} must be one of {sorted(names)} (or a {enum.__name__}), got {value!r}")
+
+
+def _require(obj: Any, cls: type, what: str, name: str) -> None:
+    """A TypeError before any C call when ``obj`` is not a ``cls`` (a raw pointer int, most often)."""
+    if not isinstance(obj, cls):
+        raise TypeError(f"{what}: {name} must be a dnnbind.cudnn.{cls.__name__}, got {type(obj).__name__} {obj!r}")
 
 
 def _name_of(value: int, names: dict[str, Any]) -> str:
@@ -557,6 +564,8 @@ class ConvolutionDescriptor(_Descriptor):
 
         ``cudnnGetConvolution2dForwardOutputDim`` (Nd for other ranks); works without a GPU.
         """
+        _require(x_desc, TensorDescriptor, "ConvolutionDescriptor.forward_output_dim", "x_desc")
+        _require(w_desc, FilterDescriptor, "ConvolutionDescriptor.forward_output_dim", "w_desc")
         if x_desc._rank != self._rank + 2 or w_desc._rank != self._rank + 2:
             raise ValueError(
                 f"ConvolutionDescriptor.forward_output_dim: a {self._rank}-d convolution needs "
@@ -645,6 +654,7 @@ class PoolingDescriptor(_Descriptor):
 
     def forward_output_dim(self, x_desc: TensorDescriptor) -> tuple[int, ...]:
         """Output shape of pooling ``x_desc``, in ``x_desc``'s layout order (works without a GPU)."""
+        _require(x_desc, TensorDescriptor, "PoolingDescriptor.forward_output_dim", "x_desc")
         if x_desc._rank != self._rank + 2:
             raise ValueError(f"PoolingDescriptor.forward_output_dim: a {self._rank}-d pooling needs a "
                              f"{self._rank + 2}-d x descriptor, got {x_desc.get().shape}")
@@ -840,6 +850,8 @@ class DropoutDescriptor(_Descriptor):
     ----------
     handle:
         The :class:`dnnbind.cudnn.Handle`; the states are initialised by a kernel on its stream.
+        A bare int is refused (TypeError): wrap a raw ``cudnnHandle_t`` with
+        :meth:`Handle.borrow <dnnbind.cudnn.Handle.borrow>`.
     rate:
         Probability of dropping an element, in [0, 1).
     seed:
@@ -853,14 +865,14 @@ class DropoutDescriptor(_Descriptor):
     _create_fn = "cudnnCreateDropoutDescriptor"
     _destroy_fn = "cudnnDestroyDropoutDescriptor"
 
-    def __init__(self, handle: Any, rate: float, seed: int = 0, states: Any = None) -> None:
+    def __init__(self, handle: Handle, rate: float, seed: int = 0, states: Any = None) -> None:
         what = "DropoutDescriptor"
         if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating)) or not 0.0 <= rate < 1.0:
             raise ValueError(f"{what}: rate must be a float in [0, 1), got {rate!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
             raise ValueError(f"{what}: seed must be an int in [0, 2**64), got {seed!r}")
-        raw_handle = handle.handle if hasattr(handle, "handle") else int(handle)
-        size = self.states_size(raw_handle)
+        raw_handle = require_handle(handle, what).handle
+        size = self.states_size(handle)
         restore = states is not None
         if restore:
             if getattr(states, "nbytes", 0) < size:
@@ -882,9 +894,9 @@ class DropoutDescriptor(_Descriptor):
                   context=context)
 
     @staticmethod
-    def states_size(handle: Any) -> int:
-        """Bytes of RNG state cuDNN needs for ``handle`` (``cudnnDropoutGetStatesSize``)."""
-        raw_handle = handle.handle if hasattr(handle, "handle") else int(handle)
+    def states_size(handle: Handle) -> int:
+        """Bytes of RNG state cuDNN needs for ``handle`` (a :class:`Handle`; ``cudnnDropoutGetStatesSize``)."""
+        raw_handle = require_handle(handle, "DropoutDescriptor.states_size").handle
         out = ctypes.c_size_t()
         C.cudnnDropoutGetStatesSize(raw_handle, ctypes.byref(out))
         return int(out.value)
@@ -892,6 +904,7 @@ class DropoutDescriptor(_Descriptor):
     @staticmethod
     def reserve_space_size(x_desc: TensorDescriptor) -> int:
         """Bytes of reserve space (the mask) for dropout over ``x_desc``; works without a GPU."""
+        _require(x_desc, TensorDescriptor, "DropoutDescriptor.reserve_space_size", "x_desc")
         out = ctypes.c_size_t()
         C.call("cudnnDropoutGetReserveSpaceSize", x_desc.handle, ctypes.byref(out), context={"x": x_desc})
         return int(out.value)
@@ -901,7 +914,7 @@ class DropoutDescriptor(_Descriptor):
         raise TypeError("DropoutDescriptor owns RNG state and cannot be shared through cached()")
 
     def get(self) -> DropoutInfo:
-        raw_handle = self._handle.handle if hasattr(self._handle, "handle") else int(self._handle)
+        raw_handle = self._handle.handle
         rate, states, seed = ctypes.c_float(), ctypes.c_void_p(), ctypes.c_ulonglong()
         C.cudnnGetDropoutDescriptor(self.handle, raw_handle, ctypes.byref(rate), ctypes.byref(states),
                                     ctypes.byref(seed))

@@ -7,9 +7,10 @@ from typing import Any
 
 from .._lib import OwnedPointer, device_index, no_device_message
 from .._lib import cudnn as C
+from .._validate import ArgumentTypeError
 from ..errors import NoDeviceError
 
-__all__ = ["Handle", "get_handle"]
+__all__ = ["Handle", "get_handle", "require_handle"]
 
 
 def _raw_stream(stream: Any) -> int:
@@ -85,8 +86,15 @@ class Handle(OwnedPointer):
 
     @classmethod
     def from_handle(cls, ptr: int, owned: bool = False, device: int | None = None) -> "Handle":
-        """Wrap an existing ``cudnnHandle_t`` (from another library). Borrowed ones are never destroyed."""
-        if not isinstance(ptr, int) or ptr <= 0:
+        """Wrap an existing ``cudnnHandle_t`` (from another library). Borrowed ones are never destroyed.
+
+        The caller vouches that ``ptr`` is a live ``cudnnHandle_t``: it is passed to cuDNN as it is
+        (``cudnnGetStream`` here), and no library can tell a stale or made-up pointer from a real one.
+        """
+        if isinstance(ptr, bool) or not isinstance(ptr, int):
+            raise ArgumentTypeError(f"Handle.from_handle needs a cudnnHandle_t as an int, got "
+                                    f"{type(ptr).__name__} {ptr!r}")
+        if ptr <= 0:
             raise ValueError(f"Handle.from_handle needs a non-null cudnnHandle_t int, got {ptr!r}")
         self = cls.__new__(cls)
         self._stream_ref = None
@@ -96,6 +104,13 @@ class Handle(OwnedPointer):
         C.cudnnGetStream(ptr, ctypes.byref(out))
         self._stream = int(out.value or 0)
         return self
+
+    @classmethod
+    def borrow(cls, ptr: int, device: int | None = None) -> "Handle":
+        """A :class:`Handle` for a ``cudnnHandle_t`` created elsewhere (another library's), never
+        destroyed by dnnbind: ``Handle.from_handle(ptr, owned=False)``. This is the one way to hand a
+        raw handle int to the descriptors and ops, which refuse bare ints."""
+        return cls.from_handle(ptr, owned=False, device=device)
 
     @property
     def device(self) -> int:
@@ -133,6 +148,19 @@ class Handle(OwnedPointer):
         device = self._device if self._device is not None else "current"
         kind = "owned" if self.owned else "borrowed"
         return f"<cudnn.Handle {self.handle:#x} device={device} stream={self._stream:#x} {kind}>"
+
+
+def require_handle(handle: Any, what: str) -> Handle:
+    """``handle`` if it is a :class:`Handle`; a bare int (a raw ``cudnnHandle_t``, or any number) or
+    anything else raises a TypeError before cuDNN sees it (a wrong pointer would crash the process)."""
+    if isinstance(handle, Handle):
+        return handle
+    if isinstance(handle, int) and not isinstance(handle, bool):
+        raise TypeError(f"{what}: handle must be a dnnbind.cudnn.Handle, got the bare int {handle:#x}. dnnbind "
+                        "cannot check a raw pointer, and cuDNN crashes on a wrong one; to use a cudnnHandle_t made "
+                        "elsewhere, borrow it explicitly: dnnbind.cudnn.Handle.borrow(raw) (never destroyed here)")
+    raise TypeError(f"{what}: handle must be a dnnbind.cudnn.Handle (cudnn.Handle() or cudnn.get_handle()), got "
+                    f"{type(handle).__name__}")
 
 
 def _create(index: int, stream: Any) -> Handle:
