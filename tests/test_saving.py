@@ -72,7 +72,11 @@ def test_full_model_round_trip(trained, tmp_path, name):
             assert set(zf.namelist()) == {"config.json", "model.safetensors", "optimizer.safetensors"}
             assert not any(n.endswith((".pkl", ".pickle")) for n in zf.namelist())
     else:
-        assert sorted(os.listdir(path)) == ["config.json", "model.safetensors", "optimizer.safetensors"]
+        manifest = json.loads((path / "manifest.json").read_text())
+        parts = manifest["files"]
+        assert sorted(parts) == ["config.json", "model.safetensors", "optimizer.safetensors"]
+        assert sorted(os.listdir(path)) == sorted(["manifest.json", *(e["file"] for e in parts.values())])
+        assert parts["model.safetensors"]["size"] == (path / parts["model.safetensors"]["file"]).stat().st_size
     loaded = keras.load_model(path)
     assert [type(layer).__name__ for layer in loaded.layers] == [type(layer).__name__ for layer in model.layers]
     assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
@@ -105,6 +109,9 @@ def test_atomic_write_leaves_nothing_on_failure(trained, tmp_path, monkeypatch):
     target = tmp_path / "m.dnnbind"
     model.save(target)
     before = target.read_bytes()
+    directory = tmp_path / "d"
+    model.save(directory)
+    files_before = {p.name: p.read_bytes() for p in directory.iterdir()}
 
     def boom(*args, **kwargs):
         raise OSError("disk full")
@@ -114,8 +121,11 @@ def test_atomic_write_leaves_nothing_on_failure(trained, tmp_path, monkeypatch):
         model.save(target)
     with pytest.raises(OSError, match="disk full"):
         model.save_weights(tmp_path / "w.safetensors")
-    assert sorted(os.listdir(tmp_path)) == ["m.dnnbind"]
+    with pytest.raises(OSError, match="disk full"):
+        model.save(directory)
+    assert sorted(os.listdir(tmp_path)) == ["d", "m.dnnbind"]
     assert target.read_bytes() == before
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == files_before
 
 
 def test_corrupt_files_give_clear_errors(trained, tmp_path):
@@ -133,12 +143,21 @@ def test_corrupt_files_give_clear_errors(trained, tmp_path):
         keras.load_model(tmp_path / "missing.dnnbind")
     d = tmp_path / "d"
     model.save(d)
-    (d / "config.json").write_text("{nope")
+    parts = json.loads((d / "manifest.json").read_text())["files"]
+    (d / parts["model.safetensors"]["file"]).unlink()
+    with pytest.raises(saving.SavingError, match="is missing but manifest.json lists it as model.safetensors"):
+        keras.load_model(d)
+    # the first directory layout (plain names, no manifest) is still read, and its errors stay clear
+    legacy = tmp_path / "legacy"
+    model.save(tmp_path / "m.dnnbind")
+    with zipfile.ZipFile(tmp_path / "m.dnnbind") as zf:
+        zf.extractall(legacy)
+    assert np.array_equal(keras.load_model(legacy).get_weights()[0], model.get_weights()[0])
+    (legacy / "config.json").write_text("{nope")
     with pytest.raises(saving.SavingError, match="config.json is corrupt"):
-        keras.load_model(d)
-    (d / "model.safetensors").unlink()
-    with pytest.raises(saving.SavingError, match="no model.safetensors"):
-        keras.load_model(d)
+        keras.load_model(legacy)
+    with pytest.raises(saving.SavingError, match="has no manifest.json"):
+        keras.load_model(tmp_path)
 
 
 def test_mismatched_weights_name_the_layer(trained, tmp_path, rng):
@@ -156,7 +175,8 @@ def test_mismatched_weights_name_the_layer(trained, tmp_path, rng):
 def test_config_json_is_plain_json(trained, tmp_path):
     model, _, _ = trained
     model.save(tmp_path / "d")
-    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    config = json.loads((tmp_path / "d" / manifest["files"]["config.json"]["file"]).read_text())
     assert config["class_name"] == "Sequential"
     assert config["compile_config"]["loss"]["class_name"] == "SparseCategoricalCrossentropy"
     assert [layer["class_name"] for layer in config["config"]["layers"]][:2] == ["InputLayer", "Conv2D"]
