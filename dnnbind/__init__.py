@@ -5,7 +5,8 @@ lazily, so the package imports (and the NumPy backend works) on any machine.
 
 Three ways in:
 
-* ``dnnbind.Sequential`` / ``dnnbind.layers``: the Keras-like API.
+* ``dnnbind.Sequential`` / ``dnnbind.Model`` (functional or subclassed) / ``dnnbind.layers``: the
+  Keras-like API.
 * ``dnnbind.ops``: forward and backward ops with one signature for a
   :class:`dnnbind.cuda.DeviceArray` (cuDNN/cuBLAS) and a NumPy array.
 * ``dnnbind.cuda`` / ``dnnbind.cudnn`` / ``dnnbind.cublas``: the owned runtime
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
     "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
-    "saving", "backend", "errors",
+    "saving", "backend", "errors", "trainers",
 }
 
 # name -> (module, attribute)
@@ -45,9 +46,12 @@ _LAZY = {
     "from_cuda_array_interface": ("dnnbind.cuda", "from_cuda_array_interface"),
     "DeviceArray": ("dnnbind.cuda", "DeviceArray"),
     "Sequential": ("dnnbind.models", "Sequential"),
-    "Model": ("dnnbind.models", "Sequential"),
+    "Model": ("dnnbind.models", "Model"),
+    "Functional": ("dnnbind.models", "Functional"),
     "Input": ("dnnbind.layers", "Input"),
+    "KerasTensor": ("dnnbind.layers.base", "KerasTensor"),
     "load_model": ("dnnbind.saving", "load_model"),
+    "save_model": ("dnnbind.saving", "save_model"),
     "doctor": ("dnnbind.doctor", "doctor"),
 }
 

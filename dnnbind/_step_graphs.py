@@ -20,6 +20,9 @@ Life of a step key ``(kind, stream, x shape/dtype, y shape/dtype, ops.config swi
 A capture that raises falls back to eager for that key with a warning naming the error; the
 capture is ended by :func:`dnnbind.cuda.capture` and the host counters are restored.
 
+Several inputs or outputs: a step's ``x``/``y`` (and a predict step's result) may be a tuple of
+arrays (a multi-input / multi-output model); keys, static buffers and outputs are then tuples too.
+
 Validity: a graph bakes in the addresses of every buffer it touches. The model's
 ``_graph_signature()`` (trainable flags, dtype policies, weight arrays, optimizer identity and
 state version, loss-scale state) is compared before every step; any change drops every graph.
@@ -156,20 +159,46 @@ def _config_key() -> tuple:
     return config.capture_key()
 
 
+def _is_multi(shape: Any) -> bool:
+    """Whether ``shape`` is a tuple of shapes (several arrays) rather than one shape."""
+    return bool(shape) and isinstance(shape[0], (tuple, list))
+
+
+def _norm_shape(shape: Any) -> "tuple | None":
+    if shape is None:
+        return None
+    return tuple(tuple(s) for s in shape) if _is_multi(shape) else tuple(shape)
+
+
+def _spec(value: Any) -> tuple[Any, Any]:
+    """``(shape, dtype)`` of an array, or of a tuple of arrays (tuples of shapes and dtypes)."""
+    if value is None:
+        return None, None
+    if isinstance(value, tuple):
+        return tuple(tuple(a.shape) for a in value), tuple(a.dtype for a in value)
+    return tuple(value.shape), value.dtype
+
+
+def _parts(value: Any) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
 def step_key(kind: str, stream_key: Any, x_shape: tuple, x_dtype: Any, y_shape: "tuple | None",
              y_dtype: Any) -> tuple:
-    """The cache key of a step: its kind, stream, input/label shapes and dtypes and the ops switches
-    that change which kernels run (a change there means a new warm-up and capture)."""
-    return (kind, stream_key, tuple(x_shape), x_dtype, None if y_shape is None else tuple(y_shape), y_dtype,
-            _config_key())
+    """The cache key of a step: its kind, stream, input/label shapes and dtypes (tuples of them for
+    several arrays) and the ops switches that change which kernels run (a change there means a new
+    warm-up and capture)."""
+    return (kind, stream_key, _norm_shape(x_shape), x_dtype, _norm_shape(y_shape), y_dtype, _config_key())
 
 
 class StepGraphs:
     """The graph cache of one model: at most ``max_graphs`` keys, least recently used dropped first.
 
     The model provides ``_eager_step(kind, x, y)``, ``_graph_signature()``, ``_host_counters()``
-    (``(object, attribute)`` pairs the step advances in Python), ``_graph_refs()`` and
-    ``_before_launch(kind, stream)`` (uploads the learning rate if it changed).
+    (``(object, attribute)`` pairs the step advances in Python), ``_graph_refs()``,
+    ``_before_launch(kind, stream)`` (uploads the learning rate if it changed), ``_flat_layers()``
+    (whose ``grads`` a failed capture clears) and ``_discard_forward()`` (drops the recorded forward
+    of a functional or subclassed model likewise).
     """
 
     def __init__(self, backend: Any = None, max_graphs: int = MAX_GRAPHS) -> None:
@@ -260,11 +289,16 @@ class StepGraphs:
         self._ensure_static(entry, x_shape, x_dtype, y_shape, y_dtype, stream)
         return entry.static_x, entry.static_y
 
+    def _empty(self, shape: Any, dtype: Any, stream: Any) -> Any:
+        if _is_multi(shape):
+            return tuple(self.backend.empty(tuple(s), d, stream) for s, d in zip(shape, dtype))
+        return self.backend.empty(tuple(shape), dtype, stream)
+
     def _ensure_static(self, entry: _Entry, x_shape, x_dtype, y_shape, y_dtype, stream) -> None:
         if entry.static_x is None:
-            entry.static_x = self.backend.empty(tuple(x_shape), x_dtype, stream)
+            entry.static_x = self._empty(x_shape, x_dtype, stream)
         if y_shape is not None and entry.static_y is None:
-            entry.static_y = self.backend.empty(tuple(y_shape), y_dtype, stream)
+            entry.static_y = self._empty(y_shape, y_dtype, stream)
 
     # ----- running a step ---------------------------------------------------------------------
     def run(self, model: Any, kind: str, x: Any, y: Any = None) -> Any:
@@ -275,18 +309,20 @@ class StepGraphs:
         backend = self.backend
         stream = backend.current_stream()
         self._check_signature(model)
-        if not (getattr(x, "is_contiguous", True) and (y is None or getattr(y, "is_contiguous", True))):
+        arrays = _parts(x) + (() if y is None else _parts(y))
+        if not all(getattr(a, "is_contiguous", True) for a in arrays):
             self.stats["eager"] += 1
             return model._eager_step(kind, x, y)
-        key = step_key(kind, backend.stream_key(stream), x.shape, x.dtype,
-                       None if y is None else y.shape, None if y is None else y.dtype)
+        x_shape, x_dtype = _spec(x)
+        y_shape, y_dtype = _spec(y)
+        key = step_key(kind, backend.stream_key(stream), x_shape, x_dtype, y_shape, y_dtype)
         entry = self._entries.get(key)
         if entry is None:
             entry = self._add(key, kind, stream)
             result = model._eager_step(kind, x, y)
             self.stats["warmups"] += 1
             if kind == "predict":
-                entry.out_spec = (tuple(result.shape), result.dtype)
+                entry.out_spec = _spec(result)
             # The warm-up may have built state (the optimizer's slots on the first step): graphs
             # captured before it would address the old buffers.
             sig = model._graph_signature()
@@ -305,10 +341,17 @@ class StepGraphs:
         return self._replay(model, entry, stream, x, y)
 
     def _load_inputs(self, entry: _Entry, stream: Any, x: Any, y: Any) -> None:
-        if x is not entry.static_x:
-            self.backend.copy(entry.static_x, x, stream)
-        if y is not None and y is not entry.static_y:
-            self.backend.copy(entry.static_y, y, stream)
+        for static, value in ((entry.static_x, x), (entry.static_y, y)):
+            if value is None or value is static:
+                continue
+            for dst, src in zip(_parts(static), _parts(value)):
+                if src is not dst:
+                    self.backend.copy(dst, src, stream)
+
+    def _copy_out(self, entry: _Entry, stream: Any) -> Any:
+        if isinstance(entry.out, tuple):
+            return tuple(self.backend.copy_out(o, stream) for o in entry.out)
+        return self.backend.copy_out(entry.out, stream)
 
     def _step_fn(self, model: Any, entry: _Entry) -> Callable[[], None]:
         sx, sy = entry.static_x, entry.static_y
@@ -320,16 +363,17 @@ class StepGraphs:
 
             # the output is written into a buffer made before the capture, so the graph frees
             # everything it allocates and its output outlives no replay
-            ops.copy(model._eager_step("predict", sx, None), out=entry.out)
+            result = model._eager_step("predict", sx, None)
+            for src, dst in zip(_parts(result), _parts(entry.out)):
+                ops.copy(src, out=dst)
 
         return predict
 
     def _capture_and_launch(self, model: Any, entry: _Entry, stream: Any, x: Any, y: Any) -> Any:
         backend = self.backend
-        self._ensure_static(entry, x.shape, x.dtype, None if y is None else y.shape,
-                            None if y is None else y.dtype, stream)
+        self._ensure_static(entry, *_spec(x), *_spec(y), stream)
         if entry.kind == "predict" and entry.out is None:
-            entry.out = backend.empty(*entry.out_spec, stream)
+            entry.out = self._empty(*entry.out_spec, stream)
         self._load_inputs(entry, stream, x, y)
         # uploads (the learning rate) cannot be captured: they happen now, before the capture
         model._before_launch(entry.kind, stream)
@@ -362,7 +406,7 @@ class StepGraphs:
         entry.graph = graph
         entry.refs = [*model._graph_refs(), scratch, entry.static_x, entry.static_y, entry.out]
         self.stats["captures"] += 1
-        return backend.copy_out(entry.out, stream) if entry.kind == "predict" else None
+        return self._copy_out(entry, stream) if entry.kind == "predict" else None
 
     def _replay(self, model: Any, entry: _Entry, stream: Any, x: Any, y: Any) -> Any:
         self._load_inputs(entry, stream, x, y)
@@ -371,14 +415,15 @@ class StepGraphs:
         for obj, attr, delta in entry.host_deltas:
             setattr(obj, attr, getattr(obj, attr) + delta)
         self.stats["replays"] += 1
-        return self.backend.copy_out(entry.out, stream) if entry.kind == "predict" else None
+        return self._copy_out(entry, stream) if entry.kind == "predict" else None
 
     @staticmethod
     def _restore(model: Any, counters: list, before: list) -> None:
         for (obj, attr), value in zip(counters, before):
             setattr(obj, attr, value)
         # references a half-run step left behind point at memory of the discarded capture
-        for layer in model._layers:
+        model._discard_forward()
+        for layer in model._flat_layers():
             layer.grads = {}
 
     def _warn_failure(self, model: Any, kind: str, exc: BaseException) -> None:

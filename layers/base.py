@@ -23,7 +23,10 @@ from dnnbind import initializers as _init
 from dnnbind.backend import Device
 from dnnbind.mixed_precision import Policy, global_policy, numpy_dtype
 
-__all__ = ["Layer", "Weight", "InputLayer", "Input", "ActivationFn", "register", "deserialize", "get_layer_class"]
+from .tape import active_tape
+
+__all__ = ["Layer", "Weight", "InputLayer", "Input", "KerasTensor", "Node", "ActivationFn", "register", "deserialize",
+           "get_layer_class", "is_symbolic"]
 
 _name_counts: dict[str, int] = {}
 _REGISTRY: dict[str, type] = {}
@@ -130,6 +133,64 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray) or backend.is_device_array(x)
 
 
+# ----- symbolic tensors (the functional API) -------------------------------------------------------
+class KerasTensor:
+    """A symbolic tensor (Keras's ``KerasTensor``): a shape with the batch axis (``None`` unless
+    ``Input(batch_size=...)``), a dtype and the layer application that produced it
+    (``_keras_history = (layer, node_index, tensor_index)``). It has no value: layers called on it
+    record a :class:`Node` and return a new one; ``Model(inputs, outputs)`` turns the recorded graph
+    into a model that runs on data."""
+
+    def __init__(self, shape: Sequence[Any], dtype: Any = "float32", layer: "Layer | None" = None,
+                 node_index: int = 0, tensor_index: int = 0, name: str | None = None) -> None:
+        self.shape = tuple(None if s is None else int(s) for s in shape)
+        self.dtype = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
+        self._keras_history = (layer, node_index, tensor_index)
+        self.name = name if name is not None else (layer.name if layer is not None else "keras_tensor")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def node(self) -> "Node":
+        layer, node_index, _ = self._keras_history
+        return layer._inbound_nodes[node_index]
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"KerasTensor '{self.name}' {self.shape} is symbolic and has no value: build "
+                        "keras.Model(inputs, outputs) from it and call the model on data; computations on "
+                        "symbolic tensors must be layers (e.g. layers.Add()([a, b]) rather than a + b)")
+
+    def __repr__(self) -> str:
+        return f"<KerasTensor shape={self.shape}, dtype={self.dtype}, name={self.name}>"
+
+
+class Node:
+    """One application of a layer to symbolic tensors: ``layer``, ``input_tensors`` (in call order;
+    a multi-input layer's list), ``output_tensors`` (one). Appended to ``layer._inbound_nodes``."""
+
+    def __init__(self, layer: "Layer", input_tensors: Sequence[KerasTensor], output_shape: Sequence[Any],
+                 dtype: Any) -> None:
+        self.layer = layer
+        self.input_tensors = list(input_tensors)
+        self.index = len(layer._inbound_nodes)
+        layer._inbound_nodes.append(self)
+        self.output_tensors = [KerasTensor(output_shape, dtype, layer=layer, node_index=self.index,
+                                           name=layer.name if self.index == 0 else f"{layer.name}_{self.index}")]
+
+    @property
+    def parent_nodes(self) -> list["Node"]:
+        return [t.node for t in self.input_tensors]
+
+
+def is_symbolic(x: Any) -> bool:
+    """Whether ``x`` is a KerasTensor, or a non-empty list/tuple of them."""
+    if isinstance(x, KerasTensor):
+        return True
+    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(t, KerasTensor) for t in x)
+
+
 class Layer:
     """Base class of all layers (Keras 3 contract).
 
@@ -137,7 +198,17 @@ class Layer:
     :meth:`add_weight`), ``forward(x, training)``, ``backward(dy) -> dx``
     (filling ``self.grads`` for each trainable weight, in variable dtype),
     ``compute_output_shape`` and ``get_config``.
+
+    Multi-input layers (``Add``, ``Concatenate``...) set ``multi_input = True``: ``forward`` takes a
+    list of arrays, ``backward`` returns one gradient per input (a list, same order; None entries
+    allowed with ``need_dx=False``), and ``build``/``compute_output_shape``/``_output_shape`` take a
+    list of shapes. A layer keeps what its backward needs on ``self`` (or on an
+    :class:`ActivationFn` attribute): models applying it several times save and restore that state
+    per application (:meth:`_call_state`).
     """
+
+    #: True for layers called on a list of inputs (see the class docstring)
+    multi_input = False
 
     def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
                  input_shape: Sequence[int] | None = None, **kwargs: Any) -> None:
@@ -165,6 +236,7 @@ class Layer:
         self._weights: list[Weight] = []
         self.grads: dict[str, Any] = {}
         self._device: Device | None = None
+        self._inbound_nodes: list[Node] = []
 
     # ----- device and dtypes ---------------------------------------------------------------
     @property
@@ -301,16 +373,29 @@ class Layer:
         """Create the weights for inputs of ``input_shape`` (no batch axis)."""
         self._set_built(input_shape)
 
-    def _set_built(self, input_shape: Sequence[int]) -> None:
-        _, shape = split_batch(input_shape)
+    def _strip_batch(self, input_shape: Any) -> Any:
+        """The shape(s) without a leading None: a tuple, or a list of tuples for a multi-input layer."""
+        if self.multi_input:
+            if not isinstance(input_shape, (list, tuple)) or not all(isinstance(s, (list, tuple))
+                                                                     for s in input_shape):
+                raise ValueError(f"{type(self).__name__} '{self.name}' takes a list of inputs; expected a list of "
+                                 f"shapes, got {input_shape!r}")
+            return [split_batch(s)[1] for s in input_shape]
+        return split_batch(input_shape)[1]
+
+    def _set_built(self, input_shape: Any) -> None:
+        shape = self._strip_batch(input_shape)
         self.input_shape = shape
-        self.output_shape = tuple(self._output_shape(shape))
+        out = self._output_shape(shape)
+        self.output_shape = tuple(out)
         self.built = True
 
-    def _ensure_built(self, input_shape: Sequence[int]) -> None:
-        _, shape = split_batch(input_shape)
+    def _ensure_built(self, input_shape: Any) -> None:
+        shape = self._strip_batch(input_shape)
         if not self.built:
-            _validate.shape(shape, "input shape", f"{type(self).__name__} '{self.name}'")
+            owner = f"{type(self).__name__} '{self.name}'"
+            for s in (shape if self.multi_input else [shape]):
+                _validate.shape(s, "input shape", owner)
             before = list(self._weights)
             try:
                 self.build(shape)
@@ -319,6 +404,10 @@ class Layer:
                 raise
             if not self.built:  # a subclass build that forgot the base call
                 self._set_built(shape)
+        elif self.multi_input:
+            if [tuple(s) for s in shape] != [tuple(s) for s in self.input_shape]:
+                raise ValueError(f"layer '{self.name}' ({type(self).__name__}) was built for inputs of shapes "
+                                 f"{[(None, *s) for s in self.input_shape]}, got {[(None, *s) for s in shape]}")
         elif tuple(shape) != tuple(self.input_shape):
             raise ValueError(
                 f"layer '{self.name}' ({type(self).__name__}) expects inputs of shape (batch, "
@@ -329,7 +418,12 @@ class Layer:
         return tuple(input_shape)
 
     def compute_output_shape(self, input_shape: Sequence[Any]) -> tuple:
-        """Output shape for ``input_shape`` (no batch axis; a leading ``None`` is kept)."""
+        """Output shape for ``input_shape`` (no batch axis; a leading ``None`` is kept). A multi-input
+        layer takes a list of shapes (the batch axis is kept when the first has it)."""
+        if self.multi_input:
+            had_batch = bool(input_shape) and bool(input_shape[0]) and input_shape[0][0] is None
+            out = tuple(self._output_shape(self._strip_batch(input_shape)))
+            return (None, *out) if had_batch else out
         had_batch, shape = split_batch(input_shape)
         out = tuple(self._output_shape(shape))
         return (None, *out) if had_batch else out
@@ -351,16 +445,76 @@ class Layer:
         the gradient w.r.t. these logits."""
         raise NotImplementedError(f"layer '{self.name}' has no final softmax to skip")
 
-    def __call__(self, x: Any, training: bool = False) -> Any:
-        """Eager call on an array (NumPy or DeviceArray); builds the layer on first use."""
-        if not _is_array(x):
-            x = np.asarray(x)
-        if isinstance(x, np.ndarray) and self.device.is_cuda:
-            x = backend.asarray(x, device=self.device)
-        if x.ndim < 1:
-            raise ValueError(f"layer '{self.name}' expects a batch of inputs, got a scalar")
-        self._ensure_built(tuple(x.shape[1:]))
-        return self.forward(x, training=training)
+    def __call__(self, x: Any, training: bool | None = None) -> Any:
+        """Call the layer (a multi-input layer on a list).
+
+        * On :class:`KerasTensor` s (from ``keras.Input``): builds the layer for their shapes, records a
+          :class:`Node` and returns a new KerasTensor (the functional API); nothing is computed.
+        * On arrays (NumPy or DeviceArray): builds the layer on first use and computes eagerly. Inside a
+          model's training step (an active :class:`~dnnbind.layers.tape.Tape`) the application is
+          recorded for the backward pass; ``training=None`` then means the step's mode (else False).
+        """
+        owner = f"{type(self).__name__} '{self.name}'"
+        if self.multi_input:
+            if not isinstance(x, (list, tuple)) or not x:
+                raise _validate.ArgumentTypeError(f"{owner} takes a list of inputs, got {type(x).__name__}")
+            items = list(x)
+        else:
+            if isinstance(x, (list, tuple)) and x and all(isinstance(t, KerasTensor) for t in x):
+                raise _validate.ArgumentTypeError(f"{owner} takes one input, got a list of {len(x)}")
+            items = [x]
+        if training is not None:
+            training = _validate.boolean(training, "training", f"{owner}: __call__")
+        kinds = {isinstance(t, KerasTensor) for t in items}
+        if kinds == {True}:
+            return self._symbolic_call(items)
+        if True in kinds:
+            raise _validate.ArgumentTypeError(f"{owner}: inputs mix symbolic tensors (keras.Input) and arrays")
+        arrays = []
+        for t in items:
+            if not _is_array(t):
+                t = np.asarray(t)
+            if isinstance(t, np.ndarray) and self.device.is_cuda:
+                t = backend.asarray(t, device=self.device)
+            if t.ndim < 1:
+                raise ValueError(f"layer '{self.name}' expects a batch of inputs, got a scalar")
+            arrays.append(t)
+        shapes = [tuple(t.shape[1:]) for t in arrays]
+        self._ensure_built(shapes if self.multi_input else shapes[0])
+        inputs = arrays if self.multi_input else arrays[0]
+        tape = active_tape()
+        if tape is not None:
+            return tape.run(self, inputs, training)
+        return self.forward(inputs, training=bool(training))
+
+    def _symbolic_call(self, tensors: list[KerasTensor]) -> KerasTensor:
+        shapes = [t.shape for t in tensors]
+        for t in tensors:
+            if t.ndim < 1:
+                raise ValueError(f"layer '{self.name}' expects a batch of inputs, got a symbolic scalar")
+        self._ensure_built(shapes if self.multi_input else shapes[0])
+        out_shape = self.compute_output_shape(shapes if self.multi_input else shapes[0])
+        batch = tensors[0].shape[0]
+        out_shape = (batch, *tuple(out_shape)[1:])
+        node = Node(self, tensors, out_shape, self._effective_compute_dtype_name())
+        return node.output_tensors[0]
+
+    def _effective_compute_dtype_name(self) -> str:
+        return str(np.dtype(numpy_dtype(self.compute_dtype)))
+
+    # ----- per-application state (shared layers) --------------------------------------------
+    def _call_state(self) -> tuple[dict, dict]:
+        """What a forward left on ``self`` (and on its :class:`ActivationFn` attributes) for backward:
+        a shallow snapshot that :meth:`_restore_call_state` puts back before that application's backward."""
+        state = {k: v for k, v in self.__dict__.items() if k != "grads"}
+        nested = {k: dict(v.__dict__) for k, v in state.items() if isinstance(v, ActivationFn)}
+        return state, nested
+
+    def _restore_call_state(self, saved: tuple[dict, dict]) -> None:
+        state, nested = saved
+        self.__dict__.update(state)
+        for key, attrs in nested.items():
+            state[key].__dict__.update(attrs)
 
     # ----- config -------------------------------------------------------------------------
     def get_config(self) -> dict:
@@ -393,6 +547,8 @@ class InputLayer(Layer):
         self.batch_size = batch_size
         self.input_dtype = "float32" if dtype is None else str(np.dtype(dtype))
         self._set_built(shape)
+        node = Node(self, [], (batch_size, *shape), self.input_dtype)
+        self.output = node.output_tensors[0]
 
     @property
     def shape(self) -> tuple:
@@ -411,9 +567,11 @@ class InputLayer(Layer):
 
 
 def Input(shape: Sequence[int] | None = None, batch_size: int | None = None, dtype: Any = None,
-          name: str | None = None) -> InputLayer:
-    """``keras.Input``: the input of a Sequential model. ``shape`` excludes the batch axis."""
-    return InputLayer(shape=shape, batch_size=batch_size, dtype=dtype, name=name)
+          name: str | None = None) -> KerasTensor:
+    """``keras.Input``: a symbolic tensor of ``shape`` (no batch axis; channels_last images are
+    ``(H, W, C)``), the start of a functional model (``Model(inputs, outputs)``) or the first element
+    of a ``Sequential``. Its ``shape`` has the batch axis: ``(None, *shape)``."""
+    return InputLayer(shape=shape, batch_size=batch_size, dtype=dtype, name=name).output
 
 
 # ----- activations -------------------------------------------------------------------------------

@@ -1,0 +1,32 @@
+"""Models (``keras.models``): ``Model`` (functional or subclassed), ``Functional``, ``Sequential``,
+and ``load_model`` / ``save_model`` / ``model_from_config``.
+
+Rooms: :mod:`.model` (the base class and subclassing), :mod:`.functional`, :mod:`.sequential`;
+the training loop is :mod:`dnnbind.trainers.trainer` and the data feeding
+:mod:`dnnbind.trainers.data_adapters`.
+"""
+
+from __future__ import annotations
+
+from ..saving import load_model, save_model
+from ..trainers.trainer import LossScale as _LossScale
+from .functional import Functional
+from .model import Model
+from .sequential import Sequential
+
+__all__ = ["Model", "Functional", "Sequential", "load_model", "save_model", "model_from_config"]
+
+_MODEL_CLASSES = {"Sequential": Sequential, "Functional": Functional, "Model": Functional}
+
+
+def model_from_config(config: dict, *, max_weight_bytes: int | None = None) -> Model:
+    """A model from ``{"class_name": "Sequential" | "Functional", "config": {...}}`` (what a saved model's
+    config holds). Subclassed models cannot be rebuilt from a config: their layers are made by code."""
+    if not isinstance(config, dict) or not isinstance(config.get("class_name"), str):
+        raise TypeError(f"model_from_config: expected {{'class_name': str, 'config': dict}}, got {str(config)[:120]}")
+    cls = _MODEL_CLASSES.get(config["class_name"])
+    if cls is None:
+        raise ValueError(f"model_from_config: unsupported model class {config['class_name']!r}; known: "
+                         f"{', '.join(sorted(_MODEL_CLASSES))} (a subclassed model is rebuilt by its own code, then "
+                         "load_weights)")
+    return cls.from_config(config.get("config"), max_weight_bytes=max_weight_bytes)

@@ -1,0 +1,381 @@
+"""Functional models: ``Model(inputs, outputs)`` over a graph of layer applications (Keras 3's
+``Functional``).
+
+Layers called on symbolic tensors (``keras.Input``) record :class:`~dnnbind.layers.base.Node` s.
+``Functional`` walks back from the outputs to the inputs, orders the nodes topologically and runs
+them: in inference directly, in training through a :class:`~dnnbind.layers.tape.Tape`, whose
+backward replays the layers' ``backward`` in reverse order, sums the gradients of a tensor read by
+several layers (residual connections), and for a layer applied several times (a shared layer)
+restores what each application's forward left on the layer and sums its weight gradients.
+
+Config (Keras style): ``{"name", "trainable", "layers": [{"class_name", "config", "name",
+"inbound_nodes": [{"args": [<keras tensor>... or [<keras tensor>...]], "kwargs": {}}]}],
+"input_layers": [[name, node, tensor]], "output_layers": [...]}`` with a keras tensor written as
+``{"class_name": "__keras_tensor__", "config": {"shape", "dtype", "keras_history": [layer, node,
+tensor]}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from .. import _validate
+from .. import saving as saving_module
+from ..layers.base import InputLayer, KerasTensor, Layer, Node, deserialize, unique_name
+from ..layers.tape import Tape
+from .model import Model
+
+__all__ = ["Functional"]
+
+
+def _tensor_list(value: Any, what: str) -> tuple[list[KerasTensor], "list[str] | None"]:
+    """``(tensors, dict keys or None)`` from one KerasTensor, a list/tuple or a dict of them."""
+    keys = None
+    if isinstance(value, dict):
+        keys = list(value)
+        items = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    if not items:
+        raise ValueError(f"Functional: {what} must not be empty")
+    for t in items:
+        if not isinstance(t, KerasTensor):
+            raise _validate.ArgumentTypeError(
+                f"Functional: {what} must be symbolic tensors (from keras.Input and layers called on them), got "
+                f"{type(t).__name__}")
+    return items, keys
+
+
+class Functional(Model):
+    """A model over a graph of layers: ``Model(inputs, outputs)`` (see the module docstring).
+
+    ``inputs``: a ``keras.Input`` tensor, a list or a dict of them; ``outputs``: a tensor, a list or
+    a dict of them. Outputs are named after the layers producing them (``output_names``); inputs
+    after their Input layers. ``layers`` lists the InputLayers first, then the layers in
+    topological order (each once, also when shared), as Keras 3.
+    """
+
+    def __init__(self, inputs: Any, outputs: Any, name: str | None = None, trainable: bool = True) -> None:
+        in_tensors, in_keys = _tensor_list(inputs, "inputs")
+        out_tensors, out_keys = _tensor_list(outputs, "outputs")
+        for t in in_tensors:
+            if not isinstance(t._keras_history[0], InputLayer):
+                raise ValueError(f"Functional: inputs must come from keras.Input(...); '{t.name}' was made by layer "
+                                 f"'{t._keras_history[0].name}' ({type(t._keras_history[0]).__name__})")
+        if len({id(t) for t in in_tensors}) != len(in_tensors):
+            raise ValueError("Functional: an input tensor is listed twice in inputs")
+        nodes = self._topological_nodes(in_tensors, out_tensors)
+        self._init_model(name if name is not None else unique_name("functional"), trainable)
+        self.inputs = in_tensors
+        self.outputs = out_tensors
+        self._input_keys = in_keys
+        self._output_keys = out_keys
+        self._nodes = nodes
+        layers: list[Layer] = [t._keras_history[0] for t in in_tensors]
+        for node in nodes:
+            if not any(node.layer is layer for layer in layers):
+                layers.append(node.layer)
+        self._graph_layers = layers
+        consumers: dict[int, int] = {}
+        for node in nodes:
+            for t in node.input_tensors:
+                consumers[id(t)] = consumers.get(id(t), 0) + 1
+        counted = [consumers.get(id(t), 0) + sum(o is t for o in out_tensors) for t in out_tensors]
+        # an output read by nothing else can skip its final softmax (fused into the cross-entropy)
+        self._fusable = [t._keras_history[0].has_final_softmax and c == 1 and t not in in_tensors
+                         for t, c in zip(out_tensors, counted)]
+        self._built_input_shapes = [tuple(t.shape[1:]) for t in in_tensors]
+        self._built_output_shapes = [tuple(t.shape[1:]) for t in out_tensors]
+        self._single_input = len(in_tensors) == 1
+        dev = self.device
+        for layer in self._flat_layers():
+            if layer._device is None:
+                layer._device = dev
+            elif layer._device != dev:
+                layer.to(dev)
+        self.built = True
+
+    @staticmethod
+    def _topological_nodes(inputs: list[KerasTensor], outputs: list[KerasTensor]) -> list[Node]:
+        """The nodes between ``inputs`` and ``outputs``, each after the nodes it reads (depth-first)."""
+        input_ids = {id(t) for t in inputs}
+        order: list[Node] = []
+        done: set[int] = set()
+        active: set[int] = set()
+
+        def visit(tensor: KerasTensor) -> None:
+            if id(tensor) in input_ids:
+                return
+            node = tensor.node
+            if id(node) in done:
+                return
+            if isinstance(node.layer, InputLayer):
+                raise ValueError(f"Functional: graph disconnected: an output depends on input '{node.layer.name}', "
+                                 f"which is not in inputs {[t.name for t in inputs]}")
+            if id(node) in active:  # pragma: no cover - nodes are made after their inputs: no cycle
+                raise ValueError("Functional: the layer graph has a cycle")
+            active.add(id(node))
+            for t in node.input_tensors:
+                visit(t)
+            active.discard(id(node))
+            done.add(id(node))
+            order.append(node)
+
+        for t in outputs:
+            visit(t)
+        return order
+
+    # ----- structure --------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[Layer]:
+        return list(self._graph_layers)
+
+    def _flat_layers(self) -> list[Layer]:
+        return [layer for layer in self._graph_layers if not isinstance(layer, InputLayer)]
+
+    def _input_names(self) -> list[str]:
+        return self._input_keys if self._input_keys is not None else [t._keras_history[0].name for t in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        if self._output_keys is not None:
+            return list(self._output_keys)
+        names: list[str] = []
+        for t in self.outputs:
+            base = t._keras_history[0].name
+            name, k = base, 1
+            while name in names:
+                name, k = f"{base}_{k}", k + 1
+            names.append(name)
+        return names
+
+    def _input_hint(self) -> str:
+        return f" (input '{self._input_names()[0]}')"
+
+    def _guess_input_structure(self, x: Any) -> None:
+        pass
+
+    def _require_layers(self, what: str) -> None:
+        pass
+
+    def build(self, input_shape: Any = None) -> None:
+        """A functional model is built when it is made; ``build`` only checks ``input_shape`` if given."""
+        if input_shape is not None:
+            shapes = input_shape if isinstance(input_shape, list) and input_shape and isinstance(
+                input_shape[0], (list, tuple)) else [input_shape]
+            got = [tuple(s)[1:] if tuple(s) and tuple(s)[0] is None else tuple(s) for s in shapes]
+            if got != self._built_input_shapes:
+                raise ValueError(f"{self._owner}: build got input shape(s) {input_shape}, but the model's inputs "
+                                 f"are {[(None, *s) for s in self._built_input_shapes]}")
+        self._drop_graphs()
+
+    def _build_for(self, shapes: list[tuple], single: bool | None = None) -> None:
+        self.build([(None, *s) for s in shapes])
+
+    # ----- forward / backward -----------------------------------------------------------------
+    def _fusable_outputs(self) -> list[bool]:
+        return list(self._fusable)
+
+    def _execute(self, xs: list, run: Callable[[Layer, Any, bool], Any], logits: Sequence[bool]) -> list:
+        values: dict[int, Any] = {id(t): x for t, x in zip(self.inputs, xs)}
+        skip = {id(t) for t, lg in zip(self.outputs, logits) if lg}
+        for node in self._nodes:
+            args = [values[id(t)] for t in node.input_tensors]
+            out_tensor = node.output_tensors[0]
+            values[id(out_tensor)] = run(node.layer, args if node.layer.multi_input else args[0],
+                                         id(out_tensor) in skip)
+        return [values[id(t)] for t in self.outputs]
+
+    def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
+        self._tape, self._tape_outputs = None, []
+        if not training:
+            def run(layer: Layer, x: Any, lg: bool) -> Any:
+                return layer.forward_logits(x, training=False) if lg else layer.forward(x, training=False)
+
+            return self._execute(xs, run, logits)
+        tape = Tape(training=True)
+        for x in xs:
+            tape.watch(x)
+        try:
+            outs = self._execute(xs, lambda layer, x, lg: tape.run(layer, x, True, logits=lg), logits)
+        except BaseException:
+            tape.clear()
+            raise
+        self._tape, self._tape_outputs = tape, outs
+        return outs
+
+    def _run_on_tape(self, tape: Tape, xs: list) -> list:
+        return self._execute(xs, lambda layer, x, lg: tape.run(layer, x), [False] * len(self.outputs))
+
+    # ----- summary and config -----------------------------------------------------------------
+    def _summary_rows(self) -> list[tuple[str, str, int, "str | None"]]:
+        rows = []
+        for t in self.inputs:
+            layer = t._keras_history[0]
+            rows.append((f"{layer.name} (InputLayer)", str(t.shape).replace(",)", ")"), 0, "-"))
+        for node in self._nodes:
+            layer = node.layer
+            links = ", ".join(f"{t._keras_history[0].name}[{t._keras_history[1]}][{t._keras_history[2]}]"
+                              for t in node.input_tensors)
+            rows.append((f"{layer.name} ({type(layer).__name__})",
+                         str(node.output_tensors[0].shape).replace(",)", ")"),
+                         layer.count_params() if node.index == 0 else 0, links))
+        return rows
+
+    @staticmethod
+    def _tensor_config(t: KerasTensor) -> dict:
+        layer, node_index, tensor_index = t._keras_history
+        return {"class_name": "__keras_tensor__",
+                "config": {"shape": list(t.shape), "dtype": t.dtype,
+                           "keras_history": [layer.name, node_index, tensor_index]}}
+
+    def get_config(self) -> dict:
+        layers = []
+        for layer in self._graph_layers:
+            nodes = []
+            if not isinstance(layer, InputLayer):
+                for node in layer._inbound_nodes:
+                    if not any(node is n for n in self._nodes):
+                        continue  # an application outside this model
+                    tensors = [self._tensor_config(t) for t in node.input_tensors]
+                    nodes.append({"args": [tensors] if layer.multi_input else tensors, "kwargs": {}})
+            layers.append({"class_name": type(layer).__name__, "name": layer.name, "config": layer.get_config(),
+                           "inbound_nodes": nodes})
+
+        def refs(tensors: list[KerasTensor]) -> list:
+            return [[t._keras_history[0].name, self._node_position(t), t._keras_history[2]] for t in tensors]
+
+        config: dict = {"name": self.name, "trainable": self.trainable, "layers": layers,
+                        "input_layers": refs(self.inputs), "output_layers": refs(self.outputs)}
+        if self._input_keys is not None:
+            config["input_names"] = list(self._input_keys)
+        if self._output_keys is not None:
+            config["output_names"] = list(self._output_keys)
+        return config
+
+    def _node_position(self, t: KerasTensor) -> int:
+        """The node index of ``t`` counted over this model's nodes of its layer (what the config lists)."""
+        layer, node_index, _ = t._keras_history
+        if isinstance(layer, InputLayer):
+            return 0
+        mine = [n for n in layer._inbound_nodes if any(n is m for m in self._nodes)]
+        node = layer._inbound_nodes[node_index]
+        return next(i for i, n in enumerate(mine) if n is node)
+
+    @classmethod
+    def from_config(cls, config: dict, *, max_weight_bytes: int | None = None) -> "Functional":
+        """A functional model from :meth:`get_config`'s dict (which may come from an untrusted file):
+        the layers' constructors check their arguments, the graph is checked, and the weights are
+        sized from the config before any is created (``AllocationTooLargeError`` past
+        ``max_weight_bytes``, default the physical memory)."""
+        if not isinstance(config, dict):
+            raise TypeError(f"Functional.from_config: config must be a dict, got {type(config).__name__}")
+        config = dict(config)
+        owner = f"Functional.from_config ('{config.get('name')}')"
+        entries = config.get("layers")
+        if not isinstance(entries, list) or not entries:
+            raise TypeError(f"{owner}: 'layers' must be a non-empty list, got {type(entries).__name__}")
+        for i, entry in enumerate(entries):
+            if not (isinstance(entry, dict) and isinstance(entry.get("class_name"), str)
+                    and isinstance(entry.get("config"), dict) and isinstance(entry.get("inbound_nodes", []), list)):
+                raise TypeError(f"{owner}: layers[{i}] must be {{'class_name': str, 'name': str, 'config': dict, "
+                                f"'inbound_nodes': list}}, got {str(entry)[:120]}")
+        layers = {}
+        for entry in entries:
+            layer = deserialize(entry)  # constructors allocate nothing
+            if layer.name in layers:
+                raise ValueError(f"{owner}: two layers are named '{layer.name}'")
+            layers[layer.name] = layer
+
+        def parse_args(node: Any, layer_name: str) -> tuple[list, bool]:
+            if not isinstance(node, dict) or not isinstance(node.get("args"), list) or not node["args"]:
+                raise TypeError(f"{owner}: layer '{layer_name}': each inbound node must be {{'args': [...]}}")
+            args = node["args"]
+            multi = len(args) == 1 and isinstance(args[0], list)
+            refs = []
+            for a in (args[0] if multi else args):
+                hist = a.get("config", {}).get("keras_history") if isinstance(a, dict) else None
+                if not (isinstance(hist, list) and len(hist) == 3 and isinstance(hist[0], str)
+                        and all(type(v) is int and v >= 0 for v in hist[1:])):
+                    raise TypeError(f"{owner}: layer '{layer_name}': a node argument must be a keras tensor with "
+                                    f"keras_history [layer, node, tensor], got {str(a)[:120]}")
+                if hist[0] not in layers:
+                    raise ValueError(f"{owner}: layer '{layer_name}' reads from unknown layer '{hist[0]}'")
+                refs.append(tuple(hist))
+            return refs, multi
+
+        def replay(apply: Callable[[Layer, list, bool], Any]) -> dict:
+            """Apply every inbound node once its inputs exist; returns {(layer, node): output}."""
+            made: dict[tuple, Any] = {}
+            for name, layer in layers.items():
+                if isinstance(layer, InputLayer):
+                    made[(name, 0)] = apply(layer, [], False)
+            pending = [(entry["config"].get("name", entry.get("name")), i, node) for entry in entries
+                       for i, node in enumerate(entry.get("inbound_nodes", []))
+                       if entry["class_name"] != "InputLayer"]
+            while pending:
+                left = []
+                for name, index, node in pending:
+                    refs, multi = parse_args(node, name)
+                    if (name, index - 1) not in made and index > 0 or any((r[0], r[1]) not in made for r in refs):
+                        left.append((name, index, node))
+                        continue
+                    inputs = [made[(r[0], r[1])] for r in refs]
+                    made[(name, index)] = apply(layers[name], inputs, multi)
+                if len(left) == len(pending):
+                    raise ValueError(f"{owner}: the layer graph cannot be rebuilt (missing or cyclic inputs of "
+                                     f"{sorted({p[0] for p in left})})")
+                pending = left
+            return made
+
+        def check_refs(key: str) -> list[tuple]:
+            refs = config.get(key)
+            if isinstance(refs, dict):  # Keras writes named inputs/outputs as a dict of refs
+                config.setdefault(key.replace("_layers", "_names"), list(refs))
+                refs = list(refs.values())
+            if isinstance(refs, list) and len(refs) == 3 and isinstance(refs[0], str):
+                refs = [refs]  # Keras writes a single ref bare
+            if not isinstance(refs, list) or not refs or not all(
+                    isinstance(r, list) and len(r) == 3 and r[0] in layers for r in refs):
+                raise TypeError(f"{owner}: '{key}' must be a list of [layer name, node, tensor], got {str(refs)[:120]}")
+            return [(r[0], r[1]) for r in refs]
+
+        in_refs, out_refs = check_refs("input_layers"), check_refs("output_layers")
+
+        # first pass on shapes only: size the weights before any is created
+        budget = {"total": 0}
+        limit = max_weight_bytes
+
+        def shape_only(layer: Layer, inputs: list, multi: bool) -> Any:
+            if isinstance(layer, InputLayer):
+                return (None, *layer.input_shape)
+            if not layer.multi_input and len(inputs) != 1:
+                raise ValueError(f"{owner}: layer '{layer.name}' takes one input, the config gives {len(inputs)}")
+            shape = inputs if layer.multi_input else inputs[0]
+            if not layer.multi_input and not getattr(layer, "_budgeted", False):
+                remaining = None if limit is None else limit - budget["total"]
+                budget["total"] += saving_module.check_weight_budget(
+                    [layer], shape[1:], f"Functional '{config.get('name')}'", remaining)
+                layer._budgeted = True
+            return layer.compute_output_shape(shape)
+
+        try:
+            replay(shape_only)
+        finally:
+            for layer in layers.values():
+                layer.__dict__.pop("_budgeted", None)
+
+        def symbolic(layer: Layer, inputs: list, multi: bool) -> Any:
+            if isinstance(layer, InputLayer):
+                return layer.output
+            return layer(inputs if layer.multi_input else inputs[0])
+
+        made = replay(symbolic)
+        ins = [made[r] for r in in_refs]
+        outs = [made[r] for r in out_refs]
+        in_names, out_names = config.get("input_names"), config.get("output_names")
+        inputs = dict(zip(in_names, ins)) if isinstance(in_names, list) and len(in_names) == len(ins) else ins
+        outputs = dict(zip(out_names, outs)) if isinstance(out_names, list) and len(out_names) == len(outs) else outs
+        return cls(inputs, outputs, name=config.get("name"), trainable=config.get("trainable", True))

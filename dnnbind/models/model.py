@@ -1,0 +1,450 @@
+"""``Model``: the base of every model kind, and the subclassing API.
+
+* ``Model(inputs, outputs)`` builds a functional model (it returns a
+  :class:`~dnnbind.models.functional.Functional`, as Keras 3).
+* ``class MyModel(Model)`` with ``__init__`` creating layers as attributes and
+  ``call(inputs, training=False)`` composing them: a subclassed model. Layers (and models, and lists
+  of them) assigned as attributes are tracked, so ``weights``, ``summary``, ``save_weights`` see
+  them; the model builds on its first call (or ``build(input_shape)``, which calls it once on a
+  batch of one). Training records the layer applications of ``call`` on a define-by-run tape and
+  replays their ``backward`` in reverse (:mod:`dnnbind.layers.tape`). **Only layers are
+  differentiated**: a computation between layers in ``call`` that is not a layer (``x * 2``,
+  ``ops.add(a, b)``, a NumPy function) is invisible to the tape; if it reads a layer's output,
+  training raises a ``ValueError`` naming that layer. Wrap such computations in a ``Layer``
+  subclass with a ``forward`` and a ``backward`` (or use a merging layer such as ``layers.Add``).
+  Ops on the raw inputs before the first layer are fine, and inference (``predict``, ``__call__``)
+  runs any ``call``.
+
+The training loop lives in :class:`dnnbind.trainers.trainer.Trainer`; this module holds what does
+not depend on the model's structure (weights, devices, summary, saving) and the subclassed forward.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import _validate, backend
+from .. import saving as saving_module
+from ..backend import Device
+from ..layers.base import InputLayer, KerasTensor, Layer, _snake_case, is_symbolic, unique_name
+from ..layers.tape import Tape, active_tape
+from ..trainers.trainer import LossScale, Trainer
+
+__all__ = ["Model"]
+
+
+def _is_functional_call(args: tuple, kwargs: dict) -> bool:
+    if "inputs" in kwargs and "outputs" in kwargs:
+        return True
+    return len(args) >= 2 or (len(args) == 1 and "outputs" in kwargs)
+
+
+class Model(Trainer):
+    """A model: ``Model(inputs, outputs)`` (functional) or a subclass with ``call`` (see the module).
+
+    ``compile``, ``fit``, ``evaluate``, ``predict``, ``*_on_batch`` come from the trainer;
+    ``weights``, ``get_weights``/``set_weights``, ``summary``, ``save``/``save_weights``/
+    ``load_weights``, ``to(device)`` from here.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Model":
+        if cls is Model and _is_functional_call(args, kwargs):
+            # Keras 3: Model(inputs, outputs) is a Functional model
+            from .functional import Functional  # deferred: functional.py subclasses this module's Model
+
+            return Functional.__new__(Functional)
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, name: str | None = None, trainable: bool = True, **kwargs: Any) -> None:
+        if args or kwargs:
+            raise TypeError(f"{type(self).__name__}: unexpected arguments {list(args) + sorted(kwargs)}; a "
+                            "functional model takes Model(inputs, outputs), a subclassed one only name/trainable")
+        self._init_model(name, trainable)
+
+    def _init_model(self, name: str | None, trainable: bool) -> None:
+        object.__setattr__(self, "_tracked", self.__dict__.get("_tracked", {}))
+        if name is not None and not isinstance(name, str):
+            raise _validate.ArgumentTypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
+        self.name = name if name is not None else unique_name(_snake_case(type(self).__name__))
+        self.trainable = _validate.boolean(trainable, "trainable", f"{type(self).__name__} '{self.name}'")
+        self.built = False
+        self._device: Device | None = None
+        self._built_input_shapes: list[tuple] | None = None
+        self._built_output_shapes: list[tuple] | None = None
+        self._single_input = True
+        self._tape: Tape | None = None
+        self._tape_outputs: list = []
+        self._init_trainer()
+
+    # ----- attribute tracking (subclassing) ---------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        tracked = self.__dict__.get("_tracked")
+        if tracked is None:
+            tracked = {}
+            object.__setattr__(self, "_tracked", tracked)
+        if not name.startswith("_") and (isinstance(value, (Layer, Model)) or (
+                isinstance(value, (list, tuple)) and value and all(isinstance(v, (Layer, Model)) for v in value))):
+            tracked[name] = value
+        elif name in tracked:
+            del tracked[name]
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self.__dict__.get("_tracked", {}).pop(name, None)
+        object.__delattr__(self, name)
+
+    @property
+    def layers(self) -> list:
+        """The layers (and nested models) assigned as attributes, in assignment order."""
+        out: list = []
+        for value in self.__dict__.get("_tracked", {}).values():
+            for v in (value if isinstance(value, (list, tuple)) else [value]):
+                if not any(v is o for o in out):
+                    out.append(v)
+        return out
+
+    def _flat_layers(self) -> list[Layer]:
+        """Every layer holding weights or state a step uses, nested models flattened, each once."""
+        out: list[Layer] = []
+        seen: set[int] = set()
+        for item in self.layers:
+            for layer in (item._flat_layers() if isinstance(item, Model) else [item]):
+                if id(layer) not in seen and not isinstance(layer, InputLayer):
+                    seen.add(id(layer))
+                    out.append(layer)
+        return out
+
+    def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
+        """A layer by name or by index in :attr:`layers` (Keras)."""
+        layers = self.layers
+        if index is not None:
+            if not isinstance(index, int) or not -len(layers) <= index < len(layers):
+                raise ValueError(f"{self._owner}: get_layer index {index!r} is out of range for {len(layers)} layers")
+            return layers[index]
+        for layer in layers:
+            if layer.name == name:
+                return layer
+        raise ValueError(f"{self._owner}: no layer named {name!r}; layers: {[layer.name for layer in layers]}")
+
+    # ----- shapes and build (subclassed models; Functional/Sequential override) --------------
+    def _input_names(self) -> list[str]:
+        shapes = self._built_input_shapes
+        n = len(shapes) if shapes is not None else self.__dict__.get("_guessed_input_count", 1)
+        return ["input"] if n == 1 else [f"input_{i + 1}" for i in range(n)]
+
+    def _guess_input_structure(self, x: Any) -> None:
+        """Before a subclassed model is built, a list/tuple of several arrays means several inputs."""
+        if self._built_input_shapes is None:
+            several = isinstance(x, (list, tuple)) and len(x) > 1 and all(
+                hasattr(v, "shape") and np.ndim(v) > 0 for v in x)
+            object.__setattr__(self, "_guessed_input_count", len(x) if several else 1)
+
+    @property
+    def output_names(self) -> list[str]:
+        shapes = self._built_output_shapes
+        n = len(shapes) if shapes is not None else self.__dict__.get("_guessed_output_count", 1)
+        return ["output"] if n == 1 else [f"output_{i + 1}" for i in range(n)]
+
+    def _guess_output_structure(self, loss: Any) -> None:
+        """Before a subclassed model is built, ``compile``'s list of losses tells its number of outputs
+        (checked against what ``call`` returns when the model builds)."""
+        if self._built_output_shapes is None and type(self).call is not Model.call:
+            n = len(loss) if isinstance(loss, (list, tuple)) else (len(loss) if isinstance(loss, dict) else 1)
+            object.__setattr__(self, "_guessed_output_count", max(1, n))
+
+    def _expected_input_shapes(self) -> "list[tuple] | None":
+        return self._built_input_shapes
+
+    def _output_shapes(self) -> list[tuple]:
+        self._require_built("the output shape")
+        return list(self._built_output_shapes)
+
+    def _input_hint(self) -> str:
+        return ""
+
+    def _require_layers(self, what: str) -> None:
+        if type(self).call is Model.call:
+            raise NotImplementedError(f"{self._owner}: {what} needs a model: subclass Model and define "
+                                      "call(inputs, training=False), or build one with Model(inputs, outputs)")
+
+    def _require_built(self, what: str) -> None:
+        if not self.built:
+            raise ValueError(f"{self._owner}: {what} needs a built model; call it on data, fit it, or "
+                             "build(input_shape) first")
+
+    @property
+    def input_shape(self) -> Any:
+        shapes = self._expected_input_shapes()
+        if shapes is None:
+            return None
+        out = [(None, *s) for s in shapes]
+        return out[0] if len(out) == 1 else out
+
+    @property
+    def output_shape(self) -> Any:
+        out = [(None, *s) for s in self._output_shapes()]
+        return out[0] if len(out) == 1 else out
+
+    def build(self, input_shape: Any = None) -> None:
+        """Build a subclassed model for inputs of ``input_shape`` (no batch axis, or a leading None; a
+        list of shapes for several inputs): ``call`` runs once, in inference mode, on a batch of one."""
+        if input_shape is None:
+            raise ValueError(f"{self._owner}: build needs input_shape, e.g. build((None, 28, 28, 1))")
+        shapes = input_shape if (isinstance(input_shape, list) and input_shape
+                                 and isinstance(input_shape[0], (list, tuple))) else [input_shape]
+        owner = f"{self._owner}: build"
+        clean = []
+        for s in shapes:
+            s = tuple(s)
+            if s and s[0] is None:
+                s = s[1:]
+            clean.append(_validate.shape(s, "input_shape", owner))
+        self._build_for(clean, single=not (isinstance(input_shape, list) and len(shapes) > 1))
+
+    def _build_for(self, shapes: list[tuple], single: bool | None = None) -> None:
+        self._drop_graphs()  # building creates weight arrays
+        dev = self.device
+        for layer in self._flat_layers():
+            if layer._device is None:
+                layer._device = dev
+        zeros = [backend.asarray(np.zeros((1, *s), np.float32), device=dev) for s in shapes]
+        self._single_input = len(shapes) == 1 if single is None else single
+        outs = self._call_outputs(zeros, training=False)
+        if self.compiled and len(outs) != len(self.output_names):
+            raise ValueError(f"{self._owner}: call returned {len(outs)} output(s), but compile was given losses "
+                             f"for {len(self.output_names)}; compile again with one loss per output")
+        self._built_input_shapes = [tuple(s) for s in shapes]
+        self._built_output_shapes = [tuple(o.shape[1:]) for o in outs]
+        self.built = True
+
+    # ----- the subclassed forward / backward --------------------------------------------------
+    def call(self, inputs: Any, training: bool = False) -> Any:
+        """The forward of a subclassed model (override it): compose layers on ``inputs``."""
+        raise NotImplementedError(f"{self._owner}: subclass Model and define call(inputs, training=False), or "
+                                  "build a functional model with Model(inputs, outputs)")
+
+    def _call_accepts_training(self) -> bool:
+        cached = self.__dict__.get("_call_training_arg")
+        if cached is None:
+            params = inspect.signature(self.call).parameters
+            cached = "training" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+            object.__setattr__(self, "_call_training_arg", cached)
+        return cached
+
+    def _call_outputs(self, xs: list, training: bool) -> list:
+        inputs = xs[0] if self._single_input else list(xs)
+        out = self.call(inputs, training=training) if self._call_accepts_training() else self.call(inputs)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        for o in outs:
+            if not (isinstance(o, np.ndarray) or backend.is_device_array(o)):
+                raise TypeError(f"{self._owner}: call must return an array or a list of arrays, got "
+                                f"{type(o).__name__}")
+        return outs
+
+    def _fusable_outputs(self) -> list[bool]:
+        # call() is opaque: whether an output ends in a skippable softmax is unknown
+        return [False] * len(self.output_names)
+
+    def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
+        self._tape, self._tape_outputs = None, []
+        if not training:
+            return self._call_outputs(xs, training=False)
+        tape = Tape(training=True, strict=True)
+        try:
+            with tape:
+                for x in xs:
+                    tape.watch(x)
+                outs = self._call_outputs(xs, training=True)
+        except BaseException:
+            tape.clear()
+            raise
+        self._tape, self._tape_outputs = tape, outs
+        return outs
+
+    def _run_backward(self, douts: list) -> None:
+        tape, outs = self._tape, self._tape_outputs
+        self._tape, self._tape_outputs = None, []
+        try:
+            tape.backward([(o, d) for o, d in zip(outs, douts) if d is not None])
+        finally:
+            tape.clear()  # nothing allocated in the step outlives it
+
+    def _discard_forward(self) -> None:
+        """Drop a recorded forward whose backward will not run (a step that failed half-way)."""
+        tape = self._tape
+        self._tape, self._tape_outputs = None, []
+        if tape is not None:
+            tape.clear()
+
+    def _run_on_tape(self, tape: Tape, xs: list) -> list:
+        """This model's forward inside another model's recorded training forward (a nested model)."""
+        return self._call_outputs(xs, training=tape.training)
+
+    def __call__(self, inputs: Any, training: bool | None = None) -> Any:
+        """Forward on a batch: NumPy in, NumPy out (through ``predict_on_batch``); DeviceArrays in,
+        DeviceArrays out. Inside another model's training step the layer applications are recorded."""
+        if is_symbolic(inputs):
+            raise NotImplementedError(f"{self._owner}: calling a model on symbolic tensors (nesting it in a "
+                                      "functional model) is not supported; use its layers directly")
+        if training is not None:
+            training = _validate.boolean(training, "training", f"{self._owner}: __call__")
+        tape = active_tape()
+        self._guess_input_structure(inputs)
+        items = list(inputs) if len(self._input_names()) > 1 else [inputs]
+        if tape is not None:
+            if not self.built:
+                self._build_for([tuple(a.shape[1:]) for a in items])
+            outs = self._run_on_tape(tape, items)
+            return outs[0] if len(outs) == 1 else outs
+        if any(backend.is_device_array(a) for a in items):
+            x, _ = self._device_batch(inputs, None, "__call__")
+            outs = self._run_forward(list(x) if isinstance(x, tuple) else [x], training=bool(training),
+                                     logits=[False] * len(self.output_names))
+            return outs[0] if len(outs) == 1 else outs
+        return self.predict_on_batch(inputs)
+
+    # ----- device -----------------------------------------------------------------------------
+    @property
+    def device(self) -> Device:
+        if self._device is None:
+            self._device = backend.default_device()
+        return self._device
+
+    def to(self, device: "str | Device") -> "Model":
+        """Move weights and optimizer state to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``)."""
+        dev = backend.resolve_device(device)
+        self._drop_graphs()  # they address the old device's buffers
+        for layer in self._flat_layers():
+            layer.to(dev)
+        if self.optimizer is not None:
+            self.optimizer.to(dev)
+        for m in self._all_metrics():
+            m._total = None
+        if self._loss_scale is not None:
+            self._loss_scale = LossScale(dev)
+        self._device = dev
+        return self
+
+    # ----- weights ----------------------------------------------------------------------------
+    @property
+    def weights(self):
+        return [w for layer in self._flat_layers() for w in layer._weights]
+
+    @property
+    def trainable_weights(self):
+        return [w for layer in self._flat_layers() for w in layer.trainable_weights] if self.trainable else []
+
+    @property
+    def non_trainable_weights(self):
+        if not self.trainable:
+            return self.weights
+        return [w for layer in self._flat_layers() for w in layer.non_trainable_weights]
+
+    def get_weights(self) -> list[np.ndarray]:
+        """Every layer's weights in Keras layouts, layer by layer."""
+        return [arr for layer in self._flat_layers() for arr in layer.get_weights()]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Set every layer's weights (the list :meth:`get_weights` returns). The count and every array's
+        shape and dtype are checked before the first is written, so a failed call changes no weight."""
+        self._require_built("set_weights")
+        weights = list(weights)
+        targets = self.weights
+        if len(weights) != len(targets):
+            raise ValueError(f"{self._owner}: set_weights expects {len(targets)} arrays, got {len(weights)} "
+                             "(one per array of get_weights)")
+        arrays = [w.checked(arr) for w, arr in zip(targets, weights)]
+        for w, arr in zip(targets, arrays):
+            w.assign(arr)
+
+    def count_params(self) -> int:
+        self._require_built("count_params")
+        return sum(layer.count_params() for layer in self._flat_layers())
+
+    # ----- summary ----------------------------------------------------------------------------
+    def _summary_rows(self) -> list[tuple[str, str, int, "str | None"]]:
+        """``(name (type), output shape, params, connected to or None)`` per row."""
+        rows = []
+        for layer in self.layers:
+            if isinstance(layer, Model):
+                shape = str(layer.output_shape) if layer.built else "(unbuilt)"
+            else:
+                shape = str((None, *layer.output_shape)).replace(",)", ")") if layer.built else "(unbuilt)"
+            params = layer.count_params() if (layer.built or not isinstance(layer, Model)) else 0
+            rows.append((f"{layer.name} ({type(layer).__name__})", shape, params, None))
+        return rows
+
+    def summary(self, line_length: int | None = None, positions: Any = None, print_fn=None,
+                expand_nested: bool = False, show_trainable: bool = False) -> None:
+        """Print a Keras-style table: ``Layer (type) | Output Shape | Param #`` (``| Connected to`` for
+        functional models) and the totals."""
+        rows = self._summary_rows()
+        connected = any(r[3] is not None for r in rows)
+        c1 = max([29, *(len(r[0]) + 2 for r in rows)])
+        c2 = max([26, *(len(r[1]) + 2 for r in rows)])
+        c3 = 12
+        widths = [c1, c1 + c2, c1 + c2 + c3]
+        if connected:
+            c4 = max([20, *(len(r[3] or "") + 2 for r in rows)])
+            widths.append(c1 + c2 + c3 + c4)
+        width = max(line_length or 65, widths[-1])
+        cols = widths[:-1] + [width]
+        out = print_fn or print
+
+        def row(fields):
+            line = ""
+            for i, field in enumerate(fields):
+                line = (line + " " + str(field))[: cols[i]].ljust(cols[i])
+            return line.rstrip()
+
+        header = ["Layer (type)", "Output Shape", "Param #"] + (["Connected to"] if connected else [])
+        out(f'Model: "{self.name}"')
+        out("_" * width)
+        out(row(header))
+        out("=" * width)
+        for i, (name, shape, params, conn) in enumerate(rows):
+            out(row([name, shape, f"{params:,}"] + ([conn or "-"] if connected else [])))
+            if i != len(rows) - 1:
+                out("")
+        out("=" * width)
+        trainable = sum(int(np.prod(w.shape)) for w in self.trainable_weights)
+        total = sum(int(np.prod(w.shape)) for w in self.weights)
+        nbytes = lambda ws: sum(int(np.prod(w.shape)) * w.value.dtype.itemsize for w in ws)  # noqa: E731
+        human = _validate.human_bytes
+        out(f"Total params: {total:,} ({human(nbytes(self.weights))})")
+        out(f"Trainable params: {trainable:,} ({human(nbytes(self.trainable_weights))})")
+        out(f"Non-trainable params: {total - trainable:,} ({human(nbytes(self.non_trainable_weights))})")
+        out("_" * width)
+
+    # ----- config and saving ------------------------------------------------------------------
+    def get_config(self) -> dict:
+        """A subclassed model's config: its name and trainable flag (its layers are made by ``__init__``)."""
+        return {"name": self.name, "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config: dict, **kwargs: Any) -> "Model":
+        return cls(**config)
+
+    def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
+        """The weights to a file (see :func:`dnnbind.saving.save_weights`)."""
+        saving_module.save_weights(self, filepath, overwrite=overwrite)
+
+    def load_weights(self, filepath: "str | os.PathLike") -> None:
+        """Weights from :meth:`save_weights`' file; all are checked (names, shapes, float dtypes) before
+        any is written, so a failed call changes no weight. Unused tensors are named in a warning."""
+        saving_module.load_weights(self, filepath)
+
+    def save(self, filepath: "str | os.PathLike", overwrite: bool = True, include_optimizer: bool = True) -> None:
+        """The whole model (config, weights, compile config, optimizer state); see :func:`dnnbind.saving.save_model`."""
+        saving_module.save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name}, layers={len(self.layers)}, built={self.built}>"
+
+
+# KerasTensor is re-exported for `isinstance` checks next to Model (keras.KerasTensor)
+__all__ += ["KerasTensor"]

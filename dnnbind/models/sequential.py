@@ -1,0 +1,239 @@
+"""``Sequential``: a linear stack of layers (``keras.Sequential``).
+
+The special case of a model whose graph is a chain: the forward runs the layers in order and the
+backward in reverse (no tape needed: every layer is applied once, to the previous one's output),
+the first layer with ``need_dx=False``. The last layer's softmax is skipped and fused with a
+cross-entropy (``has_final_softmax`` / ``forward_logits``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import _validate
+from .. import saving as saving_module
+from ..layers.base import InputLayer, KerasTensor, Layer, deserialize, unique_name
+from ..layers.tape import Tape
+from .model import Model
+
+__all__ = ["Sequential"]
+
+
+class Sequential(Model):
+    """A linear stack of layers (``keras.Sequential``).
+
+    ``Sequential([Input((28, 28, 1)), Conv2D(32, 3, activation="relu"), ...])``; then ``compile``,
+    ``fit``, ``evaluate``, ``predict``. Input shapes exclude the batch axis and are channels_last
+    by default.
+    """
+
+    def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None, trainable: bool = True) -> None:
+        self._init_model(name if name is not None else unique_name("sequential"), trainable)
+        self._layers: list[Layer] = []
+        self._input_layer: InputLayer | None = None
+        self._output_shape: tuple[int, ...] | None = None
+        for layer in layers or []:
+            self.add(layer)
+
+    # ----- structure --------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[Layer]:
+        """The layers (the Input is not one, as in Keras 3)."""
+        return list(self._layers)
+
+    def _flat_layers(self) -> list[Layer]:
+        return self._layers
+
+    def add(self, layer: Layer) -> None:
+        """Append a layer (an ``Input`` only as the first element)."""
+        if isinstance(layer, KerasTensor):
+            origin = layer._keras_history[0]
+            if not isinstance(origin, InputLayer):
+                raise TypeError(f"Sequential.add expects a dnnbind layer or keras.Input(...), got a symbolic tensor "
+                                f"made by layer '{origin.name}'")
+            layer = origin
+        if isinstance(layer, InputLayer):
+            if self._layers or self._input_layer is not None:
+                raise ValueError(f"Sequential '{self.name}': an Input can only be the first element of the model")
+            self._input_layer = layer
+        elif isinstance(layer, Layer):
+            if any(existing is layer for existing in self._layers):
+                raise ValueError(f"Sequential '{self.name}': layer '{layer.name}' was already added")
+            self._layers.append(layer)
+        else:
+            raise TypeError(f"Sequential.add expects a dnnbind layer, got {type(layer).__name__}")
+        was_built = self.built
+        self.built = False
+        if self._declared_input_shape() is not None:
+            try:
+                self.build()
+            except BaseException:
+                # a layer that cannot be built on this model is not added (Keras 3 does the same)
+                if isinstance(layer, InputLayer):
+                    self._input_layer = None
+                else:
+                    self._layers.pop()
+                self.built = was_built
+                raise
+
+    def pop(self) -> Layer:
+        """Remove and return the last layer."""
+        if not self._layers:
+            raise IndexError(f"Sequential '{self.name}' has no layers to pop")
+        layer = self._layers.pop()
+        self.built = False
+        if self._layers and self._declared_input_shape() is not None:
+            self.build()
+        return layer
+
+    def _declared_input_shape(self) -> tuple[int, ...] | None:
+        if self._input_layer is not None:
+            return self._input_layer.input_shape
+        if self._layers and self._layers[0]._declared_input_shape is not None:
+            return self._layers[0]._declared_input_shape
+        if self._layers and self._layers[0].built:
+            return self._layers[0].input_shape
+        return None
+
+    @property
+    def input_shape(self) -> tuple:
+        shape = self._declared_input_shape()
+        return None if shape is None else (None, *shape)
+
+    @property
+    def output_shape(self) -> tuple:
+        if not self.built:
+            raise ValueError(f"Sequential '{self.name}' is not built yet")
+        return (None, *self._output_shape)
+
+    def build(self, input_shape: Sequence[Any] | None = None) -> None:
+        """Build every layer for inputs of ``input_shape`` (no batch axis; a leading None is fine)."""
+        if input_shape is None:
+            input_shape = self._declared_input_shape()
+            if input_shape is None:
+                raise ValueError(f"Sequential '{self.name}': the input shape is unknown; start the model with "
+                                 "keras.Input(shape=...) or call it on data")
+        if isinstance(input_shape, (list, tuple)) and input_shape and input_shape[0] is None:
+            input_shape = input_shape[1:]
+        input_shape = shape = _validate.shape(input_shape, "input_shape", f"Sequential '{self.name}': build")
+        self._drop_graphs()  # (re)building may create new weight arrays
+        dev = self.device
+        for layer in self._layers:
+            if layer._device is None:
+                layer._device = dev
+            elif layer._device != dev:
+                layer.to(dev)
+            layer._ensure_built(shape)
+            shape = tuple(layer.output_shape)
+        self._built_input_shape = input_shape
+        self._output_shape = shape
+        self.built = True
+
+    def _require_built(self, what: str) -> None:
+        if not self.built:
+            if self._declared_input_shape() is not None:
+                self.build()
+            else:
+                raise ValueError(f"Sequential '{self.name}': {what} needs a built model; give it an Input "
+                                 "(keras.Input(shape=...)) or call fit/predict on data first")
+
+    def _require_layers(self, what: str) -> None:
+        if not self._layers:
+            raise ValueError(f"Sequential '{self.name}': {what} needs a model with at least one layer; add "
+                             "layers first (Sequential([Input(...), Dense(...)]) or model.add(...))")
+
+    # ----- the trainer's interface ------------------------------------------------------------
+    def _input_names(self) -> list[str]:
+        return [self._input_layer.name if self._input_layer is not None else "input"]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [self._layers[-1].name if self._layers else "output"]
+
+    def _expected_input_shapes(self) -> "list[tuple] | None":
+        shape = self._built_input_shape if self.built else self._declared_input_shape()
+        return None if shape is None else [tuple(shape)]
+
+    def _output_shapes(self) -> list[tuple]:
+        self._require_built("the output shape")
+        return [tuple(self._output_shape)]
+
+    def _build_for(self, shapes: list[tuple], single: bool | None = None) -> None:
+        self.build(shapes[0])
+
+    def _input_hint(self) -> str:
+        first = self._layers[0] if self._layers else None
+        return f" (first layer '{first.name}' ({type(first).__name__}))" if first else ""
+
+    def _guess_input_structure(self, x: Any) -> None:
+        pass
+
+    def _fusable_outputs(self) -> list[bool]:
+        return [self._layers[-1].has_final_softmax]
+
+    def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
+        x = xs[0]
+        for layer in self._layers[:-1]:
+            x = layer.forward(x, training=training)
+        last = self._layers[-1]
+        return [last.forward_logits(x, training=training) if logits[0] else last.forward(x, training=training)]
+
+    def _run_backward(self, douts: list) -> None:
+        dy = douts[0]
+        for i in range(len(self._layers) - 1, -1, -1):
+            dy = self._layers[i].backward(dy, need_dx=i > 0)
+
+    def _run_on_tape(self, tape: Tape, xs: list) -> list:
+        x = xs[0]
+        for layer in self._layers:
+            x = tape.run(layer, x)
+        return [x]
+
+    # ----- config -----------------------------------------------------------------------------
+    def get_config(self) -> dict:
+        layers = []
+        if self._input_layer is not None:
+            layers.append({"class_name": "InputLayer", "config": self._input_layer.get_config()})
+        layers += [{"class_name": type(layer).__name__, "config": layer.get_config()} for layer in self._layers]
+        config = {"name": self.name, "trainable": self.trainable, "layers": layers}
+        if self.built:
+            config["build_input_shape"] = list(self._built_input_shape)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict, *, max_weight_bytes: int | None = None) -> "Sequential":
+        """A model from :meth:`get_config`'s dict, which may come from an untrusted file: the layers'
+        constructors check their arguments, and the weights are sized from the config before any is
+        created (``AllocationTooLargeError`` past ``max_weight_bytes``, default the physical memory)."""
+        if not isinstance(config, dict):
+            raise TypeError(f"Sequential.from_config: config must be a dict, got {type(config).__name__}")
+        owner = f"Sequential.from_config ('{config.get('name')}')"
+        layer_configs = config.get("layers")
+        if not isinstance(layer_configs, list):
+            raise TypeError(f"{owner}: 'layers' must be a list, got {type(layer_configs).__name__}")
+        for i, entry in enumerate(layer_configs):
+            if not (isinstance(entry, dict) and isinstance(entry.get("class_name"), str)
+                    and isinstance(entry.get("config"), dict)):
+                raise TypeError(f"{owner}: layers[{i}] must be {{'class_name': str, 'config': dict}}, "
+                                f"got {str(entry)[:120]}")
+        build_shape = config.get("build_input_shape")
+        if build_shape is not None:
+            build_shape = _validate.shape(build_shape[1:] if isinstance(build_shape, list) and build_shape
+                                          and build_shape[0] is None else build_shape, "build_input_shape", owner)
+        layers = [deserialize(entry) for entry in layer_configs]  # constructors allocate nothing
+        model = cls(name=config.get("name"), trainable=config.get("trainable", True))
+        input_shape = layers[0].input_shape if layers and isinstance(layers[0], InputLayer) else None
+        if input_shape is None and layers:
+            input_shape = layers[0]._declared_input_shape
+        if input_shape is None:
+            input_shape = build_shape
+        if input_shape is not None:
+            saving_module.check_weight_budget(layers, input_shape, f"Sequential '{model.name}'", max_weight_bytes)
+        for layer in layers:
+            model.add(layer)
+        if not model.built and build_shape is not None:
+            model.build(build_shape)
+        return model
+
+    def __repr__(self) -> str:
+        return f"<Sequential name={self.name}, layers={len(self._layers)}, built={self.built}>"
