@@ -4,21 +4,44 @@ Names, arguments and defaults follow Keras 3; ``get_weights``/``set_weights`` us
 """
 
 from .base import ActivationFn, Input, InputLayer, Layer, Weight, deserialize, get_layer_class, register
-from .conv import Conv2D, Convolution2D
+from .conv import (
+    Conv1D,
+    Conv2D,
+    Convolution1D,
+    Convolution2D,
+    DepthwiseConv2D,
+    SeparableConv2D,
+    SeparableConvolution2D,
+)
 from .core import ELU, Activation, Dense, Dropout, Flatten, LeakyReLU, ReLU, Softmax
-from .normalization import BatchNormalization
+from .merging import Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract
+from .normalization import BatchNormalization, LayerNormalization
 from .pooling import (
     AveragePooling2D,
     AvgPool2D,
+    GlobalAveragePooling1D,
     GlobalAveragePooling2D,
+    GlobalAvgPool1D,
     GlobalAvgPool2D,
+    GlobalMaxPool1D,
+    GlobalMaxPool2D,
+    GlobalMaxPooling1D,
+    GlobalMaxPooling2D,
     MaxPool2D,
     MaxPooling2D,
 )
+from .preprocessing import Normalization, Rescaling
+from .regularization import SpatialDropout2D
+from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, ZeroPadding2D
 
 __all__ = [
     "Layer", "Weight", "Input", "InputLayer", "ActivationFn", "register", "deserialize", "get_layer_class",
     "Conv2D", "Convolution2D", "Dense", "Dropout", "Flatten", "Activation", "ReLU", "Softmax", "LeakyReLU", "ELU",
     "BatchNormalization", "MaxPooling2D", "MaxPool2D", "AveragePooling2D", "AvgPool2D",
     "GlobalAveragePooling2D", "GlobalAvgPool2D",
+    "DepthwiseConv2D", "SeparableConv2D", "SeparableConvolution2D", "Conv1D", "Convolution1D", "LayerNormalization",
+    "GlobalMaxPooling2D", "GlobalMaxPool2D", "GlobalMaxPooling1D", "GlobalMaxPool1D", "GlobalAveragePooling1D",
+    "GlobalAvgPool1D", "SpatialDropout2D",
+    "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate",
+    "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
 ]

@@ -1,4 +1,6 @@
-"""Conv2D (Keras 3 arguments), computed by ``ops.conv2d_*`` in NHWC (channels_last) or NCHW."""
+"""Convolution layers (Keras 3 arguments): Conv2D, DepthwiseConv2D, SeparableConv2D and Conv1D, all
+computed by ``ops.conv2d_*`` in NHWC (channels_last) or NCHW (depthwise as grouped convolutions,
+Conv1D as a 2-d convolution of unit width)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from dnnbind.ops._params import ConvParams, resolve_padding
 from .base import Layer, register, split_batch
 from .core import _ActivationMixin
 
-__all__ = ["Conv2D", "Convolution2D", "data_format_to_layout"]
+__all__ = ["Conv2D", "Convolution2D", "DepthwiseConv2D", "SeparableConv2D", "SeparableConvolution2D", "Conv1D",
+           "Convolution1D", "data_format_to_layout"]
 
 
 def data_format_to_layout(data_format: str | None, owner: str) -> tuple[str, str]:
@@ -22,6 +25,36 @@ def data_format_to_layout(data_format: str | None, owner: str) -> tuple[str, str
     if fmt == "channels_first":
         return fmt, "NCHW"
     raise ValueError(f"{owner}: data_format must be 'channels_last' or 'channels_first', got {data_format!r}")
+
+
+def _kernel_layout(layout: str):
+    """(to_internal, to_keras) for a Keras (kh, kw, in/groups, filters) kernel: KRSC for NHWC, KCRS for NCHW."""
+    if layout == "NHWC":
+        return (lambda a: a.transpose(3, 0, 1, 2)), (lambda a: a.transpose(1, 2, 3, 0))
+    return (lambda a: a.transpose(3, 2, 0, 1)), (lambda a: a.transpose(2, 3, 1, 0))
+
+
+def _depthwise_layout(layout: str, kh: int, kw: int, channels: int, multiplier: int):
+    """(to_internal, to_keras) for a Keras depthwise kernel ``(kh, kw, in, depth_multiplier)``.
+
+    Internally it is a grouped convolution with ``groups=in`` and ``in * depth_multiplier`` filters,
+    output channel ``c * depth_multiplier + m`` (Keras/TF order): ``(in*dm, kh, kw, 1)`` (KRSC) for
+    NHWC, ``(in*dm, 1, kh, kw)`` (KCRS) for NCHW.
+    """
+    k = channels * multiplier
+    if layout == "NHWC":
+        return ((lambda a: a.reshape(kh, kw, k).transpose(2, 0, 1)[:, :, :, None]),
+                (lambda a: a[:, :, :, 0].transpose(1, 2, 0).reshape(kh, kw, channels, multiplier)))
+    return ((lambda a: a.reshape(kh, kw, k).transpose(2, 0, 1)[:, None]),
+            (lambda a: a[:, 0].transpose(1, 2, 0).reshape(kh, kw, channels, multiplier)))
+
+
+def check_unsupported_none(owner: str, **arguments: Any) -> None:
+    """Keras regularizer/constraint arguments are accepted as None only (dnnbind has neither yet)."""
+    for name, value in arguments.items():
+        if value is not None:
+            raise NotImplementedError(f"{owner}: {name} is not supported (dnnbind has no regularizers or "
+                                      f"constraints yet); pass None, got {value!r}")
 
 
 def check_image_shape(shape: tuple[int, ...], owner: str, data_format: str) -> None:
@@ -45,7 +78,7 @@ class Conv2D(_ActivationMixin, Layer):
                  use_bias: bool = True, kernel_initializer: Any = "glorot_uniform",
                  bias_initializer: Any = "zeros", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        owner = f"Conv2D '{self.name}'"
+        owner = f"{type(self).__name__} '{self.name}'"
         self.filters = _validate.positive_int(filters, "filters", owner)
         self.kernel_size = _validate.int_pair(kernel_size, "kernel_size", owner)
         self.strides = _validate.int_pair(strides, "strides", owner)
@@ -74,31 +107,32 @@ class Conv2D(_ActivationMixin, Layer):
         pad = resolve_padding(self.padding, (h, w), self.kernel_size, self.strides, self.dilation_rate)
         return ConvParams(stride=self.strides, pad=pad, dilation=self.dilation_rate, groups=self.groups)
 
+    def _out_channels(self, channels: int) -> int:
+        return self.filters
+
     def _output_shape(self, input_shape):
-        owner = f"Conv2D '{self.name}'"
+        owner = f"{type(self).__name__} '{self.name}'"
         check_image_shape(tuple(input_shape), owner, self.data_format)
-        h, w, _ = self._split(input_shape)
+        h, w, c = self._split(input_shape)
         oh, ow = self._params_for(h, w).output_hw((h, w), self.kernel_size)
         if oh < 1 or ow < 1:
             raise ValueError(
                 f"{owner}: input {h}x{w} is too small for kernel {self.kernel_size} with padding "
                 f"'{self.padding}' (output would be {oh}x{ow})"
             )
-        return (oh, ow, self.filters) if self.data_format == "channels_last" else (self.filters, oh, ow)
+        k = self._out_channels(c)
+        return (oh, ow, k) if self.data_format == "channels_last" else (k, oh, ow)
 
     def build(self, input_shape):
         _, shape = split_batch(input_shape)
-        owner = f"Conv2D '{self.name}'"
+        owner = f"{type(self).__name__} '{self.name}'"
         check_image_shape(shape, owner, self.data_format)
         h, w, c = self._split(shape)
         if c % self.groups:
             raise ValueError(f"{owner}: input channels {c} are not divisible by groups={self.groups}")
         self._conv = self._params_for(h, w)
         kh, kw = self.kernel_size
-        if self.layout == "NHWC":
-            to_internal, to_keras = (lambda a: a.transpose(3, 0, 1, 2)), (lambda a: a.transpose(1, 2, 3, 0))
-        else:
-            to_internal, to_keras = (lambda a: a.transpose(3, 2, 0, 1)), (lambda a: a.transpose(2, 3, 1, 0))
+        to_internal, to_keras = _kernel_layout(self.layout)
         self.kernel = self.add_weight("kernel", (kh, kw, c // self.groups, self.filters), self.kernel_initializer,
                                       to_internal=to_internal, to_keras=to_keras)
         self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
@@ -111,19 +145,23 @@ class Conv2D(_ActivationMixin, Layer):
 
     def _forward(self, x, training, skip_softmax):
         x = self._cast_input(x)
-        w = self._compute_weight(self.kernel)
+        return self._conv_bias_activation(x, self._compute_weight(self.kernel), self._conv_kwargs(), training,
+                                          skip_softmax)
+
+    def _conv_bias_activation(self, x, w, conv_kwargs, training, skip_softmax):
+        """``activation(conv(x, w) + bias)``; keeps ``x`` and ``w`` for :meth:`_conv_bias_activation_backward`."""
         act = self.activation
         if self.bias is not None and act.kind in (None, "relu"):
             # Kernel fusion: one cudnnConvolutionBiasActivationForward on the GPU (one pass less
             # over the output on NumPy) instead of conv, bias add and activation.
             y = ops.conv2d_bias_activation_forward(x, w, self._compute_weight(self.bias),
-                                                   activation=act.kind or "linear", **self._conv_kwargs())
+                                                   activation=act.kind or "linear", **conv_kwargs)
             self._skipped_softmax = False
             if training:
                 self._x, self._w = x, w
                 act.remember(y, y)  # relu's gradient mask, x > 0, is y > 0
             return y
-        z = ops.conv2d_forward(x, w, **self._conv_kwargs())
+        z = ops.conv2d_forward(x, w, **conv_kwargs)
         if self.bias is not None:
             z = ops.bias_add(z, self._compute_weight(self.bias), layout=self.layout)
         if training:
@@ -131,16 +169,19 @@ class Conv2D(_ActivationMixin, Layer):
         return self._activate(z, training, skip_softmax)
 
     def backward(self, dy, need_dx=True):
-        dz = self._activation_backward(dy)
-        kw = self._conv_kwargs()
-        if self.trainable:
-            dw = ops.conv2d_backward_filter(self._x, dz, tuple(self._w.shape), **kw)
-            self.grads["kernel"] = self._to_variable_dtype(dw, self.kernel)
-            if self.bias is not None:
-                self.grads["bias"] = self._to_variable_dtype(ops.bias_backward(dz, layout=self.layout), self.bias)
-        dx = ops.conv2d_backward_data(dz, self._w, tuple(self._x.shape), **kw) if need_dx else None
+        dx = self._conv_bias_activation_backward(dy, self.kernel, self._conv_kwargs(), need_dx)
         self._x = self._w = None
         return dx
+
+    def _conv_bias_activation_backward(self, dy, kernel, conv_kwargs, need_dx):
+        """Fills the gradients of ``kernel`` (and the bias); returns dx (None unless ``need_dx``)."""
+        dz = self._activation_backward(dy)
+        if self.trainable:
+            dw = ops.conv2d_backward_filter(self._x, dz, tuple(self._w.shape), **conv_kwargs)
+            self.grads[kernel.name] = self._to_variable_dtype(dw, kernel)
+            if self.bias is not None:
+                self.grads["bias"] = self._to_variable_dtype(ops.bias_backward(dz, layout=self.layout), self.bias)
+        return ops.conv2d_backward_data(dz, self._w, tuple(self._x.shape), **conv_kwargs) if need_dx else None
 
     def get_config(self):
         return {**super().get_config(), "filters": self.filters, "kernel_size": list(self.kernel_size),
@@ -152,3 +193,252 @@ class Conv2D(_ActivationMixin, Layer):
 
 
 Convolution2D = Conv2D
+
+
+@register
+class DepthwiseConv2D(Conv2D):
+    """Depthwise 2-d convolution: each input channel convolved with its own ``depth_multiplier`` filters.
+
+    Output channels ``in * depth_multiplier``, channel ``c * depth_multiplier + m`` from input channel
+    ``c`` (Keras). Keras kernel layout ``(kh, kw, in, depth_multiplier)`` (weight ``kernel``), bias
+    ``(in * depth_multiplier,)``; computed as a grouped convolution with ``groups=in``
+    (``ops.conv2d_*``, cuDNN grouped convolutions on the GPU).
+    """
+
+    def __init__(self, kernel_size: "int | Sequence[int]", strides: "int | Sequence[int]" = (1, 1),
+                 padding: str = "valid", depth_multiplier: int = 1, data_format: str | None = None,
+                 dilation_rate: "int | Sequence[int]" = (1, 1), activation: Any = None, use_bias: bool = True,
+                 depthwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 depthwise_regularizer: Any = None, bias_regularizer: Any = None, activity_regularizer: Any = None,
+                 depthwise_constraint: Any = None, bias_constraint: Any = None, **kwargs: Any) -> None:
+        super().__init__(1, kernel_size, strides=strides, padding=padding, data_format=data_format,
+                         dilation_rate=dilation_rate, activation=activation, use_bias=use_bias,
+                         kernel_initializer=depthwise_initializer, bias_initializer=bias_initializer, **kwargs)
+        owner = f"DepthwiseConv2D '{self.name}'"
+        self.depth_multiplier = _validate.positive_int(depth_multiplier, "depth_multiplier", owner)
+        check_unsupported_none(owner, depthwise_regularizer=depthwise_regularizer, bias_regularizer=bias_regularizer,
+                               activity_regularizer=activity_regularizer, depthwise_constraint=depthwise_constraint,
+                               bias_constraint=bias_constraint)
+        self.filters = None  # in * depth_multiplier, known at build
+
+    @property
+    def depthwise_initializer(self):
+        return self.kernel_initializer
+
+    def _out_channels(self, channels: int) -> int:
+        return channels * self.depth_multiplier
+
+    def build(self, input_shape):
+        _, shape = split_batch(input_shape)
+        owner = f"DepthwiseConv2D '{self.name}'"
+        check_image_shape(shape, owner, self.data_format)
+        h, w, c = self._split(shape)
+        kh, kw = self.kernel_size
+        dm = self.depth_multiplier
+        pad = resolve_padding(self.padding, (h, w), self.kernel_size, self.strides, self.dilation_rate)
+        params = ConvParams(stride=self.strides, pad=pad, dilation=self.dilation_rate, groups=c)
+        to_internal, to_keras = _depthwise_layout(self.layout, kh, kw, c, dm)
+        self.kernel = self.add_weight("kernel", (kh, kw, c, dm), self.kernel_initializer, to_internal=to_internal,
+                                      to_keras=to_keras)
+        self.bias = self.add_weight("bias", (c * dm,), self.bias_initializer) if self.use_bias else None
+        self.filters, self.groups, self._conv = c * dm, c, params
+        self._set_built(shape)
+
+    def get_config(self):
+        return {**Layer.get_config(self), "kernel_size": list(self.kernel_size), "strides": list(self.strides),
+                "padding": self.padding, "depth_multiplier": self.depth_multiplier, "data_format": self.data_format,
+                "dilation_rate": list(self.dilation_rate), "activation": self.activation.name,
+                "use_bias": self.use_bias, "depthwise_initializer": _init.serialize(self.kernel_initializer),
+                "bias_initializer": _init.serialize(self.bias_initializer)}
+
+
+@register
+class SeparableConv2D(Conv2D):
+    """Depthwise separable 2-d convolution: a depthwise convolution (``kernel_size``, ``strides``,
+    ``padding``, ``dilation_rate``, ``depth_multiplier``) then a 1x1 pointwise convolution to
+    ``filters`` channels, plus bias and activation (fused on the pointwise step, as Conv2D).
+
+    Weights (Keras order and layouts): ``depthwise_kernel`` ``(kh, kw, in, depth_multiplier)``,
+    ``pointwise_kernel`` ``(1, 1, in * depth_multiplier, filters)``, ``bias`` ``(filters,)``.
+    """
+
+    def __init__(self, filters: int, kernel_size: "int | Sequence[int]", strides: "int | Sequence[int]" = (1, 1),
+                 padding: str = "valid", data_format: str | None = None,
+                 dilation_rate: "int | Sequence[int]" = (1, 1), depth_multiplier: int = 1, activation: Any = None,
+                 use_bias: bool = True, depthwise_initializer: Any = "glorot_uniform",
+                 pointwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 depthwise_regularizer: Any = None, pointwise_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, depthwise_constraint: Any = None,
+                 pointwise_constraint: Any = None, bias_constraint: Any = None, **kwargs: Any) -> None:
+        super().__init__(filters, kernel_size, strides=strides, padding=padding, data_format=data_format,
+                         dilation_rate=dilation_rate, activation=activation, use_bias=use_bias,
+                         kernel_initializer=pointwise_initializer, bias_initializer=bias_initializer, **kwargs)
+        owner = f"SeparableConv2D '{self.name}'"
+        self.depth_multiplier = _validate.positive_int(depth_multiplier, "depth_multiplier", owner)
+        self.depthwise_initializer = _init.get(depthwise_initializer)
+        check_unsupported_none(owner, depthwise_regularizer=depthwise_regularizer,
+                               pointwise_regularizer=pointwise_regularizer, bias_regularizer=bias_regularizer,
+                               activity_regularizer=activity_regularizer, depthwise_constraint=depthwise_constraint,
+                               pointwise_constraint=pointwise_constraint, bias_constraint=bias_constraint)
+
+    @property
+    def pointwise_initializer(self):
+        return self.kernel_initializer
+
+    def build(self, input_shape):
+        _, shape = split_batch(input_shape)
+        owner = f"SeparableConv2D '{self.name}'"
+        check_image_shape(shape, owner, self.data_format)
+        h, w, c = self._split(shape)
+        kh, kw = self.kernel_size
+        dm = self.depth_multiplier
+        pad = resolve_padding(self.padding, (h, w), self.kernel_size, self.strides, self.dilation_rate)
+        to_internal, to_keras = _depthwise_layout(self.layout, kh, kw, c, dm)
+        self.depthwise_kernel = self.add_weight("depthwise_kernel", (kh, kw, c, dm), self.depthwise_initializer,
+                                                to_internal=to_internal, to_keras=to_keras)
+        to_internal, to_keras = _kernel_layout(self.layout)
+        self.pointwise_kernel = self.add_weight("pointwise_kernel", (1, 1, c * dm, self.filters),
+                                                self.kernel_initializer, to_internal=to_internal, to_keras=to_keras)
+        self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
+        self._depthwise = ConvParams(stride=self.strides, pad=pad, dilation=self.dilation_rate, groups=c)
+        self._conv = ConvParams(stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+        self._set_built(shape)
+
+    def _depthwise_kwargs(self) -> dict:
+        p = self._depthwise
+        return {"stride": p.stride, "padding": p.pad, "dilation": p.dilation, "groups": p.groups,
+                "layout": self.layout}
+
+    def _forward(self, x, training, skip_softmax):
+        x = self._cast_input(x)
+        dw = self._compute_weight(self.depthwise_kernel)
+        mid = ops.conv2d_forward(x, dw, **self._depthwise_kwargs())
+        if training:
+            self._x_in, self._dw = x, dw
+        return self._conv_bias_activation(mid, self._compute_weight(self.pointwise_kernel), self._conv_kwargs(),
+                                          training, skip_softmax)
+
+    def backward(self, dy, need_dx=True):
+        dx = None
+        if self.trainable or need_dx:
+            dmid = self._conv_bias_activation_backward(dy, self.pointwise_kernel, self._conv_kwargs(), True)
+            kw = self._depthwise_kwargs()
+            if self.trainable:
+                ddw = ops.conv2d_backward_filter(self._x_in, dmid, tuple(self._dw.shape), **kw)
+                self.grads["depthwise_kernel"] = self._to_variable_dtype(ddw, self.depthwise_kernel)
+            if need_dx:
+                dx = ops.conv2d_backward_data(dmid, self._dw, tuple(self._x_in.shape), **kw)
+        self._x = self._w = self._x_in = self._dw = None
+        return dx
+
+    def get_config(self):
+        config = super().get_config()
+        del config["groups"], config["kernel_initializer"]
+        return {**config, "depth_multiplier": self.depth_multiplier,
+                "depthwise_initializer": _init.serialize(self.depthwise_initializer),
+                "pointwise_initializer": _init.serialize(self.kernel_initializer)}
+
+
+SeparableConvolution2D = SeparableConv2D
+
+
+def _single(value: Any, name: str, owner: str) -> int:
+    """A positive int given as an int or a one-element list/tuple (Keras 1-d arguments)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ValueError(f"{owner}: {name} must be an int or a tuple of one int, got {value!r}")
+        value = value[0]
+    return _validate.positive_int(value, name, owner)
+
+
+@register
+class Conv1D(Conv2D):
+    """1-d convolution over ``(batch, steps, channels)`` (channels_last) or ``(batch, channels, steps)``.
+
+    Keras kernel layout ``(kernel_size, in/groups, filters)``, bias ``(filters,)``. Computed as a 2-d
+    convolution with a unit width: ``(N, steps, 1, C)`` NHWC or ``(N, C, steps, 1)`` NCHW, the same
+    memory as the input (reshapes are views). ``padding="causal"`` pads ``dilation_rate * (kernel_size
+    - 1)`` steps on the left only, so output step ``t`` sees inputs up to ``t`` (Keras).
+    """
+
+    def __init__(self, filters: int, kernel_size: "int | Sequence[int]", strides: "int | Sequence[int]" = 1,
+                 padding: str = "valid", data_format: str | None = None, dilation_rate: "int | Sequence[int]" = 1,
+                 groups: int = 1, activation: Any = None, use_bias: bool = True,
+                 kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, bias_regularizer: Any = None, activity_regularizer: Any = None,
+                 kernel_constraint: Any = None, bias_constraint: Any = None, **kwargs: Any) -> None:
+        name = kwargs.get("name")
+        owner = f"Conv1D '{name}'" if isinstance(name, str) else "Conv1D"
+        k = _single(kernel_size, "kernel_size", owner)
+        s = _single(strides, "strides", owner)
+        d = _single(dilation_rate, "dilation_rate", owner)
+        mode = str(padding).lower() if isinstance(padding, str) else padding
+        if mode not in ("valid", "same", "causal"):
+            raise ValueError(f"{owner}: padding must be 'valid', 'same' or 'causal', got {padding!r}")
+        super().__init__(filters, (k, 1), strides=(s, 1), padding="valid" if mode == "causal" else mode,
+                         data_format=data_format, dilation_rate=(d, 1), groups=groups, activation=activation,
+                         use_bias=use_bias, kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+                         **kwargs)
+        check_unsupported_none(f"Conv1D '{self.name}'", kernel_regularizer=kernel_regularizer,
+                               bias_regularizer=bias_regularizer, activity_regularizer=activity_regularizer,
+                               kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
+        self.padding = mode
+
+    def _params_for(self, h: int, w: int) -> ConvParams:
+        if self.padding != "causal":
+            return super()._params_for(h, w)
+        left = self.dilation_rate[0] * (self.kernel_size[0] - 1)
+        return ConvParams(stride=self.strides, pad=(left, 0, 0, 0), dilation=self.dilation_rate, groups=self.groups)
+
+    def _image_shape(self, shape) -> tuple[int, int, int]:
+        """The 2-d view of a sample shape: (steps, 1, C) channels_last, (C, steps, 1) channels_first."""
+        shape = tuple(shape)
+        if len(shape) != 2:
+            order = "(steps, channels)" if self.data_format == "channels_last" else "(channels, steps)"
+            raise ValueError(f"Conv1D '{self.name}' expects 3-d inputs (batch, {order[1:]}, got a sample shape "
+                             f"{shape}")
+        return (shape[0], 1, shape[1]) if self.data_format == "channels_last" else (shape[0], shape[1], 1)
+
+    def _output_shape(self, input_shape):
+        out = super()._output_shape(self._image_shape(input_shape))
+        return (out[0], out[2]) if self.data_format == "channels_last" else (out[0], out[1])
+
+    def build(self, input_shape):
+        _, shape = split_batch(input_shape)
+        image = self._image_shape(shape)
+        owner = f"Conv1D '{self.name}'"
+        h, w, c = self._split(image)
+        if c % self.groups:
+            raise ValueError(f"{owner}: input channels {c} are not divisible by groups={self.groups}")
+        self._output_shape(shape)  # input too short for the kernel: the error before any weight
+        if self.layout == "NHWC":  # internal (filters, k, 1, in/groups)
+            to_internal, to_keras = (lambda a: a.transpose(2, 0, 1)[:, :, None, :]), \
+                (lambda a: a[:, :, 0, :].transpose(1, 2, 0))
+        else:  # internal (filters, in/groups, k, 1)
+            to_internal, to_keras = (lambda a: a.transpose(2, 1, 0)[:, :, :, None]), \
+                (lambda a: a[:, :, :, 0].transpose(2, 1, 0))
+        self.kernel = self.add_weight("kernel", (self.kernel_size[0], c // self.groups, self.filters),
+                                      self.kernel_initializer, to_internal=to_internal, to_keras=to_keras)
+        self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
+        self._conv = self._params_for(h, w)
+        self._set_built(shape)
+
+    def _forward(self, x, training, skip_softmax):
+        n = int(x.shape[0])
+        y = super()._forward(x.reshape(n, *self._image_shape(tuple(x.shape[1:]))), training, skip_softmax)
+        return y.reshape(n, *self.output_shape)
+
+    def backward(self, dy, need_dx=True):
+        n = int(dy.shape[0])
+        image_out = (self.output_shape[0], 1, self.output_shape[1]) if self.data_format == "channels_last" \
+            else (self.output_shape[0], self.output_shape[1], 1)
+        dx = super().backward(dy.reshape(n, *image_out), need_dx)
+        return None if dx is None else dx.reshape(n, *self.input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        return {**config, "kernel_size": [self.kernel_size[0]], "strides": [self.strides[0]],
+                "dilation_rate": [self.dilation_rate[0]]}
+
+
+Convolution1D = Conv1D

@@ -1,8 +1,9 @@
-"""BatchNormalization (Keras 3 arguments), computed by ``ops.batchnorm_*`` in float32 statistics."""
+"""BatchNormalization and LayerNormalization (Keras 3 arguments), computed by ``ops.batchnorm_*`` /
+``ops.layernorm_*`` with float32 statistics (float64 for float64 data)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -10,8 +11,9 @@ from dnnbind import _validate, backend, ops
 from dnnbind import initializers as _init
 
 from .base import Layer, register, split_batch
+from .conv import check_unsupported_none
 
-__all__ = ["BatchNormalization"]
+__all__ = ["BatchNormalization", "LayerNormalization"]
 
 
 @register
@@ -129,3 +131,106 @@ class BatchNormalization(Layer):
                 "gamma_initializer": _init.serialize(self.gamma_initializer),
                 "moving_mean_initializer": _init.serialize(self.moving_mean_initializer),
                 "moving_variance_initializer": _init.serialize(self.moving_variance_initializer)}
+
+
+@register
+class LayerNormalization(Layer):
+    """Normalise each sample over ``axis`` with its own mean and (biased) variance (Keras 3)::
+
+        y = (x - mean) / sqrt(var + epsilon) * gamma + beta
+
+    ``axis`` (an int or a list of ints, default -1) must name the trailing axes of the input (e.g.
+    ``-1``, or ``[-3, -2, -1]`` for a whole channels_last image); other axis sets raise
+    NotImplementedError. Weights (Keras order): ``gamma`` (if ``scale``), ``beta`` (if ``center``),
+    of the shape of the normalised axes, float32 whatever the dtype policy (float64 under a float64
+    policy); statistics accumulate in float32 for float16/bfloat16 data. ``rms_scaling=True`` is not
+    supported.
+    """
+
+    def __init__(self, axis: "int | Sequence[int]" = -1, epsilon: float = 1e-3, center: bool = True,
+                 scale: bool = True, rms_scaling: bool = False, beta_initializer: Any = "zeros",
+                 gamma_initializer: Any = "ones", beta_regularizer: Any = None, gamma_regularizer: Any = None,
+                 beta_constraint: Any = None, gamma_constraint: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        owner = f"LayerNormalization '{self.name}'"
+        if isinstance(axis, (list, tuple)):
+            if not axis:
+                raise ValueError(f"{owner}: axis must be an int or a non-empty list of ints, got {axis!r}")
+            self.axis = [_validate.integer(a, "axis", owner) for a in axis]
+        else:
+            self.axis = _validate.integer(axis, "axis", owner)
+        self.epsilon = _validate.number(epsilon, "epsilon", owner, low=0.0, low_open=True)
+        self.center = _validate.boolean(center, "center", owner)
+        self.scale = _validate.boolean(scale, "scale", owner)
+        if _validate.boolean(rms_scaling, "rms_scaling", owner):
+            raise NotImplementedError(f"{owner}: rms_scaling=True is not supported")
+        self.rms_scaling = False
+        check_unsupported_none(owner, beta_regularizer=beta_regularizer, gamma_regularizer=gamma_regularizer,
+                               beta_constraint=beta_constraint, gamma_constraint=gamma_constraint)
+        self.beta_initializer = _init.get(beta_initializer)
+        self.gamma_initializer = _init.get(gamma_initializer)
+
+    def _norm_ndim(self, shape: tuple[int, ...]) -> int:
+        """How many trailing axes ``axis`` names, for inputs of sample shape ``shape``; or a clear error."""
+        rank = len(shape) + 1
+        axes = self.axis if isinstance(self.axis, list) else [self.axis]
+        owner = f"LayerNormalization '{self.name}'"
+        resolved = []
+        for a in axes:
+            if not -rank <= a < rank:
+                raise ValueError(f"{owner}: axis {a} is out of range for inputs of rank {rank} (shape (batch, "
+                                 f"{', '.join(map(str, shape))}))")
+            resolved.append(a % rank)
+        k = len(set(resolved))
+        if 0 in resolved or sorted(set(resolved)) != list(range(rank - k, rank)):
+            raise NotImplementedError(
+                f"{owner}: axis={self.axis} on inputs of rank {rank} is not supported; only the trailing axes "
+                f"(e.g. -1, or [{', '.join(str(i) for i in range(-k, 0))}]) can be normalised, never the batch axis"
+            )
+        return k
+
+    def build(self, input_shape):
+        _, shape = split_batch(input_shape)
+        k = self._norm_ndim(shape)
+        pshape = tuple(shape[len(shape) - k:])
+        pdt = "float64" if self.variable_dtype == "float64" else "float32"
+        self.gamma = self.add_weight("gamma", pshape, self.gamma_initializer, dtype=pdt) if self.scale else None
+        self.beta = self.add_weight("beta", pshape, self.beta_initializer, dtype=pdt) if self.center else None
+        self._k = k
+        self._set_built(shape)
+
+    def _param(self, w, x):
+        """A weight in the op's parameter dtype for ``x`` (float64 data: float64; else float32)."""
+        if w is None:
+            return None
+        want = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+        return w.value if w.value.dtype == want else ops.cast(w.value, want)
+
+    def forward(self, x, training=False):
+        x = self._cast_input(x)
+        gamma = self._param(self.gamma, x)
+        y, mean, inv_std = ops.layernorm_forward(x, gamma, self._param(self.beta, x), epsilon=self.epsilon,
+                                                 norm_ndim=self._k)
+        if training:
+            self._x, self._gamma_used, self._mean, self._inv_std = x, gamma, mean, inv_std
+        return y
+
+    def backward(self, dy, need_dx=True):
+        if getattr(self, "_x", None) is None:
+            raise RuntimeError(f"LayerNormalization '{self.name}': backward called without a training forward")
+        param_grads = self.trainable and (self.gamma is not None or self.beta is not None)
+        dx, dgamma, dbeta = ops.layernorm_backward(dy, self._x, self._gamma_used, self._mean, self._inv_std,
+                                                   norm_ndim=self._k, param_grads=param_grads)
+        if param_grads:
+            if self.gamma is not None:
+                self.grads["gamma"] = self._to_variable_dtype(dgamma, self.gamma)
+            if self.beta is not None:
+                self.grads["beta"] = self._to_variable_dtype(dbeta, self.beta)
+        self._x = self._gamma_used = self._mean = self._inv_std = None
+        return dx
+
+    def get_config(self):
+        return {**super().get_config(), "axis": self.axis, "epsilon": self.epsilon, "center": self.center,
+                "scale": self.scale, "rms_scaling": self.rms_scaling,
+                "beta_initializer": _init.serialize(self.beta_initializer),
+                "gamma_initializer": _init.serialize(self.gamma_initializer)}

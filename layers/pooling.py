@@ -1,4 +1,5 @@
-"""Pooling layers: MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D (Keras 3 arguments)."""
+"""Pooling layers (Keras 3 arguments): MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
+GlobalMaxPooling2D, GlobalMaxPooling1D, GlobalAveragePooling1D."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from .base import Layer, register, split_batch
 from .conv import check_image_shape, data_format_to_layout
 
 __all__ = ["MaxPooling2D", "MaxPool2D", "AveragePooling2D", "AvgPool2D", "GlobalAveragePooling2D",
-           "GlobalAvgPool2D"]
+           "GlobalAvgPool2D", "GlobalMaxPooling2D", "GlobalMaxPool2D", "GlobalMaxPooling1D", "GlobalMaxPool1D",
+           "GlobalAveragePooling1D", "GlobalAvgPool1D"]
 
 
 class _Pooling2D(Layer):
@@ -123,3 +125,99 @@ class GlobalAveragePooling2D(Layer):
 
 
 GlobalAvgPool2D = GlobalAveragePooling2D
+
+
+class _GlobalPooling(Layer):
+    """Max or mean over every spatial axis, through the 2-d ops on a 4-d view of the input.
+
+    1-d inputs ``(N, steps, C)`` are viewed as ``(N, steps, 1, C)`` (NHWC) and ``(N, C, steps)`` as
+    ``(N, C, steps, 1)`` (NCHW): the same memory, so the reshapes are views. Max pooling is one
+    pooling window covering the whole map (cuDNN pooling on the GPU); the gradient goes to the first
+    maximum in row-major order, as ``ops.pool2d_backward``.
+    """
+
+    _rank = 2
+    _mode = "max"
+
+    def __init__(self, data_format: str | None = None, keepdims: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        owner = f"{type(self).__name__} '{self.name}'"
+        self.data_format, self.layout = data_format_to_layout(data_format, owner)
+        self.keepdims = _validate.boolean(keepdims, "keepdims", owner)
+
+    def _image_shape(self, shape) -> tuple[int, int, int]:
+        shape = tuple(shape)
+        owner = f"{type(self).__name__} '{self.name}'"
+        if self._rank == 2:
+            check_image_shape(shape, owner, self.data_format)
+            return shape
+        if len(shape) != 2:
+            order = "(steps, features)" if self.data_format == "channels_last" else "(features, steps)"
+            raise ValueError(f"{owner} expects 3-d inputs (batch, {order[1:]}, got a sample shape {shape}")
+        return (shape[0], 1, shape[1]) if self.data_format == "channels_last" else (shape[0], shape[1], 1)
+
+    def _output_shape(self, input_shape):
+        image = self._image_shape(input_shape)
+        c = image[2] if self.data_format == "channels_last" else image[0]
+        if not self.keepdims:
+            return (c,)
+        ones = (1,) * self._rank
+        return (*ones, c) if self.data_format == "channels_last" else (c, *ones)
+
+    def forward(self, x, training=False):
+        n = int(x.shape[0])
+        x4 = x.reshape(n, *self._image_shape(tuple(x.shape[1:])))
+        if self._mode == "avg":
+            y = ops.global_avg_pool2d_forward(x4, layout=self.layout)
+            y4 = None
+        else:
+            hw = (int(x4.shape[1]), int(x4.shape[2])) if self.layout == "NHWC" else (int(x4.shape[2]),
+                                                                                      int(x4.shape[3]))
+            y4 = ops.pool2d_forward(x4, mode="max", window=hw, stride=hw, padding=0, layout=self.layout)
+            y = y4
+        if training:  # the mean's gradient needs only the shape; the max's needs the input
+            self._x4 = x4 if y4 is not None else None
+            self._y4, self._x4_shape, self._x_shape = y4, tuple(x4.shape), tuple(x.shape)
+        return y.reshape(n, *self._output_shape(tuple(x.shape[1:])))
+
+    def backward(self, dy, need_dx=True):
+        x4, y4, x4_shape, x_shape = self._x4, self._y4, self._x4_shape, self._x_shape
+        n = int(dy.shape[0])
+        if y4 is None:
+            dx4 = ops.global_avg_pool2d_backward(dy.reshape(n, int(dy.size) // n), x4_shape, layout=self.layout)
+        else:
+            hw = x4_shape[1:3] if self.layout == "NHWC" else x4_shape[2:4]
+            dx4 = ops.pool2d_backward(dy.reshape(*y4.shape), x4, y4, mode="max", window=hw, stride=hw, padding=0,
+                                      layout=self.layout)
+        self._x4 = self._y4 = None
+        return dx4.reshape(*x_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "data_format": self.data_format, "keepdims": self.keepdims}
+
+
+@register
+class GlobalMaxPooling2D(_GlobalPooling):
+    """Max over height and width: ``(N, H, W, C) -> (N, C)`` (or ``(N, 1, 1, C)`` with keepdims)."""
+
+    _rank, _mode = 2, "max"
+
+
+@register
+class GlobalMaxPooling1D(_GlobalPooling):
+    """Max over steps: ``(N, steps, C) -> (N, C)`` (or ``(N, 1, C)`` with keepdims)."""
+
+    _rank, _mode = 1, "max"
+
+
+@register
+class GlobalAveragePooling1D(_GlobalPooling):
+    """Mean over steps: ``(N, steps, C) -> (N, C)`` (or ``(N, 1, C)`` with keepdims). Keras's ``mask``
+    call argument is not supported."""
+
+    _rank, _mode = 1, "avg"
+
+
+GlobalMaxPool2D = GlobalMaxPooling2D
+GlobalMaxPool1D = GlobalMaxPooling1D
+GlobalAvgPool1D = GlobalAveragePooling1D

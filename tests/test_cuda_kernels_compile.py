@@ -40,9 +40,17 @@ def _expected_kernels() -> dict[str, list[str]]:
     losses = [f"{k}_{t}_{lab}" for k in ("softmax_xent", "probs_xent") for t in FLOATS for lab in ("i32", "i64", "dense")]
     losses += [f"elementwise_loss_{t}" for t in FLOATS] + ["sum_to_scalar_f32", "sum_to_scalar_f64"]
     optim = [f"{k}_{p}_{g}" for k in ("sgd", "adam", "rmsprop") for p in ("f32", "f64", "f16") for g in FLOATS]
-    optim += ["advance_step"]
+    optim += ["advance_step", "tensor_sumsq", "clip_factors"] + [f"grad_sumsq_{g}" for g in FLOATS]
+    merging = [f"{k}_{t}" for k in ("extremum", "extremum_bwd") for t in FLOATS]
+    merging += [f"copy_rows_u{u}" for u in (1, 2, 4, 8)]
+    reshaping = [f"upsample_{i}_{d}_{t}" for i in ("nearest", "bilinear") for d in ("fwd", "bwd") for t in FLOATS]
+    reshaping += [f"transpose_u{u}" for u in (1, 2, 4, 8)]
+    preprocessing = [f"channel_affine_{t}" for t in FLOATS]
+    layernorm = [f"layernorm_{k}_{t}" for k in ("fwd", "bwd_dx", "bwd_params_rows", "bwd_params_final") for t in FLOATS]
+    spatial_dropout = ["spatial_dropout_mask_f32", "spatial_dropout_mask_f64"] + [f"channel_scale_{t}" for t in FLOATS]
     return {"activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
-            "optim.cu": optim}
+            "optim.cu": optim, "merging.cu": merging, "reshaping.cu": reshaping, "preprocessing.cu": preprocessing,
+            "layernorm.cu": layernorm, "spatial_dropout.cu": spatial_dropout}
 
 
 @pytest.mark.parametrize("filename", sorted(_expected_kernels()))

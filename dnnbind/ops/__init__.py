@@ -46,10 +46,15 @@ from .elementwise import (
     top_k_count,
     zeros_like,
 )
+from .layernorm import layernorm_backward, layernorm_forward
+from .merging import concatenate, concatenate_backward, extremum_backward, maximum, minimum
+from .preprocessing import normalize, normalize_backward, rescale
+from .reshaping import crop2d, pad2d, transpose, upsample2d_backward, upsample2d_forward
 from .losses import binary_crossentropy, crossentropy_from_probs, mean_squared_error, softmax_cross_entropy
 from .optim import adam_update, advance_step, rmsprop_update, sgd_update
 from .pooling import global_avg_pool2d_backward, global_avg_pool2d_forward, pool2d_backward, pool2d_forward
 from .softmax import softmax_backward, softmax_forward
+from .spatial_dropout import spatial_dropout_backward, spatial_dropout_forward
 
 __all__ = [
     "config", "ConvParams", "PoolParams", "resolve_padding", "ACTIVATIONS",
@@ -64,11 +69,16 @@ __all__ = [
     "softmax_forward", "softmax_backward",
     "softmax_cross_entropy", "crossentropy_from_probs", "binary_crossentropy", "mean_squared_error",
     "DropoutState", "dropout_forward", "dropout_backward",
+    "layernorm_forward", "layernorm_backward", "spatial_dropout_forward", "spatial_dropout_backward",
     "dense_forward", "dense_backward_input", "dense_backward_weight", "matmul",
     # elementwise
     "add", "subtract", "multiply", "scale", "axpy", "sum", "mean", "argmax", "accuracy_count",
     "top_k_count", "cast", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
     "random_crop_flip",
+    # merging, reshaping, preprocessing
+    "maximum", "minimum", "extremum_backward", "concatenate", "concatenate_backward",
+    "pad2d", "crop2d", "upsample2d_forward", "upsample2d_backward", "transpose",
+    "rescale", "normalize", "normalize_backward",
     # optimizers
     "sgd_update", "adam_update", "rmsprop_update", "advance_step",
 ]

@@ -214,12 +214,6 @@ FOR_FLOAT_TYPES(FINITE_KERNELS)
 // --- random crop (from the image zero-padded by `pad` on each side) and horizontal flip, one
 // draw per sample from splitmix64(seed, n): offsets in [0, 2*pad], flip with probability 1/2.
 // y[n, c, h, w] = P[n, c, h + oy, (flip ? W - 1 - w : w) + ox] with P the padded image.
-__device__ __forceinline__ u64 splitmix64(u64 z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 #define CROP_FLIP_KERNELS(T, S)                                                                    \
     extern "C" __global__ void random_crop_flip_##S(const T* x, T* y, i64 N, int C, int H, int W,  \
                                                     int pad, u64 seed, int nhwc,                   \

@@ -122,6 +122,15 @@ template <typename A> __device__ A block_max(A v, A* scratch) {
     return scratch[0];
 }
 
+// SplitMix64's output function: a bijective 64-bit mix; splitmix64(key + i) over i is a
+// SplitMix64 stream, so hashing (seed, counter, index) gives counter-based random bits.
+__device__ __forceinline__ u64 splitmix64(u64 z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 #define FOR_FLOAT_TYPES(M) M(float, f32) M(double, f64) M(half_t, f16) M(bf16_t, bf16)
 #define FOR_INDEX_TYPES(M) M(int, i32) M(i64, i64)
 
