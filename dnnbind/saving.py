@@ -1,12 +1,21 @@
-"""Saving and loading: safetensors weights, and whole models as a zip or a directory. No pickle.
+"""Saving and loading: safetensors (native) and Keras 3's own files, whole models as a zip or a directory.
+No pickle.
 
-* ``save_weights(model, path)`` / ``load_weights``: one safetensors file; tensors are named
-  ``"<layer name>/<weight name>"`` (``"conv2d/kernel"``, ``"batch_normalization/moving_mean"``)
-  and stored in Keras layouts.
-* ``save_model(model, path)`` / ``load_model(path)``: ``path`` ending in ``.dnnbind`` or
-  ``.keras`` (or ``.zip``) is a single zip file holding ``config.json`` (the model and layer
-  configs, the compile config), ``model.safetensors`` and, when the model has an optimizer with
-  state, ``optimizer.safetensors`` (to resume training). Any other path is a directory (below).
+* ``save_weights(model, path)`` / ``load_weights``: one file. A name ending in ``.weights.h5`` gets
+  Keras 3's HDF5 weights file (h5py, ``pip install 'dnnbind[keras]'``); any other name safetensors.
+  Both key the weights by position, as Keras 3 does (:func:`dnnbind.keras_format.variable_paths`):
+  ``layers/conv2d/vars/0`` is the kernel of the model's first Conv2D, whatever the layer's name, so
+  identical models read each other's files. Tensors are in Keras layouts. ``load_weights`` tells the
+  format from the contents (safetensors, HDF5, or the weights inside a ``.keras``/``.dnnbind`` zip);
+  dnnbind 0.1's safetensors files, keyed ``"<layer name>/<weight name>"``, are still matched by name.
+* ``save_model(model, path)`` / ``load_model(path)``: ``.keras`` is a real Keras 3 model file
+  (``config.json`` in Keras's JSON, ``metadata.json``, ``model.weights.h5``; the compile config but no
+  optimizer state) that ``keras.saving.load_model`` reads, and dnnbind reads Keras's; ``.dnnbind``
+  (or ``.zip``) is dnnbind's zip holding ``config.json`` (the model and layer configs, the compile
+  config), ``model.safetensors`` and, when the model has an optimizer with state,
+  ``optimizer.safetensors`` (to resume training). Any other path is a directory (below).
+* Names that promise a format this module does not write are refused with a message saying what to
+  use: ``.h5``/``.hdf5`` (Keras 2's HDF5), ``.keras`` for ``save_weights``, ``.weights.h5`` for ``save``.
 
 Crash safety (a ``kill -9`` or a power cut at any moment leaves the old or the new checkpoint,
 whole, never a mix):
@@ -44,8 +53,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import hashlib
 import inspect
+import io
 import json
 import math
 import os
@@ -58,6 +69,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from . import keras_format
 from .errors import AllocationTooLargeError, DnnbindError
 from .layers.base import InputLayer, Layer, Weight
 from .mixed_precision import numpy_dtype
@@ -71,8 +83,14 @@ __all__ = ["save_weights", "load_weights", "save_model", "load_model", "atomic_w
            "remove_stale_temporaries", "check_weight_budget"]
 
 _FORMAT = "dnnbind.model"
-_FORMAT_VERSION = 1
-_ZIP_SUFFIXES = (".dnnbind", ".keras", ".zip")
+_FORMAT_VERSION = 2  # 2: weights keyed by position (layers/<class>/vars/<i>), as Keras 3
+_ZIP_SUFFIXES = (".dnnbind", ".zip")
+_KERAS_SUFFIX = ".keras"
+_KERAS_WEIGHTS_SUFFIX = ".weights.h5"
+_LEGACY_H5_SUFFIXES = (".h5", ".hdf5")
+_KERAS_WEIGHTS_MEMBER = "model.weights.h5"
+_KERAS_MEMBERS = ("config.json", "metadata.json", _KERAS_WEIGHTS_MEMBER)
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 _MANIFEST = "manifest.json"
 _CHECKPOINT_FORMAT = "dnnbind.checkpoint"
@@ -228,7 +246,8 @@ def _check_file_size(nbytes: int, what: str) -> None:
 def _safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
     from safetensors.numpy import save
 
-    return save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=metadata)
+    # reshape: np.ascontiguousarray makes a 0-d array (Normalization's count) 1-d
+    return save({k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()}, metadata=metadata)
 
 
 def _safetensors_load(data: bytes, what: str) -> dict[str, np.ndarray]:
@@ -249,15 +268,15 @@ def _safetensors_load(data: bytes, what: str) -> dict[str, np.ndarray]:
     return tensors
 
 
+def _weight_entries(model, what: str) -> list[tuple[str, Weight, Any]]:
+    """``(key, weight, layer)`` in Keras 3's positional scheme (``layers/conv2d/vars/0``), model order."""
+    model._require_built(what)
+    return [(f"{path}/vars/{i}", w, layer)
+            for path, layer, weights in keras_format.variable_paths(model) for i, w in enumerate(weights)]
+
+
 def _model_tensors(model) -> dict[str, np.ndarray]:
-    model._require_built("save_weights")
-    tensors: dict[str, np.ndarray] = {}
-    for layer in model.layers:
-        for w in layer._weights:
-            if w.path in tensors:
-                raise SavingError(f"two weights are named '{w.path}'; give the layers unique names")
-            tensors[w.path] = w.numpy()
-    return tensors
+    return {key: w.numpy() for key, w, _ in _weight_entries(model, "save_weights")}
 
 
 def _warn_unused(names: Sequence[str], source: str, what: str) -> None:
@@ -266,25 +285,70 @@ def _warn_unused(names: Sequence[str], source: str, what: str) -> None:
                       UserWarning, stacklevel=4)
 
 
-def _checked_weight_tensors(model, tensors: dict[str, np.ndarray], source: str) -> list[tuple[Weight, np.ndarray]]:
-    """Match every weight of ``model`` with its tensor, checking name, shape and dtype; assigns nothing."""
-    model._require_built("load_weights")
+def _tensor_dtype_name(tensor: Any) -> str:
+    """The dtype of an ndarray or an h5py dataset (Keras stores bfloat16 as opaque 2-byte data, tagged)."""
+    attrs = getattr(tensor, "attrs", None)
+    if attrs is not None and attrs.get("dtype") in ("bfloat16", b"bfloat16"):
+        return "bfloat16"
+    return str(tensor.dtype)
+
+
+def _checked_tensor(tensor: Any, w: Weight, key: str, owner: str, source: str) -> np.ndarray:
+    """``tensor`` as a NumPy array for ``w`` once its shape and dtype are right; they are checked first,
+    so a lazily read tensor (an h5py dataset) is read only when its size is the weight's own."""
+    if tuple(tensor.shape) != w.shape:
+        raise SavingError(f"{source}: tensor '{key}' has shape {tuple(tensor.shape)} but {owner} needs {w.shape}")
+    dtype_name = _tensor_dtype_name(tensor)
+    if dtype_name not in _FLOAT_DTYPES:
+        raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} needs a float "
+                          f"tensor ({w.dtype}; float16, bfloat16 and float64 are cast)")
+    arr = np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor
+    if dtype_name == "bfloat16":
+        # exact; Weight.assign takes NumPy's numeric kinds (ml_dtypes' is 'V')
+        arr = arr.view(numpy_dtype("bfloat16")).astype(np.float32)
+    return arr
+
+
+def _checked_weight_tensors(model, tensors: dict[str, Any], source: str) -> list[tuple[Weight, np.ndarray]]:
+    """Match every weight of ``model`` with its tensor by position (Keras 3's keys), checking presence,
+    shape and dtype; assigns nothing. Files keyed by layer name (dnnbind 0.1's ``conv2d/kernel``) are
+    matched by name instead."""
+    entries = _weight_entries(model, "load_weights")
+    if tensors and not any(key.startswith("layers/") for key in tensors):
+        return _checked_named_tensors(model, tensors, source)
+    plan = []
+    for key, w, layer in entries:
+        owner = f"weight '{w.name}' of layer '{layer.name}' ({type(layer).__name__})"
+        if key not in tensors:
+            held = sorted(tensors)
+            raise SavingError(f"{source} has no tensor '{key}' for {owner}: the model does not match the file's "
+                              f"(it holds {len(held)} tensor(s): {', '.join(held[:12]) or 'none'}"
+                              f"{', ...' if len(held) > 12 else ''})")
+        plan.append((w, _checked_tensor(tensors[key], w, key, owner, source)))
+    expected = {key for key, _, _ in entries}
+    layer_paths = {path: layer for path, layer, _ in keras_format.variable_paths(model)}
+    unused = sorted(set(tensors) - expected)
+    for key in unused:
+        path = key.rsplit("/vars/", 1)[0]
+        if path in layer_paths:  # Keras refuses this too: the layer differs from the one saved
+            layer = layer_paths[path]
+            count = sum(1 for k in expected if k.startswith(f"{path}/vars/"))
+            raise SavingError(f"{source}: layer '{layer.name}' ({type(layer).__name__}) at '{path}' has {count} "
+                              f"weight(s) but the file holds more ('{key}'): the model does not match the file's")
+    _warn_unused(unused, source, f"model '{model.name}'")
+    return plan
+
+
+def _checked_named_tensors(model, tensors: dict[str, Any], source: str) -> list[tuple[Weight, np.ndarray]]:
+    """dnnbind 0.1's safetensors files, keyed ``"<layer name>/<weight name>"``."""
     plan = []
     for layer in model.layers:
-        for w in layer._weights:
+        for w in getattr(layer, "_weights", []):
             owner = f"layer '{layer.name}' ({type(layer).__name__})"
             if w.path not in tensors:
-                raise SavingError(f"{source} has no tensor '{w.path}' for {owner}; "
-                                  f"it holds: {', '.join(sorted(tensors)) or 'nothing'}")
-            arr = tensors[w.path]
-            if tuple(arr.shape) != w.shape:
-                raise SavingError(f"{source}: tensor '{w.path}' has shape {tuple(arr.shape)} but {owner} needs {w.shape}")
-            if str(arr.dtype) not in _FLOAT_DTYPES:
-                raise SavingError(f"{source}: tensor '{w.path}' has dtype {arr.dtype} but {owner} needs a float "
-                                  f"tensor ({w.dtype}; float16, bfloat16 and float64 are cast)")
-            if str(arr.dtype) == "bfloat16":
-                arr = arr.astype(np.float32)  # exact; Weight.assign takes NumPy's numeric kinds (ml_dtypes' is 'V')
-            plan.append((w, arr))
+                raise SavingError(f"{source} has no tensor '{w.path}' for {owner} (the file is keyed by layer "
+                                  f"names, as dnnbind 0.1 wrote); it holds: {', '.join(sorted(tensors)) or 'nothing'}")
+            plan.append((w, _checked_tensor(tensors[w.path], w, w.path, owner, source)))
     used = {w.path for w, _ in plan}
     _warn_unused(sorted(set(tensors) - used), source, f"model '{model.name}'")
     return plan
@@ -295,26 +359,152 @@ def _assign_all(plan: list[tuple[Weight, np.ndarray]]) -> None:
         w.assign(arr)
 
 
+# ----- Keras 3 HDF5 weights (model.weights.h5, *.weights.h5) ----------------------------------------
+def _require_h5py(what: str) -> Any:
+    try:
+        import h5py  # optional: only the Keras formats need it
+    except ImportError:
+        raise ImportError(f"{what} needs h5py to read and write Keras 3 files (.keras, .weights.h5): "
+                          "pip install 'dnnbind[keras]'") from None
+    return h5py
+
+
+def _keras_weights_bytes(model) -> bytes:
+    """The model's weights as Keras 3 writes ``model.weights.h5``: a group per layer (``layers/<class>``,
+    its ``vars`` group carrying the layer's name), datasets ``"0"``, ``"1"``... in Keras order."""
+    h5py = _require_h5py("saving in the Keras format")
+    model._require_built("save_weights")
+    entries = list(keras_format.variable_paths(model))
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        f.create_group("vars").attrs["name"] = model.name
+        for path, layer, weights in entries:
+            group = f.create_group(path).create_group("vars")
+            group.attrs["name"] = layer.name
+            for i, w in enumerate(weights):
+                arr = w.numpy()
+                if str(arr.dtype) == "bfloat16":
+                    group.create_dataset(str(i), data=arr).attrs["dtype"] = "bfloat16"  # as Keras tags it
+                else:
+                    group[str(i)] = arr
+    return buffer.getvalue()
+
+
+_H5_MAX_DEPTH = 64  # Keras nests a group per model level; deeper is not a weights file
+
+
+def _h5_datasets(h5py: Any, group: Any, prefix: str, source: str, out: dict, depth: int = 0) -> None:
+    """Every dataset below ``group`` by path, unread. Links other than hard ones (which could point
+    outside the file) and external or virtual datasets are refused, as Keras does."""
+    if depth > _H5_MAX_DEPTH:
+        raise SavingError(f"{source}: groups nested deeper than {_H5_MAX_DEPTH} levels; not a Keras weights file")
+    for name in group:
+        link = group.get(name, getlink=True)
+        path = f"{prefix}{name}"
+        if not isinstance(link, h5py.HardLink):
+            raise SavingError(f"{source}: '{path}' is a {type(link).__name__}; refusing to follow links in a weights "
+                              "file")
+        item = group[name]
+        if isinstance(item, h5py.Group):
+            _h5_datasets(h5py, item, f"{path}/", source, out, depth + 1)
+        elif isinstance(item, h5py.Dataset):
+            if item.external or item.is_virtual:
+                raise SavingError(f"{source}: dataset '{path}' stores its data outside the file; refusing it")
+            out[path] = item
+
+
+def _h5_weight_plan(model, fileobj: Any, source: str) -> list[tuple[Weight, np.ndarray]]:
+    """Open a Keras 3 weights file (a path or a file object), check it against ``model`` and read it."""
+    h5py = _require_h5py("reading a Keras file")
+    try:
+        f = h5py.File(fileobj, "r")
+    except OSError as exc:
+        raise SavingError(f"{source} is not a valid HDF5 file (corrupt or truncated?): {exc}") from None
+    with f:
+        if "layer_names" in f.attrs or "model_weights" in f or "model_config" in f.attrs:
+            raise SavingError(f"{source} is a legacy Keras 2 HDF5 file, which dnnbind does not read; load it "
+                              "in Keras and save it again as .keras or .weights.h5 (Keras 3)")
+        if "layers" not in f and any(True for _ in _weight_entries(model, "load_weights")):
+            raise SavingError(f"{source} has no 'layers' group: it is not a Keras 3 weights file")
+        datasets: dict[str, Any] = {}
+        if "layers" in f:
+            _h5_datasets(h5py, f, "", source, datasets)
+        # the model's own vars and the optimizer's: dnnbind does not map Keras optimizer state
+        tensors = {key: ds for key, ds in datasets.items() if key.startswith("layers/")}
+        return _checked_weight_tensors(model, tensors, source)
+
+
+def _is_keras_weights_name(filepath: str) -> bool:
+    return filepath.lower().endswith(_KERAS_WEIGHTS_SUFFIX)
+
+
+def _refuse_legacy_h5_name(filepath: str, what: str) -> None:
+    lowered = filepath.lower()
+    if lowered.endswith(_LEGACY_H5_SUFFIXES) and not _is_keras_weights_name(filepath):
+        raise SavingError(f"{what}: {filepath} names the legacy Keras 2 HDF5 format, which dnnbind does not write; "
+                          "use .keras (a whole Keras 3 model), .weights.h5 (Keras 3 weights), .dnnbind or "
+                          ".safetensors")
+
+
 def save_weights(model, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
-    """Write the model's weights (Keras layouts) to a safetensors file at ``filepath``, atomically."""
+    """Write the model's weights (Keras layouts), atomically: a Keras 3 HDF5 file for a name ending in
+    ``.weights.h5`` (needs h5py), otherwise safetensors. Both key the weights by position as Keras 3
+    does (``layers/conv2d/vars/0``), so any model of the same architecture reads them back.
+    A ``.keras`` name (a whole model: use ``save``) and other ``.h5`` names (Keras 2) are refused."""
     filepath = os.fspath(filepath)
+    if filepath.lower().endswith(_KERAS_SUFFIX):
+        raise SavingError(f"save_weights: {filepath} names a whole Keras model; use model.save() for .keras, or "
+                          "name the weights file .weights.h5 (Keras 3) or .safetensors")
+    _refuse_legacy_h5_name(filepath, "save_weights")
     if not overwrite and os.path.exists(filepath):
         raise FileExistsError(f"save_weights: {filepath} exists and overwrite=False")
-    data = _safetensors_bytes(_model_tensors(model), {"format": "dnnbind.weights"})
+    if _is_keras_weights_name(filepath):
+        data = _keras_weights_bytes(model)
+    else:
+        data = _safetensors_bytes(_model_tensors(model), {"format": "dnnbind.weights"})
     with atomic_write(filepath) as fh:
         fh.write(data)
 
 
+def _sniff(filepath: str) -> str:
+    """``"hdf5"``, ``"zip"`` or ``"other"`` from a file's first bytes (what it is, whatever its name)."""
+    with open(filepath, "rb") as fh:
+        head = fh.read(8)
+    if head.startswith(_HDF5_MAGIC):
+        return "hdf5"
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    return "other"
+
+
 def load_weights(model, filepath: "str | os.PathLike") -> None:
-    """Load weights saved by :func:`save_weights`: every layer's tensor must be present with its shape
-    and a float dtype. All are checked before any is assigned, so a failure changes no weight."""
+    """Load weights from a file :func:`save_weights` or Keras 3 wrote: safetensors, a Keras ``.weights.h5``
+    or the weights of a ``.keras`` (or ``.dnnbind``) model file, told apart by their contents. Weights are
+    matched by position (Keras 3's ``layers/<class>/vars/<i>``; dnnbind 0.1's name-keyed files by name);
+    every one is checked (presence, shape, float dtype) before any is written, so a failure changes none."""
     filepath = os.fspath(filepath)
     if not os.path.isfile(filepath):
         raise FileNotFoundError(f"load_weights: no file at {filepath}")
     _check_file_size(os.path.getsize(filepath), filepath)
-    with open(filepath, "rb") as fh:
-        tensors = _safetensors_load(fh.read(), filepath)
-    _assign_all(_checked_weight_tensors(model, tensors, filepath))
+    kind = _sniff(filepath)
+    if kind == "hdf5":
+        plan = _h5_weight_plan(model, filepath, filepath)
+    elif kind == "zip":
+        files = _read_zip(filepath)
+        if _KERAS_WEIGHTS_MEMBER in files:
+            plan = _h5_weight_plan(model, io.BytesIO(files[_KERAS_WEIGHTS_MEMBER]),
+                                   f"{filepath}: {_KERAS_WEIGHTS_MEMBER}")
+        elif "model.safetensors" in files:
+            tensors = _safetensors_load(files["model.safetensors"], f"{filepath}: model.safetensors")
+            plan = _checked_weight_tensors(model, tensors, f"{filepath}: model.safetensors")
+        else:
+            raise SavingError(f"{filepath} is a zip without {_KERAS_WEIGHTS_MEMBER} or model.safetensors; it holds "
+                              "no weights dnnbind can read")
+    else:
+        with open(filepath, "rb") as fh:
+            tensors = _safetensors_load(fh.read(), filepath)
+        plan = _checked_weight_tensors(model, tensors, filepath)
+    _assign_all(plan)
 
 
 # ----- whole models -------------------------------------------------------------------------------
@@ -326,6 +516,15 @@ def _optimizer_tensors(model) -> dict[str, np.ndarray] | None:
     return {k: np.asarray(v) for k, v in state.items()}
 
 
+def _model_class_name(model) -> str:
+    """``"Sequential"`` or ``"Functional"``: the models a config rebuilds (a subclassed one's layers are code)."""
+    for cls in type(model).__mro__:
+        if cls.__name__ in ("Sequential", "Functional"):
+            return cls.__name__
+    raise SavingError(f"save: model '{model.name}' ({type(model).__name__}) is subclassed: no config can rebuild "
+                      "its layers, which its own code makes; use save_weights, then load_weights into a new instance")
+
+
 def _model_files(model, include_optimizer: bool) -> dict[str, bytes]:
     from . import __version__
 
@@ -333,7 +532,7 @@ def _model_files(model, include_optimizer: bool) -> dict[str, bytes]:
         "format": _FORMAT,
         "format_version": _FORMAT_VERSION,
         "dnnbind_version": __version__,
-        "class_name": "Sequential",
+        "class_name": _model_class_name(model),
         "config": model.get_config(),
         "compile_config": model._compile_config if model.compiled else None,
         "dtype_policy": None,
@@ -347,16 +546,54 @@ def _model_files(model, include_optimizer: bool) -> dict[str, bytes]:
     return files
 
 
+def _keras_model_files(model, include_optimizer: bool) -> dict[str, bytes]:
+    """``metadata.json``, ``config.json`` and ``model.weights.h5``, as Keras 3's ``model.save`` writes them."""
+    from . import __version__
+
+    model._require_built("save")
+    try:
+        config = keras_format.model_to_keras(model)
+        config["compile_config"] = keras_format.compile_config_to_keras(
+            getattr(model, "_compile_config", None) if getattr(model, "compiled", False) else None)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SavingError(f"save: model '{model.name}' cannot be written in the Keras format: {exc}; "
+                          "save it as .dnnbind instead") from exc
+    if include_optimizer and _optimizer_tensors(model) is not None:
+        warnings.warn(f"save: the .keras file of model '{model.name}' holds no optimizer state (dnnbind does not "
+                      "map it to Keras's optimizer variables); a model loaded from it restarts its optimizer. "
+                      "Save as .dnnbind to resume training.", UserWarning, stacklevel=3)
+    metadata = {"keras_version": keras_format.KERAS_FORMAT_VERSION,
+                "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S"),
+                "dnnbind_version": __version__}
+    return {"metadata.json": json.dumps(metadata).encode("utf-8"),
+            "config.json": json.dumps(config).encode("utf-8"),
+            _KERAS_WEIGHTS_MEMBER: _keras_weights_bytes(model)}
+
+
 def save_model(model, filepath: "str | os.PathLike", overwrite: bool = True, include_optimizer: bool = True) -> None:
-    """Save config, weights and (optionally) optimizer state: a zip for ``.dnnbind``/``.keras``/``.zip``
-    paths, otherwise a directory with a checksummed manifest. Either is replaced as a whole."""
+    """Save a whole model, replaced as a whole (atomically):
+
+    * ``.keras``: a Keras 3 model file (zip of ``config.json``, ``metadata.json``, ``model.weights.h5``)
+      that ``keras.saving.load_model`` reads; it carries the compile config but no optimizer state.
+      Needs h5py (``pip install 'dnnbind[keras]'``).
+    * ``.dnnbind`` / ``.zip``: dnnbind's zip (config, safetensors weights, optimizer state to resume).
+    * any other path: a directory with a checksummed manifest (the same parts).
+
+    ``.h5``/``.hdf5`` (Keras 2's format) and ``.weights.h5`` (weights only: ``save_weights``) are refused.
+    """
     filepath = os.fspath(filepath)
+    lowered = filepath.lower()
+    if _is_keras_weights_name(filepath):
+        raise SavingError(f"save: {filepath} names a weights file; use model.save_weights() for .weights.h5, or "
+                          "model.save() with a .keras or .dnnbind path")
+    _refuse_legacy_h5_name(filepath, "save")
     if not overwrite and os.path.exists(filepath):
         raise FileExistsError(f"save: {filepath} exists and overwrite=False")
-    is_zip = filepath.lower().endswith(_ZIP_SUFFIXES)
+    is_keras = lowered.endswith(_KERAS_SUFFIX)
+    is_zip = is_keras or lowered.endswith(_ZIP_SUFFIXES)
     if not is_zip and os.path.exists(filepath) and not os.path.isdir(filepath):
         raise SavingError(f"save: {filepath} exists and is not a directory (use a .dnnbind path for one file)")
-    files = _model_files(model, include_optimizer)
+    files = _keras_model_files(model, include_optimizer) if is_keras else _model_files(model, include_optimizer)
     if is_zip:
         with atomic_write(filepath) as fh, zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED) as zf:
             for name, data in files.items():
@@ -487,20 +724,40 @@ def _read_directory(directory: str) -> dict[str, bytes]:
         return files
 
 
+def _read_zip(filepath: str) -> dict[str, bytes]:
+    """The members of a dnnbind or Keras model zip that dnnbind reads, each size-checked before it is read."""
+    try:
+        with zipfile.ZipFile(filepath) as zf:
+            infos = {info.filename: info for info in zf.infolist()}
+            if "model.weights.npz" in infos and _KERAS_WEIGHTS_MEMBER not in infos:
+                raise SavingError(f"{filepath} holds Keras's npz weights (weights_format='npz'), which dnnbind does "
+                                  "not read; save it from Keras with the default h5 weights")
+            members = {name: info for name, info in infos.items() if name in _PARTS or name in _KERAS_MEMBERS}
+            for name, info in members.items():
+                _check_file_size(info.file_size, f"{filepath}: {name}")
+            return {name: zf.read(name) for name in members}  # zipfile checks each member's CRC-32
+    except (zipfile.BadZipFile, OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as exc:
+        raise SavingError(f"{filepath} is not a dnnbind model file (a zip with config.json and model.safetensors) "
+                          f"nor a Keras 3 .keras file, or it is corrupt: {exc}") from None
+
+
 def _read_model_files(filepath: str) -> dict[str, bytes]:
     if os.path.isdir(filepath):
         return _read_directory(filepath)
     if not os.path.isfile(filepath):
         raise FileNotFoundError(f"load_model: no file or directory at {filepath}")
+    if _sniff(filepath) == "hdf5":
+        raise SavingError(f"{filepath} is an HDF5 file: a legacy Keras 2 model (.h5), which dnnbind does not read "
+                          "(load it in Keras and save it as .keras), or a weights file, which load_weights reads "
+                          "into a built model")
+    return _read_zip(filepath)
+
+
+def _json_part(files: dict[str, bytes], name: str, filepath: str) -> Any:
     try:
-        with zipfile.ZipFile(filepath) as zf:
-            members = {info.filename: info for info in zf.infolist() if info.filename in _PARTS}
-            for name, info in members.items():
-                _check_file_size(info.file_size, f"{filepath}: {name}")
-            return {name: zf.read(name) for name in members}  # zipfile checks each member's CRC-32
-    except (zipfile.BadZipFile, OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as exc:
-        raise SavingError(f"{filepath} is not a dnnbind model file (a zip with config.json and model.safetensors), "
-                          f"or it is corrupt: {exc}") from None
+        return json.loads(files[name].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SavingError(f"{filepath}: {name} is corrupt: {exc}") from None
 
 
 def _checked_optimizer_state(optimizer, state: dict[str, np.ndarray], params: list, source: str) -> None:
@@ -529,52 +786,85 @@ def _checked_optimizer_state(optimizer, state: dict[str, np.ndarray], params: li
     _warn_unused(sorted(set(state) - expected), source, owner)
 
 
-def load_model(filepath: "str | os.PathLike", compile: bool = True, *, max_weight_bytes: int | None = None) -> Any:
-    """Rebuild a model saved by ``model.save``: architecture, weights, compile settings and optimizer state.
+def _rebuild(class_name: str, config: Any, filepath: str, max_weight_bytes: int | None) -> Any:
+    """A built model from ``class_name`` ("Sequential" or "Functional") and its ``from_config`` dict
+    (checked by the layers, sized before anything is allocated)."""
+    from .models import model_from_config  # deferred: dnnbind.models imports this module
 
-    Every file is checked before it is used: a directory's parts against its manifest (size, SHA-256),
-    the config's arguments by the layers, the weights' total size against ``max_weight_bytes``
-    (default: the machine's physical memory) before any is allocated, and every tensor's name, shape
-    and dtype before any is assigned. Raises :class:`SavingError` (or ``AllocationTooLargeError``).
-    """
-    from . import losses, metrics, optimizers
-    from .models import Sequential
-
-    filepath = os.fspath(filepath)
-    files = _read_model_files(filepath)
-    for required in ("config.json", "model.safetensors"):
-        if required not in files:
-            raise SavingError(f"{filepath} has no {required}; it is not a model saved by dnnbind")
     try:
-        config = json.loads(files["config.json"].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SavingError(f"{filepath}: config.json is corrupt: {exc}") from None
-    if not isinstance(config, dict) or config.get("format") != _FORMAT:
-        raise SavingError(f"{filepath}: config.json is not a dnnbind model config")
-    version = config.get("format_version", 0)
-    if type(version) is not int or version > _FORMAT_VERSION:
-        raise SavingError(f"{filepath} was written by a newer dnnbind (format {version!r})")
-    if config.get("class_name") != "Sequential":
-        raise SavingError(f"{filepath}: unsupported model class {config.get('class_name')!r}")
-    weights = _safetensors_load(files["model.safetensors"], f"{filepath}: model.safetensors")
-    opt_state = None
-    if compile and config.get("compile_config") and "optimizer.safetensors" in files:
-        opt_state = _safetensors_load(files["optimizer.safetensors"], f"{filepath}: optimizer.safetensors")
-    try:
-        model = Sequential.from_config(config.get("config"), max_weight_bytes=max_weight_bytes)
+        model = model_from_config({"class_name": class_name, "config": config}, max_weight_bytes=max_weight_bytes)
     except AllocationTooLargeError as exc:
         raise AllocationTooLargeError(f"{filepath}: {exc}") from None
     except (KeyError, TypeError, ValueError, NotImplementedError) as exc:
         raise SavingError(f"{filepath}: the model config cannot be rebuilt: {exc}") from exc
     if not model.built:
         raise SavingError(f"{filepath}: the saved model was never built, so it has no weights to load")
+    return model
+
+
+def _compile_from(model, compile_config: dict) -> None:
+    # compile_from_config understands every structure compile writes (list/dict losses and metrics of
+    # multi-output models, loss_weights), not just one loss
+    model.compile_from_config(compile_config)
+
+
+def _load_keras_model(filepath: str, files: dict[str, bytes], compile: bool, max_weight_bytes: int | None) -> Any:
+    """A model from a Keras 3 ``.keras`` file: its config translated, its weights matched by position."""
+    config = _json_part(files, "config.json", filepath)
+    try:
+        class_name, model_config = keras_format.model_from_keras(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SavingError(f"{filepath}: {exc}") from None
+    model = _rebuild(class_name, model_config, filepath, max_weight_bytes)
+    plan = _h5_weight_plan(model, io.BytesIO(files[_KERAS_WEIGHTS_MEMBER]), f"{filepath}: {_KERAS_WEIGHTS_MEMBER}")
+    if compile and isinstance(config, dict) and config.get("compile_config"):
+        try:
+            _compile_from(model, keras_format.compile_config_from_keras(config["compile_config"]))
+        except (KeyError, TypeError, ValueError, AttributeError, NotImplementedError) as exc:
+            # an optimizer dnnbind lacks should not stop a model from loading for inference (Keras warns too)
+            warnings.warn(f"{filepath}: the model was loaded uncompiled; its Keras compile config cannot be "
+                          f"reproduced: {exc}", UserWarning, stacklevel=3)
+    _assign_all(plan)
+    return model
+
+
+def load_model(filepath: "str | os.PathLike", compile: bool = True, *, max_weight_bytes: int | None = None) -> Any:
+    """Rebuild a model saved by ``model.save`` or by Keras 3: architecture, weights, compile settings and
+    (dnnbind's own formats) optimizer state.
+
+    The kind of file is read from its contents: a ``.keras`` zip written by Keras 3 or dnnbind, a dnnbind
+    zip (``.dnnbind``; also ``.keras`` files of dnnbind 0.1) or a checkpoint directory. Every file is
+    checked before it is used: a directory's parts against its manifest (size, SHA-256), the config's
+    arguments by the layers, the weights' total size against ``max_weight_bytes`` (default: the machine's
+    physical memory) before any is allocated, and every tensor's presence, shape and dtype before any is
+    assigned. Raises :class:`SavingError` (or ``AllocationTooLargeError``). A Keras compile config that
+    dnnbind cannot reproduce (an optimizer it lacks) leaves the model uncompiled, with a warning.
+    """
+    filepath = os.fspath(filepath)
+    files = _read_model_files(filepath)
+    if _KERAS_WEIGHTS_MEMBER in files and "model.safetensors" not in files and "config.json" in files:
+        return _load_keras_model(filepath, files, compile, max_weight_bytes)
+    for required in ("config.json", "model.safetensors"):
+        if required not in files:
+            raise SavingError(f"{filepath} has no {required}; it is not a model saved by dnnbind")
+    config = _json_part(files, "config.json", filepath)
+    if not isinstance(config, dict) or config.get("format") != _FORMAT:
+        raise SavingError(f"{filepath}: config.json is not a dnnbind model config")
+    version = config.get("format_version", 0)
+    if type(version) is not int or version > _FORMAT_VERSION:
+        raise SavingError(f"{filepath} was written by a newer dnnbind (format {version!r})")
+    if config.get("class_name") not in ("Sequential", "Functional"):
+        raise SavingError(f"{filepath}: unsupported model class {config.get('class_name')!r}")
+    weights = _safetensors_load(files["model.safetensors"], f"{filepath}: model.safetensors")
+    opt_state = None
+    if compile and config.get("compile_config") and "optimizer.safetensors" in files:
+        opt_state = _safetensors_load(files["optimizer.safetensors"], f"{filepath}: optimizer.safetensors")
+    model = _rebuild(config["class_name"], config.get("config"), filepath, max_weight_bytes)
     plan = _checked_weight_tensors(model, weights, f"{filepath}: model.safetensors")
     compile_config = config.get("compile_config")
     if compile and compile_config:
         try:
-            model.compile(optimizer=optimizers.get(compile_config["optimizer"]),
-                          loss=losses.get(compile_config["loss"]),
-                          metrics=[metrics.get(m) for m in compile_config.get("metrics", [])])
+            _compile_from(model, compile_config)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SavingError(f"{filepath}: the compile config cannot be restored: {exc}") from exc
         params = [w.value for w in model.trainable_weights]

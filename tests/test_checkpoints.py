@@ -84,7 +84,7 @@ while True:
     gen += 1
 """
 
-_TARGETS = {"zip": "ckpt.keras", "directory": "ckpt_dir", "weights": "ckpt.weights.safetensors"}
+_TARGETS = {"zip": "ckpt.dnnbind", "directory": "ckpt_dir", "weights": "ckpt.weights.safetensors"}
 
 
 def _worker_model():
@@ -169,13 +169,13 @@ def test_a_save_removes_stale_temporaries_of_dead_writers_only(tmp_path):
     dead = dead_pid()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        names = [f".m.keras.tmp-{dead}-0badc0de", f".m.keras.tmp-{live.pid}-0badc0de",
-                 f".m.keras.tmp-{os.getpid()}-0badc0de", f".other.keras.tmp-{dead}-0badc0de", "notes.txt"]
+        names = [f".m.dnnbind.tmp-{dead}-0badc0de", f".m.dnnbind.tmp-{live.pid}-0badc0de",
+                 f".m.dnnbind.tmp-{os.getpid()}-0badc0de", f".other.dnnbind.tmp-{dead}-0badc0de", "notes.txt"]
         for name in names:
             (tmp_path / name).write_bytes(b"partial")
-        model.save(tmp_path / "m.keras")
-        assert sorted(os.listdir(tmp_path)) == sorted(["m.keras", *names[1:]])
-        assert saving.remove_stale_temporaries(tmp_path) == [f".other.keras.tmp-{dead}-0badc0de"]
+        model.save(tmp_path / "m.dnnbind")
+        assert sorted(os.listdir(tmp_path)) == sorted(["m.dnnbind", *names[1:]])
+        assert saving.remove_stale_temporaries(tmp_path) == [f".other.dnnbind.tmp-{dead}-0badc0de"]
 
         d = tmp_path / "d"
         model.save(d)
@@ -196,7 +196,7 @@ def test_saves_keep_the_mode_of_the_file_they_replace(tmp_path):
     model = trained_mlp()
     old_umask = os.umask(0o027)
     try:
-        for path, save in [(tmp_path / "m.keras", model.save), (tmp_path / "w.safetensors", model.save_weights)]:
+        for path, save in [(tmp_path / "m.dnnbind", model.save), (tmp_path / "w.safetensors", model.save_weights)]:
             save(path)
             assert stat.S_IMODE(path.stat().st_mode) == 0o640  # 0666 & ~umask, as open() gives
             for mode in (0o644, 0o600, 0o664):
@@ -270,7 +270,7 @@ def test_a_corrupt_or_mixed_directory_checkpoint_is_refused(tmp_path):
 
 def test_a_corrupt_zip_member_is_refused(tmp_path):
     model = trained_mlp()
-    path = tmp_path / "m.keras"
+    path = tmp_path / "m.dnnbind"
     model.save(path)
     data = bytearray(path.read_bytes())
     with zipfile.ZipFile(path) as zf:
@@ -317,18 +317,18 @@ def weight_spy(monkeypatch):
      r"160,000,000,000,000 bytes.*physical memory; nothing was allocated"),
 ])
 def test_a_config_is_checked_before_anything_is_allocated(tmp_path, weight_spy, key, value, error, message):
-    trained_mlp().save(tmp_path / "m.keras")
+    trained_mlp().save(tmp_path / "m.dnnbind")
     weight_spy.clear()
-    bad = _rewrite_config(tmp_path / "m.keras", tmp_path / "bad.keras", lambda ls: ls[1]["config"].update({key: value}))
+    bad = _rewrite_config(tmp_path / "m.dnnbind", tmp_path / "bad.dnnbind", lambda ls: ls[1]["config"].update({key: value}))
     with pytest.raises(error, match=message):
         keras.load_model(bad)
     assert weight_spy == []
 
 
 def test_the_weights_of_a_config_are_sized_before_any_is_made(tmp_path, weight_spy):
-    trained_mlp().save(tmp_path / "m.keras")
+    trained_mlp().save(tmp_path / "m.dnnbind")
     # huge input: the first Dense's kernel alone passes the machine's memory
-    bad = _rewrite_config(tmp_path / "m.keras", tmp_path / "bad.keras",
+    bad = _rewrite_config(tmp_path / "m.dnnbind", tmp_path / "bad.dnnbind",
                           lambda ls: ls[0]["config"].update({"shape": [2**40]}))
     weight_spy.clear()
     with pytest.raises(AllocationTooLargeError, match=r"layer 'd1' \(Dense\) weight 'kernel' of shape \(1099511627776, 8\)"):
@@ -338,12 +338,12 @@ def test_the_weights_of_a_config_are_sized_before_any_is_made(tmp_path, weight_s
     with pytest.raises(AllocationTooLargeError, match=r"layer 'd2' \(Dense\) weight 'kernel' of shape \(8, 3\) "
                                                       r"\(float32\) needs 96 bytes, bringing the model's weights to at "
                                                       r"least 256 bytes, more than the 200 bytes of max_weight_bytes"):
-        keras.load_model(tmp_path / "m.keras", max_weight_bytes=200)
+        keras.load_model(tmp_path / "m.dnnbind", max_weight_bytes=200)
     assert weight_spy == []
     unbuilt = [layers.Dense(8, name="a"), layers.Dense(3, name="b")]
     assert saving.check_weight_budget(unbuilt, (4,), "test") == 160 + 96 + 12
     assert weight_spy == [] and not any(layer.built for layer in unbuilt)
-    loaded = keras.load_model(tmp_path / "m.keras", max_weight_bytes=268)
+    loaded = keras.load_model(tmp_path / "m.dnnbind", max_weight_bytes=268)
     assert [c[:2] for c in weight_spy] == [("d1", "kernel"), ("d1", "bias"), ("d2", "kernel"), ("d2", "bias")]
     assert loaded.count_params() == 67
 
@@ -437,7 +437,7 @@ def test_failed_set_weights_and_load_weights_change_no_weight(tmp_path):
 
 def test_optimizer_state_is_checked_before_a_model_is_loaded(tmp_path):
     model = trained_mlp()
-    path = tmp_path / "m.keras"
+    path = tmp_path / "m.dnnbind"
     model.save(path)
     with zipfile.ZipFile(path) as zf:
         files = {name: zf.read(name) for name in zf.namelist()}
