@@ -2,7 +2,9 @@
 
 Every loss returns the mean over the batch (Keras's ``"sum_over_batch_size"``) as a 0-d float32
 array (float64 for float64 predictions) on the predictions' device, together with the gradient w.r.t. the predictions (already
-divided by the batch size). A final softmax with ``from_logits=False`` crossentropy is fused by
+divided by the batch size). With ``sample_weight`` (one weight per sample, shape ``(N,)``) the
+value is ``sum_i w_i l_i / N`` exactly as Keras 3 reduces it: divided by the batch size, not by
+the sum of the weights. A final softmax with ``from_logits=False`` crossentropy is fused by
 the model: the loss then sees the logits.
 """
 
@@ -31,7 +33,7 @@ __all__ = [
 
 
 class Loss:
-    """Base class. ``compute(y_pred, y_true, logits=False, grad_scale=1.0) -> (loss, dy_pred)``."""
+    """Base class. ``compute(y_pred, y_true, logits=False, grad_scale=1.0, sample_weight=None) -> (loss, dy_pred)``."""
 
     #: whether a model may fuse a final softmax into this loss (cross-entropies over classes)
     fuses_softmax = False
@@ -50,15 +52,18 @@ class Loss:
         """
         raise NotImplementedError
 
-    def compute(self, y_pred: Any, y_true: Any, *, logits: bool = False, grad_scale: Any = 1.0):
+    def compute(self, y_pred: Any, y_true: Any, *, logits: bool = False, grad_scale: Any = 1.0,
+                sample_weight: Any = None):
         raise NotImplementedError
 
-    def __call__(self, y_true: Any, y_pred: Any) -> Any:
-        """Keras-style standalone call: the mean loss (a 0-d array on the inputs' device)."""
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
+        """Keras-style standalone call: the (weighted) mean loss (a 0-d array on the inputs' device)."""
         from_logits = getattr(self, "from_logits", False)
         y_true = np.asarray(y_true) if isinstance(y_true, (list, tuple)) else y_true
         y_pred = np.asarray(y_pred, dtype=np.float32) if isinstance(y_pred, (list, tuple)) else y_pred
-        loss, _ = self.compute(y_pred, y_true, logits=from_logits)
+        if isinstance(sample_weight, (list, tuple)):
+            sample_weight = np.asarray(sample_weight, dtype=np.float32)
+        loss, _ = self.compute(y_pred, y_true, logits=from_logits, sample_weight=sample_weight)
         return loss
 
     def get_config(self) -> dict:
@@ -126,10 +131,10 @@ class SparseCategoricalCrossentropy(Loss):
             )
         return np.ascontiguousarray(y, dtype=np.int32)
 
-    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0):
+    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
         if logits or self.from_logits:
-            return ops.softmax_cross_entropy(y_pred, y_true, grad_scale=grad_scale)
-        return ops.crossentropy_from_probs(y_pred, y_true, grad_scale=grad_scale)
+            return ops.softmax_cross_entropy(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
+        return ops.crossentropy_from_probs(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "from_logits": self.from_logits}
@@ -160,12 +165,12 @@ class CategoricalCrossentropy(Loss):
             )
         return _check_rows(_float_labels(y, what), output_shape, what)
 
-    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0):
+    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
         if logits or self.from_logits:
             return ops.softmax_cross_entropy(y_pred, y_true, label_smoothing=self.label_smoothing,
-                                             grad_scale=grad_scale)
+                                             grad_scale=grad_scale, sample_weight=sample_weight)
         return ops.crossentropy_from_probs(y_pred, y_true, label_smoothing=self.label_smoothing,
-                                           grad_scale=grad_scale)
+                                           grad_scale=grad_scale, sample_weight=sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "from_logits": self.from_logits, "label_smoothing": self.label_smoothing}
@@ -189,9 +194,10 @@ class BinaryCrossentropy(Loss):
             raise ValueError(f"{what}: targets must be in [0, 1], got values in [{y.min()}, {y.max()}]")
         return y
 
-    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0):
+    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
         return ops.binary_crossentropy(y_pred, y_true, from_logits=self.from_logits or logits,
-                                       label_smoothing=self.label_smoothing, grad_scale=grad_scale)
+                                       label_smoothing=self.label_smoothing, grad_scale=grad_scale,
+                                       sample_weight=sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "from_logits": self.from_logits, "label_smoothing": self.label_smoothing}
@@ -204,8 +210,8 @@ class MeanSquaredError(Loss):
         what = f"{owner}loss '{self.name}'"
         return _check_rows(_float_labels(np.asarray(y), what), output_shape, what)
 
-    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0):
-        return ops.mean_squared_error(y_pred, y_true, grad_scale=grad_scale)
+    def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
+        return ops.mean_squared_error(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
 
 
 _BY_NAME: dict[str, type] = {

@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["to_categorical", "set_random_seed", "draw_seed"]
+__all__ = ["to_categorical", "set_random_seed", "draw_seed", "PyDataset", "Sequence"]
 
 _SEED_LIMIT = 2**32  # what np.random.seed accepts
 _seed_lock = threading.Lock()
@@ -84,3 +84,76 @@ def draw_seed() -> int:
     """
     with _seed_lock:
         return int(_seed_generator.integers(0, 2**63))
+
+
+class PyDataset:
+    """Base class for a dataset of batches that ``fit``/``evaluate``/``predict`` read (Keras 3's
+    ``keras.utils.PyDataset``; ``Sequence`` is the same class, as Keras keeps it).
+
+    Subclass it and define ``__len__`` (the number of batches per epoch) and ``__getitem__(index)``
+    returning one batch: ``x``, ``(x, y)`` or ``(x, y, sample_weight)`` as NumPy arrays (lists or
+    dicts of them for several inputs/outputs), the first axis the batch. ``on_epoch_end()`` is
+    called after every epoch (reshuffle there); ``on_epoch_begin()`` before it.
+
+    Args:
+        workers: the number of threads that fetch batches ahead (1: in the training loop itself).
+        use_multiprocessing: accepted for Keras compatibility; True raises NotImplementedError when
+            the dataset is used (threads only).
+        max_queue_size: with ``workers > 1``, how many batches may be fetched ahead.
+
+    ``fit(shuffle=True)`` visits the batch indices in a new random order every epoch, as Keras 3.
+    """
+
+    def __init__(self, workers: int = 1, use_multiprocessing: bool = False, max_queue_size: int = 10) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+            raise ValueError(f"PyDataset: workers must be an int >= 1, got {workers!r}")
+        if isinstance(max_queue_size, bool) or not isinstance(max_queue_size, (int, np.integer)) or max_queue_size < 1:
+            raise ValueError(f"PyDataset: max_queue_size must be an int >= 1, got {max_queue_size!r}")
+        self._workers = int(workers)
+        self._use_multiprocessing = bool(use_multiprocessing)
+        self._max_queue_size = int(max_queue_size)
+
+    # a subclass that forgets super().__init__() still works with the defaults
+    @property
+    def workers(self) -> int:
+        return self.__dict__.get("_workers", 1)
+
+    @workers.setter
+    def workers(self, value: int) -> None:
+        self._workers = int(value)
+
+    @property
+    def use_multiprocessing(self) -> bool:
+        return self.__dict__.get("_use_multiprocessing", False)
+
+    @use_multiprocessing.setter
+    def use_multiprocessing(self, value: bool) -> None:
+        self._use_multiprocessing = bool(value)
+
+    @property
+    def max_queue_size(self) -> int:
+        return self.__dict__.get("_max_queue_size", 10)
+
+    @max_queue_size.setter
+    def max_queue_size(self, value: int) -> None:
+        self._max_queue_size = int(value)
+
+    def __getitem__(self, index: int):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__(index) returning one batch")
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must define __len__() (the number of batches)")
+
+    @property
+    def num_batches(self) -> int:
+        return len(self)
+
+    def on_epoch_begin(self) -> None:
+        """Called before every epoch."""
+
+    def on_epoch_end(self) -> None:
+        """Called after every epoch."""
+
+
+#: Keras keeps the old name ``keras.utils.Sequence`` as an alias of ``PyDataset``.
+Sequence = PyDataset

@@ -117,11 +117,11 @@ def test_nan_loss_is_reported():
         m.fit(np.full((4, 2), 1e20, np.float32), np.zeros(4), verbose=0)
 
 
-def test_unsupported_step_counts_are_refused_not_ignored(model):
-    x, y = np.ones((4, 4, 4, 1), np.float32), np.array([0, 1, 2, 0])
-    with pytest.raises(NotImplementedError, match="steps is not supported"):
-        model.predict(x, steps=1, verbose=0)
-    with pytest.raises(NotImplementedError, match="steps is not supported"):
-        model.evaluate(x, y, steps=1, verbose=0)
-    with pytest.raises(NotImplementedError, match="validation_steps"):
-        model.fit(x, y, validation_steps=1, verbose=0)
+def test_step_counts_are_honoured_not_ignored(model):
+    x, y = np.arange(64, dtype=np.float32).reshape(4, 4, 4, 1) / 64, np.array([0, 1, 2, 0])
+    assert model.predict(x, batch_size=2, steps=1, verbose=0).shape[0] == 2
+    assert model.evaluate(x, y, batch_size=2, steps=1, verbose=0) == pytest.approx(
+        model.evaluate(x[:2], y[:2], verbose=0), rel=1e-6)
+    history = model.fit(x, y, batch_size=2, steps_per_epoch=1, validation_data=(x, y), validation_steps=1,
+                        verbose=0)
+    assert {"loss", "val_loss"} <= set(history.history) and len(history.history["loss"]) == 1

@@ -122,3 +122,55 @@ def test_loss_validation(rng):
         ops.softmax_cross_entropy(x, np.array([0, 1, 2, 5]))
     with pytest.raises(ValueError, match=r"mean_squared_error: target has shape \(4, 4\)"):
         ops.mean_squared_error(x, np.zeros((4, 4), np.float32))
+
+
+# ------------------------------------------------------------------ per-sample weights (Keras 3 reduction)
+
+_WEIGHTED = {
+    "softmax_cross_entropy": lambda x, t, **kw: ops.softmax_cross_entropy(x, t, label_smoothing=0.1, **kw),
+    "crossentropy_from_probs": lambda x, t, **kw: ops.crossentropy_from_probs(x, t, **kw),
+    "binary_crossentropy": lambda x, t, **kw: ops.binary_crossentropy(x, t, from_logits=True, **kw),
+    "mean_squared_error": lambda x, t, **kw: ops.mean_squared_error(x, t, **kw),
+}
+
+
+def _weighted_case(rng, op):
+    n, c = 5, 4
+    if op == "crossentropy_from_probs":
+        x = rng.uniform(0.1, 1.0, (n, c))
+        x /= x.sum(axis=1, keepdims=True)
+    else:
+        x = random(rng, (n, c), low=-2, high=2)
+    t = rng.integers(0, c, n) if "entropy" in op and op != "binary_crossentropy" else rng.uniform(0, 1, (n, c))
+    return x, t
+
+
+@pytest.mark.parametrize("op", sorted(_WEIGHTED))
+def test_weighted_loss_is_sum_of_weighted_sample_losses_over_batch_size(rng, op):
+    fn = _WEIGHTED[op]
+    x, t = _weighted_case(rng, op)
+    n = len(x)
+    w = np.array([0.5, 2.0, 0.0, 1.0, 3.0])
+    # each sample's own loss: the op on that row alone (a batch of one is its own mean)
+    per_sample = np.array([float(fn(x[i:i + 1], t[i:i + 1])[0]) for i in range(n)])
+    loss, dx = fn(x, t, sample_weight=w, grad_scale=2.0)
+    # Keras 3 sum_over_batch_size: divided by the batch size, not by sum(w) = 6.5
+    assert abs(float(loss) - np.sum(w * per_sample) / n) < 1e-14
+    num = numerical_grad(lambda: float(fn(x, t, sample_weight=w)[0]), x)
+    assert rel_error(dx, 2.0 * num) < FD_TOL
+    assert np.all(dx[2] == 0)  # a zero weight sends no gradient
+    loss_col, dx_col = fn(x, t, sample_weight=w.reshape(n, 1).astype(np.float32), grad_scale=2.0)
+    assert float(loss_col) == float(loss) and np.array_equal(dx_col, dx)
+    unweighted = fn(x, t)
+    ones = fn(x, t, sample_weight=np.ones(n))
+    assert float(ones[0]) == float(unweighted[0]) and np.array_equal(ones[1], unweighted[1])
+
+
+def test_sample_weight_validation(rng):
+    x = random(rng, (4, 5), np.float32)
+    labels = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match=r"softmax_cross_entropy: sample_weight must have shape \(4,\) or \(4, 1\).*"
+                                         r"got \(3,\)"):
+        ops.softmax_cross_entropy(x, labels, sample_weight=np.ones(3))
+    with pytest.raises(TypeError, match="mean_squared_error: sample_weight must be numeric"):
+        ops.mean_squared_error(x, x, sample_weight=np.array(["a"] * 4))

@@ -83,3 +83,33 @@ def test_mean_squared_error(rng, label, dtype):
     loss, d = ops.mean_squared_error(dev(pred, dtype), dev(target, dtype))
     check("mean_squared_error.loss", label, host(loss), loss_ref)
     check("mean_squared_error.grad", label, d, d_ref)
+
+
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("op", ["softmax_cross_entropy", "crossentropy_from_probs", "binary_crossentropy",
+                                "mean_squared_error"])
+def test_sample_weighted_losses_match_numpy(rng, label, dtype, op):
+    n, c = 37, 6
+    if op == "crossentropy_from_probs":
+        q = rng.uniform(0.05, 1.0, size=(n, c))
+        pred = quantize(q / q.sum(axis=1, keepdims=True), dtype)
+    else:
+        pred = quantize(random(rng, (n, c), low=-3, high=3), dtype)
+    if op in ("softmax_cross_entropy", "crossentropy_from_probs"):
+        target, target_dev = (labels := rng.integers(0, c, size=n).astype(np.int32)), dev(labels)
+    else:
+        target = quantize(rng.uniform(0, 1, size=(n, c)), dtype)
+        target_dev = dev(target, dtype)
+    w = rng.uniform(0.0, 3.0, size=n).astype(np.float32)
+    w[3] = 0.0
+    kw = {"from_logits": True} if op == "binary_crossentropy" else {}
+    fn = getattr(ops, op)
+    loss_ref, d_ref = fn(pred, target, sample_weight=w, grad_scale=2.0, **kw)
+    loss, d = fn(dev(pred, dtype), target_dev, sample_weight=dev(w), grad_scale=2.0, **kw)
+    check(f"{op}.weighted.loss", label, host(loss), loss_ref, tol=1e-5 if label == "float32" else None)
+    check(f"{op}.weighted.grad", label, d, d_ref, tol=1e-5 if label == "float32" else None)
+    assert np.all(host(d)[3] == 0)
+    # (N, 1) float64 weights are cast to float32 on the device: the same numbers
+    loss2, d2 = fn(dev(pred, dtype), target_dev, sample_weight=dev(w.astype(np.float64).reshape(n, 1)),
+                   grad_scale=2.0, **kw)
+    assert host(loss2) == host(loss) and np.array_equal(host(d2), host(d))

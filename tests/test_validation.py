@@ -118,10 +118,14 @@ def test_finite_array_counts_and_locates():
      r"fit: validation_data must be a tuple \(x_val, y_val\), got a tuple of 1"),
     (lambda m: m.fit(X, Y, validation_data=(np.ones((3, 5)), np.zeros(3)), verbose=0), ValueError,
      r"fit \(validation_data\) expects input of shape \(batch, 4\), got \(3, 5\)"),
-    (lambda m: m.fit(X, Y, validation_data=(X, Y, np.ones(8)), verbose=0), NotImplementedError, "validation sample"),
+    (lambda m: m.fit(X, Y, validation_data=(X, Y, np.ones(7)), verbose=0), ValueError,
+     r"fit \(validation_data\): sample_weight must have shape \(8,\) or \(8, 1\)"),
+    (lambda m: m.fit(X, Y, class_weight={0: 1.0}, sample_weight=np.ones(8), verbose=0), ValueError,
+     r"fit: class_weight and sample_weight cannot both be given"),
+    (lambda m: m.fit(X, Y, class_weight=[1.0, 2.0], verbose=0), TypeError, r"fit: class_weight must be a dict"),
     (lambda m: m.evaluate(X, Y, return_dict="yes", verbose=0), TypeError, r"return_dict must be True or False"),
-    (lambda m: m.train_on_batch(X, Y, sample_weight=np.ones(8)), NotImplementedError, "sample_weight"),
-    (lambda m: m.test_on_batch(X, Y, sample_weight=np.ones(8)), NotImplementedError, "sample_weight"),
+    (lambda m: m.train_on_batch(X, Y, sample_weight=np.ones((8, 2))), ValueError, r"sample_weight must have shape"),
+    (lambda m: m.test_on_batch(X, Y, sample_weight=np.full(8, np.nan)), ValueError, r"sample_weight holds"),
 ])
 def test_entry_arguments_are_checked_before_anything_runs(model, call, exc, words):
     before = _state(model)

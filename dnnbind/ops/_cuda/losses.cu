@@ -5,10 +5,12 @@
 // Target t = (1 - ls) * label + ls / C, label one-hot (sparse) or a dense row.
 // loss_row = lse * sum(t) - sum(t * z), dlogits = (softmax(z) * sum(t) - t) * gscale,
 // gscale = grad_scale (or *grad_scale_ptr) / N. A sparse label outside [0, C) gives a NaN
-// loss and NaN gradient row (visible, instead of a read out of bounds).
+// loss and NaN gradient row (visible, instead of a read out of bounds). Sample weights `w`
+// (float32 (N,), or null for all ones) multiply the row's loss and gradient (Keras 3's
+// sum_over_batch_size still divides by N, not by the sum of the weights).
 template <typename T, typename L, bool SPARSE>
 __device__ void softmax_xent_row(const T* logits, const L* labels, T* dlogits, double* row_loss,
-                                 i64 N, i64 C, float ls, float gscale) {
+                                 i64 N, i64 C, float ls, float gscale, const float* w) {
     typedef typename Acc<T>::t A;
     __shared__ A scratch[32];
     for (i64 row = blockIdx.x; row < N; row += gridDim.x) {
@@ -46,13 +48,15 @@ __device__ void softmax_xent_row(const T* logits, const L* labels, T* dlogits, d
             stz = block_sum(stz, scratch);
         }
         A lse = mx + m_log(se);
-        if (threadIdx.x == 0) row_loss[row] = bad ? (double)DNB_NAN : (double)(lse * st - stz);
+        A wr = w ? (A)w[row] : (A)1;
+        if (threadIdx.x == 0) row_loss[row] = bad ? (double)DNB_NAN : (double)wr * (double)(lse * st - stz);
+        A g_row = (A)gscale * wr;
         for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
             A p = m_exp((A)load(z, c) - lse);
             A t;
             if constexpr (SPARSE) t = (c == label ? (A)(1 - ls) : (A)0) + (A)ls / (A)C;
             else t = (A)(1 - ls) * (A)load(labels, row * C + c) + (A)ls / (A)C;
-            store(dz, c, bad ? (A)DNB_NAN : (p * st - t) * (A)gscale);
+            store(dz, c, bad ? (A)DNB_NAN : (p * st - t) * g_row);
         }
     }
 }
@@ -64,18 +68,20 @@ __device__ __forceinline__ float grad_scale_of(float grad_scale, const float* pt
 #define XENT_SPARSE(T, S, L, LS)                                                                   \
     extern "C" __global__ void softmax_xent_##S##_##LS(const T* logits, const L* labels, T* dz,    \
                                                        double* row_loss, i64 N, i64 C, float ls,    \
-                                                       float grad_scale, const float* gs_ptr) {    \
+                                                       float grad_scale, const float* gs_ptr,      \
+                                                       const float* w) {                           \
         softmax_xent_row<T, L, true>(logits, labels, dz, row_loss, N, C, ls,                       \
-                                     grad_scale_of(grad_scale, gs_ptr, N));                        \
+                                     grad_scale_of(grad_scale, gs_ptr, N), w);                     \
     }
 #define XENT_KERNELS(T, S)                                                                         \
     XENT_SPARSE(T, S, int, i32)                                                                    \
     XENT_SPARSE(T, S, i64, i64)                                                                    \
     extern "C" __global__ void softmax_xent_##S##_dense(const T* logits, const T* labels, T* dz,   \
                                                         double* row_loss, i64 N, i64 C, float ls,   \
-                                                        float grad_scale, const float* gs_ptr) {   \
+                                                        float grad_scale, const float* gs_ptr,     \
+                                                        const float* w) {                          \
         softmax_xent_row<T, T, false>(logits, labels, dz, row_loss, N, C, ls,                      \
-                                      grad_scale_of(grad_scale, gs_ptr, N));                       \
+                                      grad_scale_of(grad_scale, gs_ptr, N), w);                    \
     }
 FOR_FLOAT_TYPES(XENT_KERNELS)
 
@@ -95,10 +101,11 @@ SUM_TO_SCALAR(double, f64)
 
 // Categorical cross-entropy of probabilities (Keras from_logits=False), one block per row:
 // p = q / sum(q), clipped to [eps, 1 - eps]; loss_row = -sum(t log p_clipped);
-// g = -t / p_clipped inside the clip, 0 outside; dq = (g - sum(g p)) / sum(q) * gscale.
+// g = -t / p_clipped inside the clip, 0 outside; dq = (g - sum(g p)) / sum(q) * gscale;
+// loss and gradient times the row's sample weight (w null: 1).
 template <typename T, typename L, bool SPARSE>
 __device__ void probs_xent_row(const T* probs, const L* labels, T* dq, double* row_loss, i64 N, i64 C,
-                               float ls, float gscale, float eps) {
+                               float ls, float gscale, float eps, const float* w) {
     typedef typename Acc<T>::t A;
     __shared__ A scratch[32];
     for (i64 row = blockIdx.x; row < N; row += gridDim.x) {
@@ -126,7 +133,9 @@ __device__ void probs_xent_row(const T* probs, const L* labels, T* dq, double* r
         }
         loss = block_sum(loss, scratch);
         gp = block_sum(gp, scratch);
-        if (threadIdx.x == 0) row_loss[row] = bad ? (double)DNB_NAN : (double)loss;
+        A wr = w ? (A)w[row] : (A)1;
+        if (threadIdx.x == 0) row_loss[row] = bad ? (double)DNB_NAN : (double)wr * (double)loss;
+        A g_row = (A)gscale * wr;
         for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
             A p = (A)load(q, c) / total;
             A t;
@@ -135,7 +144,7 @@ __device__ void probs_xent_row(const T* probs, const L* labels, T* dq, double* r
             A pc = m_min(m_max(p, (A)eps), (A)1 - (A)eps);
             bool inside = p > (A)eps && p < (A)1 - (A)eps;
             A g = inside ? -t / pc : (A)0;
-            store(d, c, bad ? (A)DNB_NAN : (g - gp) / total * (A)gscale);
+            store(d, c, bad ? (A)DNB_NAN : (g - gp) / total * g_row);
         }
     }
 }
@@ -144,9 +153,9 @@ __device__ void probs_xent_row(const T* probs, const L* labels, T* dq, double* r
     extern "C" __global__ void probs_xent_##S##_##LS(const T* probs, const L* labels, T* dq,       \
                                                      double* row_loss, i64 N, i64 C, float ls,     \
                                                      float grad_scale, const float* gs_ptr,        \
-                                                     float eps) {                                  \
+                                                     float eps, const float* w) {                  \
         probs_xent_row<T, L, true>(probs, labels, dq, row_loss, N, C, ls,                          \
-                                   grad_scale_of(grad_scale, gs_ptr, N), eps);                     \
+                                   grad_scale_of(grad_scale, gs_ptr, N), eps, w);                  \
     }
 #define PROBS_KERNELS(T, S)                                                                        \
     PROBS_SPARSE(T, S, int, i32)                                                                   \
@@ -154,21 +163,23 @@ __device__ void probs_xent_row(const T* probs, const L* labels, T* dq, double* r
     extern "C" __global__ void probs_xent_##S##_dense(const T* probs, const T* labels, T* dq,      \
                                                       double* row_loss, i64 N, i64 C, float ls,    \
                                                       float grad_scale, const float* gs_ptr,       \
-                                                      float eps) {                                 \
+                                                      float eps, const float* w) {                 \
         probs_xent_row<T, T, false>(probs, labels, dq, row_loss, N, C, ls,                         \
-                                    grad_scale_of(grad_scale, gs_ptr, N), eps);                    \
+                                    grad_scale_of(grad_scale, gs_ptr, N), eps, w);                 \
     }
 FOR_FLOAT_TYPES(PROBS_KERNELS)
 
 // Elementwise losses over n elements: per-element loss into `elem` (double), gradient into
 // dpred, both averaged over n (the gradient already divided by n and times grad_scale).
 // kind 0: binary cross-entropy from logits; 1: binary cross-entropy from probabilities
-// (clipped to [eps, 1 - eps], zero gradient outside); 2: squared error.
+// (clipped to [eps, 1 - eps], zero gradient outside); 2: squared error. Sample weights `w`
+// (float32, one per run of `per_row` consecutive elements: one sample; null for all ones)
+// multiply the element's loss and gradient.
 #define ELEMENTWISE_LOSS(T, S)                                                                     \
     extern "C" __global__ void elementwise_loss_##S(const T* pred, const T* target, T* dpred,      \
                                                     double* elem, i64 n, int kind, float ls,       \
                                                     float grad_scale, const float* gs_ptr,         \
-                                                    float eps) {                                   \
+                                                    float eps, const float* w, i64 per_row) {      \
         typedef Acc<T>::t A;                                                                       \
         A g = (A)((gs_ptr ? *gs_ptr : grad_scale) / (double)n);                                   \
         GRID_STRIDE(i, n) {                                                                        \
@@ -192,8 +203,9 @@ FOR_FLOAT_TYPES(PROBS_KERNELS)
                     d = inside ? (p - t) / (p * ((A)1 - p)) : (A)0;                                \
                 }                                                                                  \
             }                                                                                      \
-            elem[i] = (double)e;                                                                   \
-            store(dpred, i, d * g);                                                                \
+            A wi = w ? (A)w[i / per_row] : (A)1;                                                   \
+            elem[i] = (double)wi * (double)e;                                                      \
+            store(dpred, i, d * g * wi);                                                           \
         }                                                                                          \
     }
 FOR_FLOAT_TYPES(ELEMENTWISE_LOSS)
