@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -202,143 +203,270 @@ class History(Callback):
 
 
 # ----- progress bar ---------------------------------------------------------------------------
+_BAR = "\u2501"  # "━", Keras 3's bar character
+_ASCII_BAR = "="  # where the output encoding cannot write it (Keras's io_utils does the same)
+_BOLD, _GREEN, _GREY, _RESET = "\x1b[1m", "\x1b[32m", "\x1b[37m", "\x1b[0m"
+_clock = time.perf_counter  # seconds; a module attribute so tests can drive it
+
+
 def _format_value(value: Any) -> str:
+    """Keras 3: four decimals, or scientific notation at or below 1e-3 in magnitude."""
     try:
         v = float(value)
     except (TypeError, ValueError):
         return str(value)
-    if v != 0 and abs(v) < 1e-3:
-        return f"{v:.4e}"
-    return f"{v:.4f}"
+    return f"{v:.4f}" if abs(v) > 1e-3 else f"{v:.4e}"
 
 
-def _format_duration(seconds: float) -> str:
-    if seconds >= 3600:
+def _format_eta(seconds: float) -> str:
+    """Keras 3's ETA: ``1:02:03`` past an hour, ``2:03`` past a minute, else ``45s``."""
+    if seconds > 3600:
         return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
-    if seconds >= 60:
+    if seconds > 60:
         return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
-    return f"{int(round(seconds))}s"
+    return f"{int(seconds)}s"
 
 
 def _format_per_step(seconds: float, unit: str) -> str:
-    if seconds >= 1:
+    if seconds >= 1 or seconds == 0:
         return f"{seconds:.0f}s/{unit}"
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.0f}ms/{unit}"
     return f"{seconds * 1e6:.0f}us/{unit}"
 
 
-class Progbar:
-    """Keras-style progress bar.
+def _can_encode(stream, text: str) -> bool:
+    encoding = getattr(stream, "encoding", None)
+    if not encoding:
+        return True  # io.StringIO and friends hold str
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
-    ``verbose=1`` on a terminal redraws one line with ``\\r`` (at most every ``interval`` seconds):
-    ``12/469 [>.............................] - ETA: 3s - loss: 0.1234``. Otherwise (or with
-    ``verbose=2``) it writes one line when finished. ``values`` may be a callable returning the
-    metric dict, called only when something is drawn (reading metrics costs a device sync).
+
+class Progbar:
+    """Keras 3's progress bar (``keras.utils.Progbar``).
+
+    ``verbose=1`` on a terminal redraws one line with ``\\r`` at most every ``interval`` seconds::
+
+        12/469 ━━━━━━━━━━━━━━━━━━━━ 1s 3ms/step - accuracy: 0.9100 - loss: 0.2900
+
+    (steps done/target, the bar of ``width`` characters, the ETA, the time per step, the
+    metrics) with Keras's colours, and ends with the same line giving the elapsed seconds
+    instead of the ETA. Written to a file or a pipe, ``verbose=1`` writes only that final line
+    (Keras rewrites the line there too, filling logs with carriage returns). ``verbose=2``
+    writes one line when finished: ``469/469 - 5s - 3ms/step - accuracy: 0.9100 - loss: 0.2900``.
+    ``target=None`` (unknown length) counts up (``    37/Unknown``).
+
+    ``values`` is a mapping, a list of ``(name, value)`` pairs (Keras), or a callable returning
+    either; it is read only when something is drawn, since reading a device metric costs a
+    synchronisation. Values are shown as given: dnnbind's logs are already the epoch's running
+    means, so ``stateful_metrics`` (accepted for Keras compatibility) changes nothing. The time per
+    step leaves out the first step (compilation, capture), as Keras.
     """
 
-    def __init__(self, target: int | None, width: int = 30, verbose: int = 1, interval: float = 0.05,
-                 stream=None, unit_name: str = "step") -> None:
+    def __init__(self, target: int | None, width: int = 20, verbose: int = 1, interval: float = 0.05,
+                 stateful_metrics: Iterable[str] | None = None, unit_name: str = "step", *,
+                 stream=None) -> None:
         self.target = target
-        self.width = width
+        self.width = int(width)
         self.verbose = verbose
-        self.interval = interval
-        self.stream = stream if stream is not None else sys.stdout
+        self.interval = float(interval)
+        self.stateful_metrics = set(stateful_metrics or ())
         self.unit_name = unit_name
+        self.stream = stream if stream is not None else sys.stdout
         isatty = getattr(self.stream, "isatty", None)
         self.dynamic = bool(isatty and isatty()) and verbose == 1
-        self._start = time.perf_counter()
+        self._bar_char = _BAR if _can_encode(self.stream, _BAR) else _ASCII_BAR
+        self._start = _clock()
+        self._time_after_first_step: float | None = None
         self._last_draw = 0.0
         self._drawn_width = 0
         self._seen = 0
 
+    # ----- pieces of a line
+    def _counter(self, current: int) -> str:
+        if not self.target:
+            return f"{current:7d}/Unknown"
+        return f"{current:>{len(str(self.target))}d}/{self.target}"
+
     def _bar(self, current: int) -> str:
+        """The bar, with Keras's colours on a terminal (green done, grey to do)."""
         if not self.target:
             return ""
-        frac = min(current / self.target, 1.0)
-        filled = int(self.width * frac)
-        bar = "=" * max(filled - 1, 0)
-        if current < self.target:
-            bar += ">" if filled > 0 else ""
-        else:
-            bar += "=" if filled > 0 else ""
-        return f"[{bar}{'.' * (self.width - len(bar))}]"
+        done = max(min(int(self.width * current / self.target), self.width), 0)
+        filled, rest = self._bar_char * done, self._bar_char * (self.width - done)
+        if not self.dynamic:
+            return filled + rest
+        return (f"{_GREEN}{filled}{_RESET}" if filled else "") + f"{_GREY}{rest}{_RESET}"
 
-    def _metrics(self, values) -> str:
+    def _bold(self, text: str) -> str:
+        return f"{_BOLD}{text}{_RESET}" if self.dynamic else text
+
+    @staticmethod
+    def _metrics(values: Any) -> str:
         if callable(values):
             values = values()
-        return "".join(f" - {k}: {_format_value(v)}" for k, v in (values or {}).items())
+        items = values.items() if isinstance(values, Mapping) else (values or ())
+        return "".join(f" - {k}: {_format_value(v)}" for k, v in items)
 
-    def _counter(self, current: int) -> str:
-        if self.target is None:
-            return f"{current}"
-        digits = len(str(self.target))
-        return f"{current:>{digits}}/{self.target}"
+    def _per_step(self, current: int, now: float) -> float:
+        """Seconds per step, leaving out the first step once there are others (Keras)."""
+        if not current:
+            return 0.0
+        if self._time_after_first_step is not None and current > 1:
+            per = (now - self._time_after_first_step) / (current - 1)
+        else:
+            per = (now - self._start) / current
+        if current == 1 and self._time_after_first_step is None:
+            self._time_after_first_step = now
+        return per
 
+    # ----- public
     def update(self, current: int, values: Any = None, finalize: bool | None = None) -> None:
-        """Report progress ``current`` (steps done); ``finalize`` (default: reached target) ends the line."""
+        """Report ``current`` steps done; ``finalize`` (default: ``current >= target``) ends the line."""
         if finalize is None:
             finalize = self.target is not None and current >= self.target
         self._seen = current
+        now = _clock()
+        per = self._per_step(current, now)
         if self.verbose == 0:
             return
-        now = time.perf_counter()
-        elapsed = now - self._start
-        if not finalize:
-            if not self.dynamic or now - self._last_draw < self.interval:
-                return
-            self._last_draw = now
-            per = elapsed / current if current else 0.0
-            eta = per * (self.target - current) if self.target else 0.0
-            line = f"{self._counter(current)} {self._bar(current)} - ETA: {_format_duration(eta)}{self._metrics(values)}"
-            self._write("\r" + line.ljust(self._drawn_width))
-            self._drawn_width = len(line)
+        if self.verbose == 2:
+            if finalize:
+                line = (f"{self._counter(current)} - {now - self._start:.0f}s - "
+                        f"{_format_per_step(per, self.unit_name)}{self._metrics(values)}")
+                self._write(line + "\n")
             return
-        per = elapsed / current if current else 0.0
-        timing = f"{_format_duration(elapsed)} {_format_per_step(per, self.unit_name)}"
-        if self.verbose == 1:
-            line = f"{self._counter(current)} {self._bar(current)} - {timing}{self._metrics(values)}"
-            prefix = "\r" if self.dynamic else ""
-            self._write(prefix + line.ljust(self._drawn_width) + "\n")
+        if not finalize and (not self.dynamic or now - self._last_draw < self.interval):
+            return
+        self._last_draw = now
+        if finalize:
+            timing = f"{now - self._start:.0f}s"
         else:
-            line = (f"{self._counter(current)} - {_format_duration(elapsed)} - "
-                    f"{_format_per_step(per, self.unit_name)}{self._metrics(values)}")
-            self._write(line + "\n")
-        self._drawn_width = 0
+            timing = _format_eta(per * (self.target - current)) if self.target else f"{now - self._start:.0f}s"
+        bar = self._bar(current)
+        line = (f"{self._bold(self._counter(current))}{' ' + bar if bar else ''} {self._bold(timing)} "
+                f"{_format_per_step(per, self.unit_name)}{self._metrics(values)}")
+        width = len(_strip_ansi(line))
+        padding = " " * max(self._drawn_width - width, 0)
+        self._write(("\r" if self.dynamic else "") + line + padding + ("\n" if finalize else ""))
+        self._drawn_width = 0 if finalize else width
+
+    def add(self, n: int, values: Any = None) -> None:
+        """``update(seen + n, values)``, as Keras."""
+        self.update(self._seen + n, values)
 
     def _write(self, text: str) -> None:
         self.stream.write(text)
         self.stream.flush()
 
 
-class ProgbarLogger(Callback):
-    """Prints ``Epoch i/n`` and a :class:`Progbar` per epoch (``verbose``: 1 bar, 2 one line per epoch)."""
+def _strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
-    def __init__(self, verbose: int = 1, stream=None) -> None:
+
+def _log_order(key: str) -> tuple:
+    """Keras 3's order: the model's logs sorted by name (``val_`` ones after), what callbacks add
+    (the learning rate) last."""
+    return (key in ("learning_rate", "lr"), key.startswith("val_"), key)
+
+
+class ProgbarLogger(Callback):
+    """Keras 3's ``ProgbarLogger``: ``Epoch i/n`` (when ``epochs > 1``) and a :class:`Progbar` per
+    epoch during ``fit`` (silent during its validation), one for ``evaluate`` and ``predict``.
+
+    ``verbose``: 1 a live bar, 2 one line per epoch; None takes the model's ``params["verbose"]``
+    (``"auto"`` is 1). ``stream`` defaults to ``sys.stdout``. Batch logs are read only when the
+    bar redraws.
+    """
+
+    def __init__(self, verbose: int | None = None, stream=None) -> None:
         super().__init__()
         self.verbose = verbose
         self.stream = stream
+        self.epochs = 1
+        self.target: int | None = None
+        self.seen = 0
         self._bar: Progbar | None = None
-        self._last_logs: Mapping = {}
+        self._called_in_fit = False
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.epochs = params.get("epochs") or 1
+        self.target = params.get("steps")
+
+    def _verbosity(self) -> int:
+        verbose = self.verbose if self.verbose is not None else self.params.get("verbose", 1)
+        return 1 if verbose == "auto" else int(verbose or 0)
 
     def _out(self):
         return self.stream if self.stream is not None else sys.stdout
 
+    def _new_bar(self) -> None:
+        self.seen = 0
+        self._bar = Progbar(self.target, verbose=self._verbosity(), stream=self._out())
+
+    def _update(self, batch: int, logs) -> None:
+        self.seen = batch + 1
+        if self._bar is None:
+            self._new_bar()
+        if self._bar.verbose == 1:
+            # a callable: the bar reads the values (a device sync) only when it redraws a live line
+            logs = logs if logs is not None else {}
+            self._bar.update(self.seen, lambda: {k: logs[k] for k in sorted(logs, key=_log_order)},
+                             finalize=False)
+
+    def _finalize(self, logs) -> None:
+        if self._bar is None:
+            self._new_bar()
+        if self._bar.target is None:
+            self._bar.target = self.seen
+        logs = dict(logs or {})
+        self._bar.update(self._bar.target, {k: logs[k] for k in sorted(logs, key=_log_order)}, finalize=True)
+        self._bar = None
+
+    def on_train_begin(self, logs=None):
+        self._called_in_fit = True
+
+    def on_train_end(self, logs=None):
+        self._called_in_fit = False
+
     def on_epoch_begin(self, epoch, logs=None):
-        if self.verbose:
+        self._new_bar()
+        if self._verbosity() and self.epochs > 1:
             out = self._out()
-            out.write(f"Epoch {epoch + 1}/{self.params.get('epochs', '?')}\n")
+            out.write(f"Epoch {epoch + 1}/{self.epochs}\n")
             out.flush()
-        self._bar = Progbar(self.params.get("steps"), verbose=self.verbose, stream=self._out())
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._bar is not None and self._bar.dynamic:
-            logs = logs or {}
-            self._bar.update(batch + 1, lambda: dict(logs), finalize=False)
+        self._update(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._bar is not None:
-            self._bar.update(self.params.get("steps") or 0, dict(logs or {}), finalize=True)
+        self._finalize(logs)
+
+    def on_test_begin(self, logs=None):
+        if not self._called_in_fit:
+            self._new_bar()
+
+    def on_test_batch_end(self, batch, logs=None):
+        if not self._called_in_fit:
+            self._update(batch, logs)
+
+    def on_test_end(self, logs=None):
+        if not self._called_in_fit:
+            self._finalize(logs)
+
+    def on_predict_begin(self, logs=None):
+        self._new_bar()
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self._update(batch, None)  # never the predictions
+
+    def on_predict_end(self, logs=None):
+        self._finalize(None)
 
 
 # ----- monitoring helpers -----------------------------------------------------------------------

@@ -58,7 +58,8 @@ def _library(name: str) -> dict:
         info = loader.library_info(name)
         entry.update(version=info.version, path=info.path, found_via=info.found_via)
     except Exception as exc:  # missing library, broken loader: report, never raise
-        entry["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        # the whole message: the loader's says where it looked and which pip command installs it
+        entry["error"] = f"{type(exc).__name__}: {str(exc).strip()}"
     return entry
 
 
@@ -213,7 +214,7 @@ def check_report(report: dict) -> list[Problem]:
 
 def _version_text(key: str, lib: dict) -> str:
     if lib.get("error") and lib.get("version") is None:
-        return f"not available ({lib['error']})"
+        return f"not available: {lib['error']}"
     v = lib.get("version")
     if key in ("cudnn", "cublas") and isinstance(v, int):
         major, rest = divmod(v, 10000)  # both encode major*10000 + minor*100 + patch
@@ -226,6 +227,12 @@ def _version_text(key: str, lib: dict) -> str:
     return f"{text}  [{where}]"
 
 
+def _indented(head: str, text: str) -> str:
+    """``head`` + ``text``, its further lines aligned under the first (multi-line loader errors)."""
+    first, *rest = str(text).splitlines() or [""]
+    return "\n".join([head + first] + [" " * len(head) + line for line in rest])
+
+
 def format_report(report: dict, problems: list[Problem]) -> str:
     """Human-readable text for ``report`` and ``problems``."""
     lines = [f"dnnbind {report.get('dnnbind')} doctor (Python {report.get('python')})"]
@@ -233,7 +240,7 @@ def format_report(report: dict, problems: list[Problem]) -> str:
     lines.append(f"  NVIDIA driver   : {'supports CUDA ' + _fmt_cuda(driver) if driver else 'not found'}")
     lines.append(f"  cuda-bindings   : {report.get('cuda_bindings') or report.get('cuda_bindings_error', 'missing')}")
     for key, label in (("cudnn", "cuDNN"), ("cublas", "cuBLAS"), ("nvrtc", "NVRTC")):
-        lines.append(f"  {label:<15} : {_version_text(key, report.get(key) or {})}")
+        lines.append(_indented(f"  {label:<15} : ", _version_text(key, report.get(key) or {})))
     for gpu in report.get("gpus", []):
         if gpu.get("error"):
             lines.append(f"  GPU {gpu['index']:<11} : error: {gpu['error']}")
@@ -245,12 +252,17 @@ def format_report(report: dict, problems: list[Problem]) -> str:
     if is_cpu_only(report):
         lines.append(f"OK: no usable GPU ({report.get('unavailable_reason') or 'none found'}); "
                      "dnnbind will use the NumPy CPU backend.")
+        missing = [label for key, label in (("cudnn", "cuDNN"), ("cublas", "cuBLAS"), ("nvrtc", "NVRTC"))
+                   if (report.get(key) or {}).get("error")]
+        if missing:
+            lines.append(f"  ({', '.join(missing)} not installed: fine for the CPU backend. For an NVIDIA GPU: "
+                         'pip install "dnnbind[cu12]", or "dnnbind[cu13]" with a CUDA 13 driver.)')
         return "\n".join(lines)
     if problems:
         lines.append(f"{len(problems)} problem(s) found:")
         for p in problems:
-            lines.append(f"  PROBLEM: {p.message}")
-            lines.append(f"      fix: {p.fix}")
+            lines.append(_indented("  PROBLEM: ", p.message))
+            lines.append(_indented("      fix: ", p.fix))
     else:
         lines.append("OK: driver, cuda-bindings, cuDNN, cuBLAS, NVRTC and the GPU(s) are consistent.")
     return "\n".join(lines)

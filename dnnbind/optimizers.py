@@ -19,6 +19,12 @@ until the next such read; the model reads it whenever it synchronises anyway (th
 growth check, every ``growth_steps`` steps).
 
 Weight decay is decoupled, as in Keras 3: ``p -= lr * weight_decay * p`` before the update.
+
+Gradient clipping takes Keras 3's arguments (``clipnorm``: per-tensor L2 norm, ``global_clipnorm``:
+the norm of all gradients together, ``clipvalue``: per element; at most one of the two norms).
+It acts on the gradients after the loss-scale division, inside the fused update
+(``ops.optim``): on a GPU the norms and factors never leave the device. The values are baked
+into a captured training step, so setting one bumps ``_state_version`` (the model re-captures).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import backend, ops
+from . import _validate, backend, ops
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "get", "serialize", "schedules"]
 
@@ -163,12 +169,18 @@ class Optimizer:
     _slot_names: tuple[str, ...] = ()
 
     def __init__(self, learning_rate: "float | LearningRateSchedule" = 0.001, weight_decay: float | None = None,
-                 name: str | None = None, **kwargs: Any) -> None:
-        for unsupported in ("clipnorm", "clipvalue", "global_clipnorm"):
-            if kwargs.pop(unsupported, None) is not None:
-                raise NotImplementedError(f"{type(self).__name__}: {unsupported} is not supported")
+                 name: str | None = None, clipnorm: float | None = None, clipvalue: float | None = None,
+                 global_clipnorm: float | None = None, **kwargs: Any) -> None:
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
+        owner = type(self).__name__
+        clipnorm = self._check_clip(clipnorm, "clipnorm")
+        clipvalue = self._check_clip(clipvalue, "clipvalue")
+        global_clipnorm = self._check_clip(global_clipnorm, "global_clipnorm")
+        if clipnorm is not None and global_clipnorm is not None:
+            raise ValueError(f"{owner}: only one of clipnorm and global_clipnorm can be set, got "
+                             f"clipnorm={clipnorm:g}, global_clipnorm={global_clipnorm:g}")
+        self._clipnorm, self._clipvalue, self._global_clipnorm = clipnorm, clipvalue, global_clipnorm
         self.name = name or type(self).__name__.lower()
         self._learning_rate = self._check_lr(learning_rate)
         if weight_decay is not None and weight_decay < 0:
@@ -197,6 +209,51 @@ class Optimizer:
         if not math.isfinite(lr) or lr < 0:
             raise ValueError(f"{type(self).__name__}: learning_rate must be a finite number >= 0, got {lr}")
         return lr
+
+    def _check_clip(self, value: Any, name: str) -> float | None:
+        if value is None:
+            return None
+        return _validate.number(value, name, type(self).__name__, low=0.0, low_open=True)
+
+    def _set_clip(self, name: str, value: Any) -> None:
+        value = self._check_clip(value, name)
+        other = {"clipnorm": "_global_clipnorm", "global_clipnorm": "_clipnorm"}.get(name)
+        if value is not None and other is not None and getattr(self, other) is not None:
+            raise ValueError(f"{type(self).__name__}: only one of clipnorm and global_clipnorm can be set; "
+                             f"{other.lstrip('_')} is {getattr(self, other):g}, set it to None first")
+        setattr(self, "_" + name, value)
+        self._state_version += 1  # a captured step baked the old value in
+
+    @property
+    def clipnorm(self) -> float | None:
+        """Each gradient tensor whose L2 norm exceeds this is rescaled to this norm (Keras 3)."""
+        return self._clipnorm
+
+    @clipnorm.setter
+    def clipnorm(self, value) -> None:
+        self._set_clip("clipnorm", value)
+
+    @property
+    def global_clipnorm(self) -> float | None:
+        """All gradients are rescaled together when their joint L2 norm exceeds this (Keras 3)."""
+        return self._global_clipnorm
+
+    @global_clipnorm.setter
+    def global_clipnorm(self, value) -> None:
+        self._set_clip("global_clipnorm", value)
+
+    @property
+    def clipvalue(self) -> float | None:
+        """Each gradient element is clamped to ``[-clipvalue, clipvalue]`` (Keras 3; the norms,
+        when set, take precedence, as in Keras)."""
+        return self._clipvalue
+
+    @clipvalue.setter
+    def clipvalue(self, value) -> None:
+        self._set_clip("clipvalue", value)
+
+    def _clip_kwargs(self) -> dict:
+        return {"clipnorm": self._clipnorm, "global_clipnorm": self._global_clipnorm, "clipvalue": self._clipvalue}
 
     @property
     def iterations(self) -> int:
@@ -356,7 +413,8 @@ class Optimizer:
     def get_config(self) -> dict:
         lr = self._learning_rate
         lr_cfg = schedules.serialize(lr) if isinstance(lr, LearningRateSchedule) else lr
-        return {"name": self.name, "learning_rate": lr_cfg, "weight_decay": self.weight_decay}
+        return {"name": self.name, "learning_rate": lr_cfg, "weight_decay": self.weight_decay,
+                "clipnorm": self._clipnorm, "global_clipnorm": self._global_clipnorm, "clipvalue": self._clipvalue}
 
     @classmethod
     def from_config(cls, config: dict) -> "Optimizer":
@@ -387,7 +445,7 @@ class SGD(Optimizer):
     def _update(self, params, grads, *, grad_scale, skip):
         velocities = self._slot_lists("momentum") if self.momentum else None
         ops.sgd_update(params, grads, velocities, lr=self._lr_array, momentum=self.momentum, nesterov=self.nesterov,
-                       weight_decay=self._wd(), grad_scale=grad_scale, skip=skip)
+                       weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, **self._clip_kwargs())
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
@@ -414,7 +472,8 @@ class Adam(Optimizer):
             kwargs["vhat"] = self._slot_lists("vhat")
         ops.adam_update(params, grads, self._slot_lists("m"), self._slot_lists("v"), lr=self._lr_array,
                         step=self._step_array, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
-                        weight_decay=self._wd(), amsgrad=self.amsgrad, grad_scale=grad_scale, skip=skip, **kwargs)
+                        weight_decay=self._wd(), amsgrad=self.amsgrad, grad_scale=grad_scale, skip=skip, **kwargs,
+                        **self._clip_kwargs())
 
     def get_config(self):
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
@@ -451,7 +510,7 @@ class RMSprop(Optimizer):
                            momentum=self.momentum, epsilon=self.epsilon, centered=self.centered,
                            mom=self._slot_lists("momentum") if self.momentum else None,
                            avg=self._slot_lists("average_gradient") if self.centered else None,
-                           weight_decay=self._wd(), grad_scale=grad_scale, skip=skip)
+                           weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, **self._clip_kwargs())
 
     def get_config(self):
         return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon,

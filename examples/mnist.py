@@ -3,10 +3,14 @@
 The model and recipe are those of the Keras example (Adam, batch 128, 15 epochs,
 categorical cross-entropy on one-hot labels); only the imports differ.
 
+Run it with no flags: ``python examples/mnist.py``.
+
 Data:
 
 * no ``--data-dir``: the four MNIST files are downloaded once (MD5-verified) into
-  ``$DNNBIND_DATA`` or ``~/.cache/dnnbind/mnist``;
+  ``$DNNBIND_DATA`` or ``~/.cache/dnnbind/mnist`` (the standard 60,000 / 10,000 split);
+  without a network, it trains on the MNIST test digits shipped inside dnnbind instead
+  (the first 8,000 for training, the last 2,000 for testing; one line says so);
 * ``--data-dir DIR`` with all four IDX files (``train-*`` and ``t10k-*``, gzipped or
   not): the standard 60,000 / 10,000 split;
 * ``--data-dir DIR`` holding only the 10,000 test digits (``t10k-*``): the
@@ -17,6 +21,7 @@ Data:
 Prints the final test accuracy (``test accuracy: 0.9871``) and exits with status
 0, or 1 when ``--min-accuracy`` is given and not reached.
 
+    python examples/mnist.py
     python examples/mnist.py --data-dir ~/mnist --epochs 15 --device cuda --precision mixed_bfloat16
 """
 
@@ -43,7 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     parser.add_argument("--data-dir", default=None,
-                        help="directory with the MNIST IDX files; default: download into the cache")
+                        help="directory with the MNIST IDX files; default: download into the cache, or "
+                             "offline the 10,000 test digits shipped with dnnbind (8,000 train / 2,000 test)")
     parser.add_argument("--split", type=int, default=None, metavar="N",
                         help="use only the 10k test digits: train on the first N, test on the rest "
                              f"(automatic, N={DEFAULT_SPLIT}, when --data-dir holds only t10k-* files)")
@@ -67,6 +73,10 @@ def load(args: argparse.Namespace):
         split = DEFAULT_SPLIT
     if split is None:
         train, test = mnist.load_data(data_dir=args.data_dir)
+        if args.data_dir is None and len(train[0]) + len(test[0]) == 10000:
+            # the download failed and load_data fell back to the digits shipped with dnnbind
+            return train, test, (f"MNIST test digits shipped with dnnbind (offline): first {len(train[0])} for "
+                                 f"training, last {len(test[0])} for testing")
         return train, test, "standard train / test split"
     x, y = mnist.load_subset("test", data_dir=args.data_dir)
     if not 0 < split < len(x):

@@ -6,6 +6,7 @@ import csv
 import io
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -188,30 +189,190 @@ class FakeTTY(io.StringIO):
         return True
 
 
-def test_progbar_tty_and_plain():
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+BAR = "\u2501"
+
+
+class FakeClock:
+    """Drives ``callbacks._clock``: each call returns the current time; ``tick`` advances it."""
+
+    def __init__(self, start=100.0):
+        self.now = start
+
+    def __call__(self):
+        return self.now
+
+    def tick(self, seconds):
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(callbacks, "_clock", c)
+    return c
+
+
+def drive(bar, clock, steps, values, first=0.5, per=0.003):
+    """Steps of ``per`` seconds after a slow first one (compilation): Keras's timing leaves it out."""
+    for i in range(1, steps + 1):
+        clock.tick(first if i == 1 else per)
+        bar.update(i, values)
+
+
+def test_progbar_live_line_is_keras3(clock):
+    tty = FakeTTY()
+    bar = callbacks.Progbar(469, verbose=1, stream=tty, interval=0.0)
+    drive(bar, clock, 12, {"accuracy": 0.91, "loss": 0.29})
+    frames = tty.getvalue().split("\r")[1:]
+    assert len(frames) == 12 and not tty.getvalue().endswith("\n")
+    # 11 steps of 3 ms after the first: 3ms/step, ETA 457 * 3 ms = 1.37 s
+    assert ANSI.sub("", frames[-1]) == f" 12/469 {BAR * 20} 1s 3ms/step - accuracy: 0.9100 - loss: 0.2900"
+    assert frames[-1].startswith("\x1b[1m 12/469\x1b[0m \x1b[37m" + BAR * 20)  # bold counter, grey bar
+    clock.tick(0.003 * 457 - 0.003)
+    for i in range(13, 470):
+        bar.update(i, {"accuracy": 0.95, "loss": 0.125})
+    last = tty.getvalue().split("\r")[-1]
+    assert last.endswith("\n")
+    # finished: the elapsed seconds replace the ETA, the bar is all green
+    assert ANSI.sub("", last) == f"469/469 {BAR * 20} 2s 3ms/step - accuracy: 0.9500 - loss: 0.1250\n"
+    assert "\x1b[32m" + BAR * 20 + "\x1b[0m" in last
+
+
+def test_progbar_half_way_and_slow_steps(clock):
     tty = FakeTTY()
     bar = callbacks.Progbar(10, verbose=1, stream=tty, interval=0.0)
-    for i in range(1, 10):
-        bar.update(i, {"loss": 0.5})
-    bar.update(10, {"loss": 0.25, "accuracy": 0.95})
-    out = tty.getvalue()
-    assert out.count("\r") == 10
-    assert " 5/10 [==============>...............] - ETA: " in out
-    assert "loss: 0.5000" in out
-    last = out.split("\r")[-1]
-    assert last.startswith("10/10 [==============================] - ")
-    assert "step - loss: 0.2500 - accuracy: 0.9500" in last and last.endswith("\n")
+    drive(bar, clock, 5, {"loss": 2e-4}, first=100.0, per=100.0)
+    frame = tty.getvalue().split("\r")[-1]
+    assert "\x1b[32m" + BAR * 10 + "\x1b[0m\x1b[37m" + BAR * 10 in frame  # 5/10: half green
+    # the ETA shrank from 10:00 to 8:20: one trailing space clears the previous, longer line
+    assert ANSI.sub("", frame) == f" 5/10 {BAR * 20} 8:20 100s/step - loss: 2.0000e-04 "
 
+
+def test_progbar_redraws_at_most_every_interval_and_clears_longer_lines(clock):
+    tty = FakeTTY()
+    bar = callbacks.Progbar(100, verbose=1, stream=tty, interval=0.05)
+    for i in range(1, 51):
+        clock.tick(0.01)
+        bar.update(i, {"loss": 1.0, "accuracy": 0.5} if i < 10 else {"loss": 1.0})
+    assert tty.getvalue().count("\r") == 10  # 0.5 s at one draw per 0.05 s
+    frames = [ANSI.sub("", f) for f in tty.getvalue().split("\r")[1:]]
+    shrunk = [b for a, b in zip(frames, frames[1:]) if len(b.rstrip()) < len(a.rstrip())]
+    assert len(shrunk) == 1 and "accuracy" not in shrunk[0]
+    for a, b in zip(frames, frames[1:]):
+        assert len(b) >= len(a.rstrip())  # every redraw covers what the previous one wrote
+
+
+def test_progbar_written_to_a_file_gives_one_final_line(clock):
     plain = io.StringIO()
-    bar = callbacks.Progbar(10, verbose=1, stream=plain, interval=0.0)
-    for i in range(1, 11):
-        bar.update(i, {"loss": 0.5})
-    assert "\r" not in plain.getvalue() and plain.getvalue().count("\n") == 1
+    bar = callbacks.Progbar(4, verbose=1, stream=plain, interval=0.0)
+    calls = []
+    drive(bar, clock, 4, lambda: calls.append(1) or {"loss": 0.5})
+    assert plain.getvalue() == f"4/4 {BAR * 20} 1s 3ms/step - loss: 0.5000\n"
+    assert len(calls) == 1  # the values were read once, for the line written
+
+
+def test_progbar_verbose_2_and_unknown_target(clock):
     two = io.StringIO()
-    bar = callbacks.Progbar(4, verbose=2, stream=two)
-    bar.update(4, {"loss": 1e-5})
-    line = two.getvalue()
-    assert line.startswith("4/4 - ") and "/step - loss: 1.0000e-05" in line and "[" not in line
+    bar = callbacks.Progbar(469, verbose=2, stream=two)
+    drive(bar, clock, 469, [("accuracy", 0.91), ("loss", 1e-5)], first=0.4, per=0.02)
+    assert two.getvalue() == "469/469 - 10s - 20ms/step - accuracy: 0.9100 - loss: 1.0000e-05\n"
+    tty = FakeTTY()
+    bar = callbacks.Progbar(None, verbose=1, stream=tty, interval=0.0)
+    drive(bar, clock, 37, {}, first=0.5, per=0.5)
+    assert ANSI.sub("", tty.getvalue().split("\r")[-1]) == "     37/Unknown 18s 500ms/step"
+    silent = io.StringIO()
+    drive(callbacks.Progbar(3, verbose=0, stream=silent), clock, 3, {"loss": 1.0})
+    assert silent.getvalue() == ""
+
+
+def test_progbar_falls_back_to_ascii_where_the_encoding_cannot_write_the_bar(clock):
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii")
+    drive(callbacks.Progbar(2, verbose=1, stream=out), clock, 2, {"loss": 0.5})
+    out.flush()
+    assert raw.getvalue().decode() == f"2/2 {'=' * 20} 1s 3ms/step - loss: 0.5000\n"
+
+
+def _logger_lines(verbose, epochs, steps, stream, clock, val=True):
+    """Drive a ProgbarLogger through fit's hooks (validation calls the test hooks, as fit does)."""
+    logger = callbacks.ProgbarLogger(stream=stream)
+    logger.set_params({"verbose": verbose, "epochs": epochs, "steps": steps})
+    logger.on_train_begin()
+    for epoch in range(epochs):
+        logger.on_epoch_begin(epoch)
+        for step in range(steps):
+            clock.tick(0.5 if step == 0 else 0.003)
+            logger.on_train_batch_end(step, {"loss": 0.5, "accuracy": 0.75})
+        if val:
+            logger.on_test_begin()
+            logger.on_test_batch_end(0, {"loss": 9.0})
+            logger.on_test_end({"loss": 9.0})
+        logger.on_epoch_end(epoch, {"loss": 0.5, "accuracy": 0.75, "val_loss": 0.25, "val_accuracy": 0.875,
+                                    "learning_rate": 0.001})
+    logger.on_train_end()
+    return logger
+
+
+def test_progbar_logger_fit_lines_in_keras3_order(clock):
+    out = io.StringIO()
+    _logger_lines(2, 2, 3, out, clock)
+    # verbose=2 never draws per batch, so its time per step includes the first one, as Keras's;
+    # 0.001 is not above 1e-3: scientific notation, as Keras
+    line = ("3/3 - 1s - 169ms/step - accuracy: 0.7500 - loss: 0.5000 - val_accuracy: 0.8750 - val_loss: 0.2500 "
+            "- learning_rate: 1.0000e-03")
+    assert out.getvalue().splitlines() == ["Epoch 1/2", line, "Epoch 2/2", line]
+    single = io.StringIO()
+    _logger_lines(1, 1, 2, single, clock, val=False)  # one epoch: no "Epoch 1/1" header, as Keras 3
+    assert single.getvalue() == f"2/2 {BAR * 20} 1s 3ms/step - accuracy: 0.7500 - loss: 0.5000 - val_accuracy: " \
+                                "0.8750 - val_loss: 0.2500 - learning_rate: 1.0000e-03\n"
+    quiet = io.StringIO()
+    _logger_lines(0, 2, 2, quiet, clock)
+    assert quiet.getvalue() == ""
+
+
+def test_progbar_logger_live_bar_reads_batch_logs_only_when_drawing(clock):
+    reads = []
+    logs = callbacks.LazyLogs({"loss": lambda: reads.append("loss") or 0.5})
+    plain = io.StringIO()
+    logger = callbacks.ProgbarLogger(1, stream=plain)
+    logger.set_params({"verbose": 1, "epochs": 1, "steps": 50})
+    logger.on_train_begin()
+    logger.on_epoch_begin(0)
+    for step in range(50):
+        logger.on_train_batch_end(step, logs)
+    assert reads == []  # not a terminal: no live bar, the device is never read per batch
+    tty = FakeTTY()
+    logger = callbacks.ProgbarLogger(stream=tty)
+    logger.set_params({"verbose": "auto", "epochs": 1, "steps": 50})
+    logger.on_epoch_begin(0)
+    for step in range(50):
+        clock.tick(0.01)
+        logs = callbacks.LazyLogs({"loss": lambda: reads.append("loss") or 0.5})
+        logger.on_train_batch_end(step, logs)
+    assert len(reads) == 10  # one read per redraw (0.5 s, one per 0.05 s), not one per batch
+    assert "loss: 0.5000" in tty.getvalue()
+
+
+def test_progbar_logger_evaluate_and_predict(clock):
+    out = io.StringIO()
+    logger = callbacks.ProgbarLogger(stream=out)
+    logger.set_params({"verbose": 2, "steps": 4})
+    logger.on_test_begin()
+    for step in range(4):
+        clock.tick(0.01)
+        logger.on_test_batch_end(step, {"loss": 1.0})
+    logger.on_test_end({"loss": 0.75, "accuracy": 0.5})
+    assert out.getvalue() == "4/4 - 0s - 10ms/step - accuracy: 0.5000 - loss: 0.7500\n"
+    out = io.StringIO()
+    logger = callbacks.ProgbarLogger(stream=out)
+    logger.set_params({"verbose": 1, "steps": None})  # unknown length: the count seen becomes the target
+    logger.on_predict_begin()
+    for step in range(3):
+        clock.tick(0.01)
+        logger.on_predict_batch_end(step, {"outputs": np.ones(3)})
+    logger.on_predict_end()
+    assert out.getvalue() == f"3/3 {BAR * 20} 0s 10ms/step\n"
 
 
 def test_fit_output_per_verbose(rng, capsys, monkeypatch):
@@ -219,11 +380,13 @@ def test_fit_output_per_verbose(rng, capsys, monkeypatch):
     model.fit(x, y, epochs=2, verbose=2, validation_split=0.25)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Epoch 1/2" and out[2] == "Epoch 2/2" and len(out) == 4
-    assert out[1].startswith("2/2 - ") and " - loss: " in out[1] and " - val_loss: " in out[1]
+    assert re.fullmatch(r"2/2 - \d+s - \d+[mu]?s/step - accuracy: [0-9.]+ - loss: [0-9.]+ - "
+                        r"val_accuracy: [0-9.]+ - val_loss: [0-9.]+", out[1]), out[1]
     tty = FakeTTY()
     monkeypatch.setattr(sys, "stdout", tty)
-    model.fit(x, y, epochs=1, batch_size=8)  # verbose="auto" on a tty -> bar
-    assert "\r8/8 [==============================]" in tty.getvalue()
+    model.fit(x, y, epochs=1, batch_size=8)  # verbose="auto" on a tty -> live bar, no "Epoch 1/1"
+    text = ANSI.sub("", tty.getvalue())
+    assert not text.startswith("Epoch") and f"\r8/8 {BAR * 20} " in text and text.endswith("\n")
     model.fit(x, y, epochs=1, verbose=0)
     assert capsys.readouterr().out == ""
 

@@ -366,7 +366,7 @@ def test_interrupted_download_leaves_nothing(server, cache, monkeypatch, rng):
     serve_mnist(server, monkeypatch, files)
     server.truncate["/m/train-images-idx3-ubyte.gz"] = 100
     with pytest.raises(DownloadError) as info:
-        mnist.load_data()
+        mnist.load_data(fallback=False)
     text = str(info.value)
     assert "interrupted download" in text or "IncompleteRead" in text
     assert not isinstance(info.value, ChecksumError)
@@ -396,7 +396,7 @@ def test_offline_error_says_what_to_put_where(cache, monkeypatch):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/mnist/"
     monkeypatch.setattr(mnist, "MIRRORS", [dead])
     with pytest.raises(DownloadError) as info:
-        mnist.load_data()
+        mnist.load_data(fallback=False)
     text = str(info.value)
     assert "could not download the MNIST data set" in text
     assert str(cache / "mnist") in text
@@ -427,3 +427,92 @@ def test_published_checksums_are_the_real_ones():
     assert mnist.FILES["test_labels"].md5 == "ec29112dd5afa0611ce80d1b7f02629c"
     assert cifar10.ARCHIVE.md5 == "c32a1d4ab5d03f1284b67883e8d87530"
     assert all(m.endswith("/") for m in mnist.MIRRORS + cifar10.MIRRORS)
+
+
+# ---------------------------------------------------------------- the embedded test set (offline fallback)
+
+LABEL_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]  # the published per-digit counts
+
+
+def test_embedded_files_are_the_published_ones():
+    for key in ("test_images", "test_labels"):
+        spec = mnist.FILES[key]
+        path = mnist.EMBEDDED_DIR / spec.filename
+        assert download.file_digest(path, spec) is None, f"{path} differs from the published {spec.md5}"
+    assert (mnist.EMBEDDED_DIR / "README.md").read_text().count("CC BY-SA 3.0") >= 1
+
+
+def test_load_embedded_splits_the_test_set():
+    (x, y), (xt, yt) = mnist.load_embedded()
+    assert x.shape == (8000, 28, 28) and xt.shape == (2000, 28, 28) and x.dtype == np.uint8
+    assert y.shape == (8000,) and yt.shape == (2000,) and y.dtype == np.uint8
+    assert np.bincount(np.concatenate([y, yt]), minlength=10).tolist() == LABEL_COUNTS
+    assert y[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]  # the first test digits, as everyone knows them
+    assert 0 < x.mean() < 255 and x.max() == 255
+    (x2, _), (xt2, _) = mnist.load_embedded(9000)
+    assert len(x2) == 9000 and len(xt2) == 1000 and np.array_equal(x2[:8000], x)
+    for bad in (0, 10000, 2.5, True):
+        with pytest.raises(ValueError, match="split must be an int in \\[1, 9999\\]"):
+            mnist.load_embedded(bad)
+
+
+def test_damaged_embedded_copy_is_refused(tmp_path, monkeypatch):
+    for spec in (mnist.FILES["test_images"], mnist.FILES["test_labels"]):
+        (tmp_path / spec.filename).write_bytes((mnist.EMBEDDED_DIR / spec.filename).read_bytes())
+    victim = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    victim.write_bytes(victim.read_bytes()[:-1] + b"x")
+    monkeypatch.setattr(mnist, "EMBEDDED_DIR", tmp_path)
+    with pytest.raises(ChecksumError, match="t10k-labels-idx1-ubyte.gz is damaged .*reinstall dnnbind"):
+        mnist.load_embedded()
+    victim.unlink()
+    with pytest.raises(FileNotFoundError, match="embedded .* is missing"):
+        mnist.load_embedded()
+
+
+def test_load_data_falls_back_to_the_embedded_set_offline(server, cache, monkeypatch, capsys):
+    # two mirrors that answer 404: the fallback gives up after the first file (every mirror once)
+    monkeypatch.setattr(mnist, "MIRRORS", [server.base + "/a/", server.base + "/b/"])
+    (x, y), (xt, yt) = mnist.load_data()
+    assert server.hits == ["/a/train-images-idx3-ubyte.gz", "/b/train-images-idx3-ubyte.gz"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("dnnbind: could not download MNIST (" + server.base + "/a/train-images-idx3-ubyte.gz")
+    assert "training on its first 8,000 digits, testing on the last 2,000" in err[0]
+    (ex, ey), (ext, eyt) = mnist.load_embedded()
+    assert np.array_equal(x, ex) and np.array_equal(yt, eyt) and x.shape == (8000, 28, 28)
+    assert leftovers(cache / "mnist") == []
+    with pytest.raises(DownloadError):
+        mnist.load_data(fallback=False)
+
+
+def test_load_data_uses_the_full_set_when_the_download_works(server, cache, monkeypatch, rng, capsys):
+    files = mnist_files(rng)
+    serve_mnist(server, monkeypatch, files)
+    (x, _), (xt, _) = mnist.load_data()
+    assert x.shape == (30, 28, 28) and xt.shape == (12, 28, 28)
+    assert "could not download" not in capsys.readouterr().err
+
+
+def test_mirrors_from_the_environment(monkeypatch):
+    monkeypatch.setenv("DNNBIND_MNIST_MIRRORS", " http://127.0.0.1:1/m , https://example.invalid/x/ ,")
+    assert mnist._mirrors_from_env() == ["http://127.0.0.1:1/m/", "https://example.invalid/x/"]
+    monkeypatch.delenv("DNNBIND_MNIST_MIRRORS")
+    assert mnist._mirrors_from_env() == []
+    assert list(mnist.DEFAULT_MIRRORS)[0].startswith("https://")
+
+
+def test_package_data_ships_the_embedded_files():
+    """A normal ``pip install`` copies what pyproject's package-data names: it must name both files."""
+    import fnmatch
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    root = Path(mnist.__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["dnnbind.datasets"]
+    package = Path(mnist.__file__).resolve().parent
+    shipped = {str(p.relative_to(package)) for p in package.rglob("*") if p.is_file()
+               and any(fnmatch.fnmatch(str(p.relative_to(package)), pat) for pat in patterns)}
+    rel = str(mnist.EMBEDDED_DIR.relative_to(package))
+    assert {f"{rel}/t10k-images-idx3-ubyte.gz", f"{rel}/t10k-labels-idx1-ubyte.gz", f"{rel}/README.md"} <= shipped

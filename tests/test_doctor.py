@@ -107,6 +107,74 @@ def _run_cli():
                           timeout=120)
 
 
+# A CPU-only install (`pip install -e .`, no cu12 wheels) on a machine without a GPU: the loader
+# finds no library, cuda-bindings sees no driver.
+_CPU_ONLY = """
+import sys
+from dnnbind._lib import loader
+
+
+class DynamicLibNotFoundError(RuntimeError):  # what cuda.pathfinder raises when nothing is installed
+    pass
+
+
+def missing(name):
+    raise DynamicLibNotFoundError(f'Failure finding "lib{name}.so": No such file: lib{name}.so')
+
+
+loader._pathfinder_load = missing
+import dnnbind.cuda
+
+dnnbind.cuda.is_available = lambda: False
+dnnbind.cuda.device_count = lambda: 0
+from dnnbind.__main__ import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _run_cpu_only(*args):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DNNBIND_") or not k.endswith("_PATH")}
+    return subprocess.run([sys.executable, "-c", _CPU_ONLY, "doctor", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_cpu_only_install_says_where_it_looked_and_how_to_install():
+    proc = _run_cpu_only()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "cannot find the cudnn library. Looked in:" in line)
+    assert lines[start].startswith("  cuDNN           : not available: LibraryNotFoundError: ")
+    block = lines[start + 1: start + 4]  # the rest of the message, aligned under it, not cut off
+    assert block[0].strip() == "- DNNBIND_CUDNN_PATH: not set"
+    assert "the NVIDIA pip wheels in site-packages" in block[1] and "system loader" in block[1]
+    assert 'Failure finding "libcudnn.so"' in block[1]
+    assert block[2].strip().startswith('Fix: pip install "dnnbind[cu12]"') and "nvidia-cudnn-cu12" in block[2]
+    assert all(line.startswith(" " * 20) for line in block)
+    for name in ("cublas", "nvrtc"):
+        assert f"cannot find the {name} library. Looked in:" in proc.stdout
+    verdict = [line for line in lines if line.startswith("OK: no usable GPU")]
+    assert len(verdict) == 1 and "NumPy CPU backend" in verdict[0]
+    assert 'not installed: fine for the CPU backend. For an NVIDIA GPU: pip install "dnnbind[cu12]"' in proc.stdout
+    # the JSON report keeps the whole message too
+    proc = _run_cpu_only("--json")
+    import json
+
+    report = json.loads(proc.stdout)["report"]
+    assert "Looked in:\n  - DNNBIND_CUDNN_PATH: not set" in report["cudnn"]["error"]
+    assert 'Fix: pip install "dnnbind[cu12]"' in report["cudnn"]["error"]
+
+
+def test_multi_line_problem_messages_stay_aligned():
+    r = report(cudnn={"version": None, "path": None,
+                      "error": "LibraryNotFoundError: cannot find the cudnn library. Looked in:\n  - A\nFix: B"})
+    text = format_report(r, check_report(r))
+    assert "  PROBLEM: cuDNN could not be loaded: LibraryNotFoundError: cannot find the cudnn library. Looked in:\n" \
+           "             - A\n           Fix: B" in text
+
+
 @pytest.mark.skipif(cuda.is_available(), reason="checks the GPU-less verdict")
 def test_real_doctor_without_gpu_exits_zero():
     proc = _run_cli()

@@ -27,16 +27,17 @@ ACCURACY = re.compile(r"^test accuracy: ([0-9.]+)$", re.MULTILINE)
 
 
 def launch(name: str, *args: str, tmp_path: Path, device: str = "cpu",
-           timeout: float = 300) -> subprocess.CompletedProcess:
+           timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, DNNBIND_DATA=str(tmp_path / "cache"), DNNBIND_DEVICE=device,
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
     return subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_example(name: str, *args: str, tmp_path: Path, device: str = "cpu") -> tuple[str, float | None]:
+def run_example(name: str, *args: str, tmp_path: Path, device: str = "cpu",
+                env: dict | None = None) -> tuple[str, float | None]:
     """Run an example that must succeed; return its output and the accuracy it printed."""
-    proc = launch(name, *args, tmp_path=tmp_path, device=device)
+    proc = launch(name, *args, tmp_path=tmp_path, device=device, env=env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{name} exited with {proc.returncode}:\n{output[-4000:]}"
     match = ACCURACY.search(proc.stdout)
@@ -76,6 +77,38 @@ def test_mnist_example_full_split(tmp_path):
     assert accuracy is not None, out
     # 10 classes: chance is 0.1; the block position is easy to learn in 3 epochs
     assert accuracy >= 0.5, out
+
+
+def offline() -> dict:
+    """The MNIST mirrors at a port nothing listens on: a machine without network access."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return {"DNNBIND_MNIST_MIRRORS": f"http://127.0.0.1:{s.getsockname()[1]}/"}
+
+
+OFFLINE_NOTICE = ("using the MNIST test set shipped with dnnbind: training on its first 8,000 digits, "
+                  "testing on the last 2,000")
+
+
+def test_mnist_example_offline_trains_on_the_embedded_digits(tmp_path):
+    # the defaults but one epoch (15 take a minute or two on a CPU; the GPU test below runs them all)
+    out, accuracy = run_example("mnist.py", "--epochs", "1", tmp_path=tmp_path, env=offline())
+    assert OFFLINE_NOTICE in out
+    assert "shipped with dnnbind (offline): first 8000 for training, last 2000 for testing; 8000 train, 2000 test" \
+        in out
+    assert accuracy is not None and accuracy >= 0.8, out  # real digits, 10 classes: chance is 0.1
+    assert not (tmp_path / "cache" / "mnist").exists() or not os.listdir(tmp_path / "cache" / "mnist")
+
+
+@pytest.mark.gpu
+def test_mnist_example_needs_no_flags_gpu(tmp_path):
+    """``python examples/mnist.py`` exactly as the README says, offline: 15 epochs on the GPU."""
+    out, accuracy = run_example("mnist.py", tmp_path=tmp_path, device="cuda", env=offline())
+    assert OFFLINE_NOTICE in out
+    assert "Epoch 15/15" in out
+    assert accuracy is not None and accuracy >= 0.97, out
 
 
 def test_mnist_example_test_only_directory_splits(tmp_path):

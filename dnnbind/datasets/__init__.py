@@ -2,7 +2,8 @@
 
 Downloads are verified against published checksums and cached atomically in
 ``$DNNBIND_DATA`` or ``~/.cache/dnnbind`` (see :mod:`.download`); every loader
-also reads local files (``data_dir=``). No pickle is used anywhere.
+also reads local files (``data_dir=``). No pickle is used anywhere. Offline, MNIST falls back
+to its published test set, shipped in ``mnist-t10k/`` (see :func:`.mnist.load_embedded`).
 """
 
 from __future__ import annotations

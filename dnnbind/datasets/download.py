@@ -45,7 +45,13 @@ class DatasetError(DnnbindError):
 
 
 class DownloadError(DatasetError, OSError):
-    """No mirror delivered a file (offline, HTTP error, interrupted transfer)."""
+    """No mirror delivered a file (offline, HTTP error, interrupted transfer).
+
+    ``reasons``: one ``"<url>: <what went wrong>"`` per attempt, in order (empty when raised
+    elsewhere).
+    """
+
+    reasons: tuple = ()
 
 
 class ChecksumError(DownloadError):
@@ -168,9 +174,14 @@ def fetch(spec: RemoteFile, mirrors: Sequence[str], subdir: str, *,
 
 def fetch_all(specs: Iterable[RemoteFile], mirrors: Sequence[str], subdir: str, *,
               dataset: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-              quiet: bool = False) -> list[Path]:
-    """:func:`fetch` for several files; on failure the error lists every missing file."""
+              quiet: bool = False, fail_fast: bool = False) -> list[Path]:
+    """:func:`fetch` for several files; on failure the error lists every missing file.
+
+    ``fail_fast``: stop at the first file no mirror delivered instead of trying the others (a
+    caller with a fallback need not wait for every mirror of every file when offline).
+    """
     specs = list(specs)
+    reasons: list[str] = []
     directory = cache_dir(subdir)
     paths: list[Path] = []
     failures: list[str] = []
@@ -208,6 +219,9 @@ def fetch_all(specs: Iterable[RemoteFile], mirrors: Sequence[str], subdir: str, 
         else:
             failures.append(spec.filename)
             failures.extend("    " + e for e in errors)
+            reasons.extend(errors)
+            if fail_fast:
+                break
             continue
         paths.append(dest)
     if failures:
@@ -222,5 +236,7 @@ def fetch_all(specs: Iterable[RemoteFile], mirrors: Sequence[str], subdir: str, 
             + f"\nTo work offline, download these files on a machine with internet access and "
             f"put them, unchanged, into {directory} (set DNNBIND_DATA to move the cache), "
             f"or into any directory you then pass as data_dir=:\n{wanted}")
-        raise (ChecksumError if checksum_only else DownloadError)(message)
+        error = (ChecksumError if checksum_only else DownloadError)(message)
+        error.reasons = tuple(reasons)
+        raise error
     return paths

@@ -8,27 +8,51 @@ Without arguments the four gzipped IDX files are downloaded (verified against
 their published MD5s) into ``$DNNBIND_DATA/mnist`` or ``~/.cache/dnnbind/mnist``
 and read from there afterwards. ``data_dir=`` reads them from a directory of your
 own instead (gzipped or not). Nothing here uses pickle.
+
+Offline, ``load_data()`` falls back to the 10,000 MNIST test digits shipped inside the package
+(``dnnbind/datasets/mnist-t10k/``, the published files, CC BY-SA 3.0, see the README there):
+it trains on the first 8,000 and tests on the last 2,000 (:func:`load_embedded`) and says so in
+one line on stderr. ``fallback=False`` raises the download error instead.
+
+``$DNNBIND_MNIST_MIRRORS`` (comma-separated base URLs) replaces :data:`MIRRORS`, e.g. to use a
+local mirror, or an unreachable one to try the offline path.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from .download import DatasetFormatError, RemoteFile, fetch_all
+from .download import ChecksumError, DatasetFormatError, DownloadError, RemoteFile, fetch_all, file_digest
 
-__all__ = ["load_data", "load_subset", "load_idx", "FILES", "MIRRORS", "find_files"]
+__all__ = ["load_data", "load_subset", "load_idx", "load_embedded", "FILES", "MIRRORS", "find_files",
+           "EMBEDDED_DIR", "EMBEDDED_SPLIT"]
 
-# Base URLs, tried in order. The files and their MD5s are the ones Yann LeCun published
-# (the same list torchvision verifies against).
-MIRRORS: list[str] = [
+DEFAULT_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "https://storage.googleapis.com/cvdf-datasets/mnist/",
     "https://yann.lecun.com/exdb/mnist/",
-]
+)
+
+
+def _mirrors_from_env() -> list[str]:
+    value = os.environ.get("DNNBIND_MNIST_MIRRORS", "")
+    return [m.strip() if m.strip().endswith("/") else m.strip() + "/" for m in value.split(",") if m.strip()]
+
+
+# Base URLs, tried in order. The files and their MD5s are the ones Yann LeCun published
+# (the same list torchvision verifies against).
+MIRRORS: list[str] = _mirrors_from_env() or list(DEFAULT_MIRRORS)
+
+# The published t10k-* files, shipped in the package (see the README there).
+EMBEDDED_DIR = Path(__file__).resolve().parent / "mnist-t10k"
+EMBEDDED_SPLIT = 8000  # the embedded fallback trains on test digits [0, 8000) and tests on [8000, 10000)
+# Offline, a mirror that does not answer costs this many seconds before the fallback is used.
+_FALLBACK_TIMEOUT = 15.0
 
 FILES: dict[str, RemoteFile] = {
     "train_images": RemoteFile("train-images-idx3-ubyte.gz", md5="f68b3c2dcbeaaa9fbdd348bbdeb94873"),
@@ -164,7 +188,39 @@ def _load_npz(path: Path):
         return (f["x_train"], f["y_train"]), (f["x_test"], f["y_test"])
 
 
-def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None):
+def load_embedded(split: int = EMBEDDED_SPLIT):
+    """The MNIST test digits shipped with dnnbind, split for training: ``(x_train, y_train),
+    (x_test, y_test)`` = the first ``split`` digits and the remaining ``10000 - split``.
+
+    The two files are checked against the published MD5s first (a damaged installation raises
+    :class:`~dnnbind.datasets.ChecksumError` naming the file). Images uint8 (N, 28, 28), labels
+    uint8 (N,), as :func:`load_data`.
+    """
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or not 0 < split < 10000:
+        raise ValueError(f"mnist.load_embedded: split must be an int in [1, 9999], got {split!r}")
+    paths = []
+    for key in ("test_images", "test_labels"):
+        spec = FILES[key]
+        path = EMBEDDED_DIR / spec.filename
+        if not path.is_file():
+            raise FileNotFoundError(f"mnist: the embedded {path} is missing; reinstall dnnbind "
+                                    "(it is package data of dnnbind.datasets)")
+        problem = file_digest(path, spec)
+        if problem is not None:
+            raise ChecksumError(f"mnist: the embedded {path} is damaged ({problem}); reinstall dnnbind")
+        paths.append(path)
+    images, labels = _read_pair(*paths)
+    return (images[:split], labels[:split]), (images[split:], labels[split:])
+
+
+def _fallback_notice(error: DownloadError) -> str:
+    reason = error.reasons[0] if error.reasons else str(error).splitlines()[0]
+    return (f"dnnbind: could not download MNIST ({reason}); using the MNIST test set shipped with dnnbind: "
+            f"training on its first {EMBEDDED_SPLIT:,} digits, testing on the last {10000 - EMBEDDED_SPLIT:,}")
+
+
+def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None, *,
+              fallback: bool = True):
     """Load MNIST as ``(x_train, y_train), (x_test, y_test)``, as Keras does.
 
     Args:
@@ -173,11 +229,15 @@ def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike
         data_dir: a directory holding the four IDX files (``train-images-idx3-ubyte``,
             ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
             ``t10k-labels-idx1-ubyte``, each optionally ``.gz``).
+        fallback: when the download fails (no network), print one line to stderr and return
+            :func:`load_embedded` (8,000 training and 2,000 test digits from the shipped MNIST
+            test set) instead of raising :class:`~dnnbind.datasets.DownloadError`.
 
-    Without either, the files are downloaded once into the cache (see module docs).
+    Without ``path``/``data_dir``, the files are downloaded once into the cache (see module docs).
 
     Returns:
-        ``(x_train, y_train), (x_test, y_test)``: uint8 images (N, 28, 28), uint8 labels (N,).
+        ``(x_train, y_train), (x_test, y_test)``: uint8 images (N, 28, 28), uint8 labels (N,):
+        60,000 / 10,000 normally, 8,000 / 2,000 after the offline fallback.
     """
     if path is not None and data_dir is not None:
         raise ValueError("mnist.load_data: pass either path= or data_dir=, not both")
@@ -200,7 +260,14 @@ def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike
                 "use mnist.load_subset('test', data_dir=...) and split it yourself "
                 "(examples/mnist.py does this automatically).")
         return load_subset("train", directory), load_subset("test", directory)
-    # All four at once, so that an offline error lists every file that is missing.
-    paths = fetch_all([FILES[k] for k in ("train_images", "train_labels", "test_images", "test_labels")],
-                      MIRRORS, "mnist", dataset="MNIST")
+    specs = [FILES[k] for k in ("train_images", "train_labels", "test_images", "test_labels")]
+    if not fallback:
+        # All four at once, so that an offline error lists every file that is missing.
+        paths = fetch_all(specs, MIRRORS, "mnist", dataset="MNIST")
+        return _read_pair(paths[0], paths[1]), _read_pair(paths[2], paths[3])
+    try:
+        paths = fetch_all(specs, MIRRORS, "mnist", dataset="MNIST", timeout=_FALLBACK_TIMEOUT, fail_fast=True)
+    except DownloadError as exc:
+        print(_fallback_notice(exc), file=sys.stderr)
+        return load_embedded()
     return _read_pair(paths[0], paths[1]), _read_pair(paths[2], paths[3])

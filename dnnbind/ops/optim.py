@@ -11,20 +11,29 @@ Shared arguments:
 * ``skip``: a 0-d int flag; nonzero means no parameter or state changes (an overflowed step).
   The step count is the caller's: :func:`advance_step` advances it under the same flag, so a
   skipped step leaves it, and with it Adam's next bias correction, unchanged.
+* Gradient clipping, as Keras 3's optimizer arguments (applied to the gradients after the
+  ``grad_scale`` division, before the update; at most one of them acts, in this order):
+  ``clipnorm`` rescales each gradient tensor whose L2 norm exceeds it
+  (``g * clipnorm / max(||g||, clipnorm)``); ``global_clipnorm`` rescales every gradient by
+  ``global_clipnorm / max(||[g_1, ..., g_n]||, global_clipnorm)`` (NaN for every gradient when
+  that norm is not finite, as ``clip_by_global_norm``); ``clipvalue`` clamps each element to
+  ``[-clipvalue, clipvalue]`` (NaN stays NaN). ``clipnorm`` and ``global_clipnorm`` together are
+  refused, as Keras refuses them. On CUDA the norms are reduced and the factors computed on the
+  device (deterministic fixed-order sums, no host read), so a captured step stays capturable.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
 from .. import _validate
 from ._dispatch import as_array, route, scalar
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step"]
+__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "GradientClipping"]
 
 
 def _hyper(value: Any, name: str, op: str, **bounds: Any) -> float:
@@ -70,6 +79,51 @@ def _check_lists(op: str, params: list, **lists: "list | None") -> None:
                 raise TypeError(f"{op}: {name}[{i}] has dtype {a.dtype} but params[{i}] has {p.dtype}")
 
 
+class GradientClipping(NamedTuple):
+    """The clipping that acts (Keras 3 precedence): ``mode`` is None, ``"norm"``, ``"global_norm"``
+    or ``"value"``; ``value`` the threshold (an L2 norm, or the bound of ``|g|``)."""
+
+    mode: "str | None" = None
+    value: float = 0.0
+
+
+def _clipping(op: str, clipnorm: Any, global_clipnorm: Any, clipvalue: Any) -> GradientClipping:
+    """Validate the three clipping arguments and resolve which one acts."""
+    checked = {}
+    for name, value in (("clipnorm", clipnorm), ("global_clipnorm", global_clipnorm), ("clipvalue", clipvalue)):
+        checked[name] = None if value is None else _hyper(value, name, op, low=0.0, low_open=True)
+    if checked["clipnorm"] is not None and checked["global_clipnorm"] is not None:
+        raise ValueError(f"{op}: only one of clipnorm and global_clipnorm can be set, got "
+                         f"clipnorm={checked['clipnorm']:g}, global_clipnorm={checked['global_clipnorm']:g}")
+    # Keras 3's _clip_gradients: the first one set wins, the others are ignored
+    for name, mode in (("clipnorm", "norm"), ("global_clipnorm", "global_norm"), ("clipvalue", "value")):
+        if checked[name] is not None:
+            return GradientClipping(mode, checked[name])
+    return GradientClipping()
+
+
+def _host_grads(params: list, grads: list, inv_scale: "float | None", clip: GradientClipping) -> list:
+    """The gradients as the update uses them: in the parameters' dtype, divided by the loss scale,
+    then clipped. Never writes into the caller's gradient arrays."""
+    out = [_grad(g, p.dtype, inv_scale) for p, g in zip(params, grads)]
+    if clip.mode is None:
+        return out
+    if clip.mode == "value":
+        return [np.clip(g, -clip.value, clip.value) for g in out]
+    sumsq = [float(np.sum(np.square(g, dtype=np.float64))) for g in out]
+    if clip.mode == "norm":
+        # clip / max(norm, clip); a NaN norm gives a NaN factor (np.maximum propagates it, as Keras)
+        factors = [clip.value / max(math.sqrt(s), clip.value) if s == s else s for s in sumsq]
+    else:
+        total = math.fsum(sumsq)
+        # a non-finite global norm poisons every gradient, as Keras's clip_by_global_norm
+        norm = math.sqrt(total) if math.isfinite(total) else float("nan")
+        factor = clip.value / norm if norm > clip.value else (1.0 if norm == norm else norm)
+        factors = [factor] * len(out)
+    with np.errstate(invalid="ignore"):  # inf * 0 -> NaN is the intended result for a non-finite norm
+        return [g * g.dtype.type(f) for g, f in zip(out, factors)]
+
+
 def _route(op: str, params: list, grads: list, *states: list) -> Any:
     arrays = {"params[0]": params[0], "grads[0]": grads[0]}
     for k, st in enumerate(states):
@@ -109,6 +163,9 @@ def sgd_update(
     weight_decay: float = 0.0,
     grad_scale: Any = None,
     skip: Any = None,
+    clipnorm: "float | None" = None,
+    global_clipnorm: "float | None" = None,
+    clipvalue: "float | None" = None,
     stream: Any = None,
 ) -> None:
     """SGD (Keras 3): with momentum ``v = momentum * v - lr * g``; ``p += v`` or, with
@@ -116,8 +173,9 @@ def sgd_update(
     (``velocities`` may then be None).
 
     CUDA: ``_cuda.optim.sgd_update(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
-    weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, stream=stream)`` with lists
-    (``velocities`` None or a list) and ``momentum``/``weight_decay`` floats.
+    weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, clip=clip, stream=stream)`` with lists
+    (``velocities`` None or a list), ``momentum``/``weight_decay`` floats and ``clip`` a
+    :class:`GradientClipping`.
     """
     op = "sgd_update"
     _check_number(lr, "lr", op, low=0.0)
@@ -129,17 +187,18 @@ def sgd_update(
     velocities = [as_array(v) for v in _as_list(velocities)] or None
     if momentum and velocities is None:
         raise ValueError(f"{op}: momentum={momentum} needs velocities")
+    clip = _clipping(op, clipnorm, global_clipnorm, clipvalue)
     _check_lists(op, params, grads=grads, velocities=velocities)
     impl = _route(op, params, grads, velocities or [])
     if impl is not None:
         return impl.sgd_update(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
-                               weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, stream=stream)
+                               weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, clip=clip,
+                               stream=stream)
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
-    inv = _inv_scale(op, grad_scale)
-    for i, (p, g) in enumerate(zip(params, grads)):
-        g = _grad(g, p.dtype, inv)
+    host_grads = _host_grads(params, grads, _inv_scale(op, grad_scale), clip)
+    for i, (p, g) in enumerate(zip(params, host_grads)):
         if weight_decay:
             p -= (lr_f * weight_decay) * p
         if momentum:
@@ -171,6 +230,9 @@ def adam_update(
     vhat: "Sequence[Any] | None" = None,
     grad_scale: Any = None,
     skip: Any = None,
+    clipnorm: "float | None" = None,
+    global_clipnorm: "float | None" = None,
+    clipvalue: "float | None" = None,
     stream: Any = None,
 ) -> None:
     """Adam / AdamW (Keras 3). ``step`` is the 1-based number of this update (Keras ``iterations + 1``):
@@ -181,7 +243,7 @@ def adam_update(
 
     CUDA: ``_cuda.optim.adam_update(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2,
     epsilon=epsilon, weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
-    skip=skip, stream=stream)`` with lists and float hyper-parameters.
+    skip=skip, clip=clip, stream=stream)`` with lists and float hyper-parameters.
     """
     op = "adam_update"
     _check_number(lr, "lr", op, low=0.0)
@@ -197,12 +259,13 @@ def adam_update(
     vhat = [as_array(a) for a in _as_list(vhat)] or None
     if amsgrad and vhat is None:
         raise ValueError(f"{op}: amsgrad=True needs vhat (one zero-initialised tensor per parameter)")
+    clip = _clipping(op, clipnorm, global_clipnorm, clipvalue)
     _check_lists(op, params, grads=grads, m=m, v=v, vhat=vhat)
     impl = _route(op, params, grads, m, v)
     if impl is not None:
         return impl.adam_update(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2, epsilon=epsilon,
                                 weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
-                                skip=skip, stream=stream)
+                                skip=skip, clip=clip, stream=stream)
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
@@ -210,9 +273,8 @@ def adam_update(
     if t < 1:
         raise ValueError(f"{op}: step must be >= 1 (the 1-based update count), got {t}")
     lr_t = lr_f * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
-    inv = _inv_scale(op, grad_scale)
-    for i, (p, g) in enumerate(zip(params, grads)):
-        g = _grad(g, p.dtype, inv)
+    host_grads = _host_grads(params, grads, _inv_scale(op, grad_scale), clip)
+    for i, (p, g) in enumerate(zip(params, host_grads)):
         if weight_decay:
             p -= (lr_f * weight_decay) * p
         mi, vi = m[i], v[i]
@@ -243,6 +305,9 @@ def rmsprop_update(
     weight_decay: float = 0.0,
     grad_scale: Any = None,
     skip: Any = None,
+    clipnorm: "float | None" = None,
+    global_clipnorm: "float | None" = None,
+    clipvalue: "float | None" = None,
     stream: Any = None,
 ) -> None:
     """RMSprop (Keras 3): ``avg_sq = rho * avg_sq + (1 - rho) g^2``; centered also keeps
@@ -252,7 +317,7 @@ def rmsprop_update(
 
     CUDA: ``_cuda.optim.rmsprop_update(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum,
     epsilon=epsilon, centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
-    grad_scale=grad_scale, skip=skip, stream=stream)``.
+    grad_scale=grad_scale, skip=skip, clip=clip, stream=stream)``.
     """
     op = "rmsprop_update"
     _check_number(lr, "lr", op, low=0.0)
@@ -270,18 +335,18 @@ def rmsprop_update(
         raise ValueError(f"{op}: momentum={momentum} needs mom (one zero-initialised tensor per parameter)")
     if centered and avg is None:
         raise ValueError(f"{op}: centered=True needs avg (one zero-initialised tensor per parameter)")
+    clip = _clipping(op, clipnorm, global_clipnorm, clipvalue)
     _check_lists(op, params, grads=grads, avg_sq=avg_sq, mom=mom if momentum else None, avg=avg if centered else None)
     impl = _route(op, params, grads, avg_sq)
     if impl is not None:
         return impl.rmsprop_update(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum, epsilon=epsilon,
                                    centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
-                                   grad_scale=grad_scale, skip=skip, stream=stream)
+                                   grad_scale=grad_scale, skip=skip, clip=clip, stream=stream)
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
-    inv = _inv_scale(op, grad_scale)
-    for i, (p, g) in enumerate(zip(params, grads)):
-        g = _grad(g, p.dtype, inv)
+    host_grads = _host_grads(params, grads, _inv_scale(op, grad_scale), clip)
+    for i, (p, g) in enumerate(zip(params, host_grads)):
         if weight_decay:
             p -= (lr_f * weight_decay) * p
         s = avg_sq[i]

@@ -8,6 +8,11 @@
 // Scalars that must follow a captured CUDA graph on replay are read through pointers when
 // those are non-null: lr (float32), step (float32/int32/int64 by step_kind 1/2/3), grad_scale
 // (float32; the gradients are divided by it) and skip (int32; nonzero: change nothing).
+//
+// Gradient clipping (Keras 3): after the grad_scale division each update multiplies gradient t
+// by clip_scale[t] when that pointer is non-null (clipnorm / global_clipnorm factors, made on
+// the device by grad_sumsq -> tensor_sumsq -> clip_factors below), then clamps it to
+// [-clipvalue, clipvalue] when clipvalue > 0.
 
 struct Chunks {
     const i64* table;
@@ -25,6 +30,16 @@ __device__ __forceinline__ double read_step(double step, const void* ptr, int ki
     return (double)*(const i64*)ptr;
 }
 
+// NaN stays NaN (both comparisons are false), as np.clip / Keras's ops.clip.
+template <typename A> __device__ __forceinline__ A clip_grad(A g, const double* clip_scale, i64 t, float clipvalue) {
+    if (clip_scale) g = g * (A)clip_scale[t];
+    if (clipvalue > 0.0f) {
+        const A c = (A)clipvalue;
+        g = g < -c ? -c : (g > c ? c : g);
+    }
+    return g;
+}
+
 #define FOR_CHUNK_ITEMS(CH, t, i)                                                                  \
     for (i64 ck = blockIdx.x; ck < (CH).nchunks; ck += gridDim.x)                                  \
         for (i64 t = (CH).table[6 * (CH).ntensors + 2 * ck], _s = (CH).table[6 * (CH).ntensors + 2 * ck + 1], \
@@ -34,7 +49,8 @@ __device__ __forceinline__ double read_step(double step, const void* ptr, int ki
 
 template <typename P, typename G>
 __device__ void sgd_impl(Chunks ch, float lr_h, const float* lr_ptr, float momentum, int nesterov, float wd,
-                         double inv_h, const float* gs_ptr, const int* skip) {
+                         double inv_h, const float* gs_ptr, const int* skip, const double* clip_scale,
+                         float clipvalue) {
     typedef typename Acc<P>::t A;
     if (skip && *skip) return;
     const A lr = (A)read_lr(lr_h, lr_ptr);
@@ -47,6 +63,7 @@ __device__ void sgd_impl(Chunks ch, float lr_h, const float* lr_ptr, float momen
         P* v = (P*)ch.table[6 * t + 2];
         A gi = (A)load(g, i);
         if (scaled) gi = gi * inv;
+        gi = clip_grad(gi, clip_scale, t, clipvalue);
         A pi = load(p, i);
         if (wd != 0.0f) pi = pi - lr_wd * pi;
         if (momentum != 0.0f) {
@@ -65,7 +82,8 @@ __device__ void sgd_impl(Chunks ch, float lr_h, const float* lr_ptr, float momen
 template <typename P, typename G>
 __device__ void adam_impl(Chunks ch, float lr_h, const float* lr_ptr, double step_h, const void* step_ptr,
                           int step_kind, double beta1, double beta2, float eps, float wd, int amsgrad,
-                          double inv_h, const float* gs_ptr, const int* skip) {
+                          double inv_h, const float* gs_ptr, const int* skip, const double* clip_scale,
+                          float clipvalue) {
     typedef typename Acc<P>::t A;
     if (skip && *skip) return;
     const double lr_d = (double)read_lr(lr_h, lr_ptr);
@@ -83,6 +101,7 @@ __device__ void adam_impl(Chunks ch, float lr_h, const float* lr_ptr, double ste
         P* vhat = (P*)ch.table[6 * t_ + 4];
         A gi = (A)load(g, i);
         if (scaled) gi = gi * inv;
+        gi = clip_grad(gi, clip_scale, t_, clipvalue);
         A pi = load(p, i);
         if (wd != 0.0f) pi = pi - lr_wd * pi;
         A mi = load(m, i), vi = load(v, i);
@@ -104,7 +123,8 @@ __device__ void adam_impl(Chunks ch, float lr_h, const float* lr_ptr, double ste
 
 template <typename P, typename G>
 __device__ void rmsprop_impl(Chunks ch, float lr_h, const float* lr_ptr, float rho, float momentum, float eps,
-                             int centered, float wd, double inv_h, const float* gs_ptr, const int* skip) {
+                             int centered, float wd, double inv_h, const float* gs_ptr, const int* skip,
+                             const double* clip_scale, float clipvalue) {
     typedef typename Acc<P>::t A;
     if (skip && *skip) return;
     const A lr = (A)read_lr(lr_h, lr_ptr);
@@ -120,6 +140,7 @@ __device__ void rmsprop_impl(Chunks ch, float lr_h, const float* lr_ptr, float r
         P* avg = (P*)ch.table[6 * t + 4];
         A gi = (A)load(g, i);
         if (scaled) gi = gi * inv;
+        gi = clip_grad(gi, clip_scale, t, clipvalue);
         A pi = load(p, i);
         if (wd != 0.0f) pi = pi - lr_wd * pi;
         A s = load(sq, i) * (A)rho;
@@ -150,28 +171,32 @@ __device__ void rmsprop_impl(Chunks ch, float lr_h, const float* lr_ptr, float r
     extern "C" __global__ void sgd_##PS##_##GS(const i64* table, i64 ntensors, i64 nchunks, i64 chunk, \
                                                float lr, const float* lr_ptr, float momentum,      \
                                                int nesterov, float wd, double inv_scale,           \
-                                               const float* gs_ptr, const int* skip) {             \
+                                               const float* gs_ptr, const int* skip,               \
+                                               const double* clip_scale, float clipvalue) {        \
         Chunks ch = {table, ntensors, nchunks, chunk};                                             \
-        sgd_impl<P, G>(ch, lr, lr_ptr, momentum, nesterov, wd, inv_scale, gs_ptr, skip);           \
+        sgd_impl<P, G>(ch, lr, lr_ptr, momentum, nesterov, wd, inv_scale, gs_ptr, skip, clip_scale, \
+                       clipvalue);                                                                 \
     }                                                                                              \
     extern "C" __global__ void adam_##PS##_##GS(const i64* table, i64 ntensors, i64 nchunks, i64 chunk, \
                                                 float lr, const float* lr_ptr, double step,        \
                                                 const void* step_ptr, int step_kind, double beta1, \
                                                 double beta2, float eps, float wd, int amsgrad,     \
                                                 double inv_scale, const float* gs_ptr,             \
-                                                const int* skip) {                                 \
+                                                const int* skip, const double* clip_scale,         \
+                                                float clipvalue) {                                 \
         Chunks ch = {table, ntensors, nchunks, chunk};                                             \
         adam_impl<P, G>(ch, lr, lr_ptr, step, step_ptr, step_kind, beta1, beta2, eps, wd, amsgrad, \
-                        inv_scale, gs_ptr, skip);                                                  \
+                        inv_scale, gs_ptr, skip, clip_scale, clipvalue);                           \
     }                                                                                              \
     extern "C" __global__ void rmsprop_##PS##_##GS(const i64* table, i64 ntensors, i64 nchunks,    \
                                                    i64 chunk, float lr, const float* lr_ptr,       \
                                                    float rho, float momentum, float eps,           \
                                                    int centered, float wd, double inv_scale,       \
-                                                   const float* gs_ptr, const int* skip) {         \
+                                                   const float* gs_ptr, const int* skip,           \
+                                                   const double* clip_scale, float clipvalue) {    \
         Chunks ch = {table, ntensors, nchunks, chunk};                                             \
         rmsprop_impl<P, G>(ch, lr, lr_ptr, rho, momentum, eps, centered, wd, inv_scale, gs_ptr,    \
-                           skip);                                                                  \
+                           skip, clip_scale, clipvalue);                                           \
     }
 #define OPTIM_FOR_GRADS(P, PS)                                                                     \
     OPTIM_KERNELS(P, PS, float, f32) OPTIM_KERNELS(P, PS, double, f64)                            \
@@ -189,4 +214,70 @@ extern "C" __global__ void advance_step(void* step, int step_kind, const int* sk
     if (step_kind == 1) *(float*)step += 1.0f;
     else if (step_kind == 2) *(int*)step += 1;
     else *(i64*)step += 1;
+}
+
+// ----- gradient clipping factors (clipnorm / global_clipnorm), computed on the device --------
+// Three launches per update, none of which the host waits for: grad_sumsq (one block per chunk,
+// strided) writes each chunk's sum of g^2 in double; tensor_sumsq (one thread per dtype group)
+// adds them per tensor in chunk order; clip_factors (one thread) turns the per-tensor sums into
+// the factors the updates multiply by. Every sum has a fixed order (no atomics), so the same
+// gradients give the same bits.
+template <typename G>
+__device__ void grad_sumsq_impl(Chunks ch, double* partial) {
+    __shared__ double scratch[32];
+    for (i64 ck = blockIdx.x; ck < ch.nchunks; ck += gridDim.x) {
+        const i64 t = ch.table[6 * ch.ntensors + 2 * ck], start = ch.table[6 * ch.ntensors + 2 * ck + 1];
+        const i64 size = ch.table[6 * t + 5], end = start + ch.chunk < size ? start + ch.chunk : size;
+        const G* g = (const G*)ch.table[6 * t + 1];
+        double acc = 0.0;
+        for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            const double gi = (double)load(g, i);
+            acc += gi * gi;
+        }
+        acc = block_sum(acc, scratch);
+        if (threadIdx.x == 0) partial[ck] = acc;
+    }
+}
+
+#define GRAD_SUMSQ(G, GS)                                                                          \
+    extern "C" __global__ void grad_sumsq_##GS(const i64* table, i64 ntensors, i64 nchunks, i64 chunk, \
+                                               double* partial) {                                  \
+        Chunks ch = {table, ntensors, nchunks, chunk};                                             \
+        grad_sumsq_impl<G>(ch, partial);                                                           \
+    }
+GRAD_SUMSQ(float, f32)
+GRAD_SUMSQ(double, f64)
+GRAD_SUMSQ(half_t, f16)
+GRAD_SUMSQ(bf16_t, bf16)
+
+// sumsq[t] = the sum of partial[ck] over the chunks of tensor t (chunks are listed per tensor).
+extern "C" __global__ void tensor_sumsq(const i64* table, i64 ntensors, i64 nchunks, const double* partial,
+                                        double* sumsq) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    for (i64 t = 0; t < ntensors; ++t) sumsq[t] = 0.0;
+    for (i64 ck = 0; ck < nchunks; ++ck) sumsq[table[6 * ntensors + 2 * ck]] += partial[ck];
+}
+
+// Norms are of the gradients after the grad_scale division (Keras unscales, then clips).
+// mode 1 (clipnorm): factors[t] = clip / max(norm_t, clip), NaN for a NaN norm.
+// mode 2 (global_clipnorm): every factor is clip / norm when norm > clip, else 1; NaN when the
+// global norm is not finite (Keras's clip_by_global_norm poisons every gradient then).
+extern "C" __global__ void clip_factors(const double* sumsq, i64 ntensors, double* factors, int mode,
+                                        double clip, double inv_h, const float* gs_ptr, const int* skip) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (skip && *skip) return;
+    const double inv = read_inv_scale(inv_h, gs_ptr);
+    if (mode == 1) {
+        for (i64 t = 0; t < ntensors; ++t) {
+            const double norm = sqrt(sumsq[t]) * inv;
+            factors[t] = norm != norm ? norm : clip / (norm > clip ? norm : clip);
+        }
+        return;
+    }
+    double total = 0.0;
+    for (i64 t = 0; t < ntensors; ++t) total += sumsq[t];
+    const double norm = sqrt(total) * inv;
+    double factor = norm > clip ? clip / norm : 1.0;
+    if (!(norm - norm == 0.0)) factor = norm - norm;  // inf or NaN: NaN
+    for (i64 t = 0; t < ntensors; ++t) factors[t] = factor;
 }

@@ -11,6 +11,13 @@ preceded by one eager step so that the upload does not happen inside the capture
 arrays (read by the kernel, so a replayed CUDA graph sees their current values); ``skip`` is
 a number or a 0-d int32 device flag (nonzero: nothing changes). :func:`advance_step` adds one
 to a device step counter unless the same flag is set, read on the device (one thread).
+
+``clip`` (a resolved :class:`dnnbind.ops.optim.GradientClipping`): ``"value"`` is a clamp inside
+the update kernels; ``"norm"``/``"global_norm"`` first reduce the gradients' squares on the
+device and turn them into one factor per tensor there (:func:`_clip_factors`), which the update
+kernels multiply by. The host never reads a norm, so the step stays capturable; the scratch
+(doubles: per-tensor sums and factors, per-chunk partial sums) is allocated on the stream and
+freed, stream-ordered, when the update has been queued.
 """
 
 from __future__ import annotations
@@ -125,17 +132,59 @@ def _step(step: Any, op: str) -> "tuple[float, int, int]":
     return t, 0, 0
 
 
-def _launch(name: str, group_key: tuple, params: list, grads: list, states: list, args: tuple, stream) -> None:
-    table, n, nchunks = _table(params, grads, states, stream)
+_CLIP_MODES = {"norm": 1, "global_norm": 2}
+
+
+def _prepare(params: list, grads: list, states: list, stream) -> dict:
+    """{group key: (params, grads, states, (table, ntensors, nchunks))}: one table per dtype group,
+    shared by the clipping reduction and the update."""
+    return {key: (ps, gs, sts, _table(ps, gs, sts, stream))
+            for key, (ps, gs, sts) in _groups(params, grads, states).items()}
+
+
+def _clip_factors(groups: dict, clip: Any, inv: float, gs_ptr: int, skip_ptr: int, stream) -> "tuple[Any, dict]":
+    """For clipnorm / global_clipnorm: (scratch array to keep alive until the updates are queued,
+    {group key: device pointer to that group's per-tensor factors (float64)}); (None, {}) otherwise."""
+    mode = _CLIP_MODES.get(getattr(clip, "mode", None))
+    if mode is None:
+        return None, {}
+    ntotal = sum(entry[1] for _, _, _, entry in groups.values())
+    nchunks_total = sum(entry[2] for _, _, _, entry in groups.values())
+    scratch = cm.empty((2 * ntotal + max(nchunks_total, 1),), cm.F64, stream)
+    sumsq_ptr, factors_ptr, partial_ptr = scratch.ptr, scratch.ptr + 8 * ntotal, scratch.ptr + 16 * ntotal
+    pointers = {}
+    tensor_offset = chunk_offset = 0
+    for key, (_, _, _, (table, n, nchunks)) in groups.items():
+        partial = partial_ptr + 8 * chunk_offset
+        sumsq = sumsq_ptr + 8 * tensor_offset
+        head = (cm.p(table), cm.i64(n), cm.i64(nchunks))
+        if nchunks:
+            cm.launch_rows(_FILE, f"grad_sumsq_{key[1]}", nchunks, head + (cm.i64(CHUNK), cm.p(partial)), stream,
+                           max_grid=4096)
+        # also for a group of empty tensors: their sums must read 0, not stale memory
+        cm.launch(_FILE, "tensor_sumsq", 1, head + (cm.p(partial), cm.p(sumsq)), stream, block=32)
+        pointers[key] = factors_ptr + 8 * tensor_offset
+        tensor_offset += n
+        chunk_offset += nchunks
+    cm.launch(_FILE, "clip_factors", 1, (cm.p(sumsq_ptr), cm.i64(ntotal), cm.p(factors_ptr), cm.i32(mode),
+                                         cm.f64(clip.value), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)),
+              stream, block=32)
+    return scratch, pointers
+
+
+def _launch(name: str, group_key: tuple, entry: tuple, args: tuple, clip: Any, clip_ptrs: dict, stream) -> None:
+    table, n, nchunks = entry
     if nchunks == 0:
         return
+    clipvalue = clip.value if getattr(clip, "mode", None) == "value" else 0.0
     cm.launch_rows(_FILE, f"{name}_{group_key[0]}_{group_key[1]}", nchunks,
-                   (cm.p(table), cm.i64(n), cm.i64(nchunks), cm.i64(CHUNK)) + args, stream, max_grid=4096)
+                   (cm.p(table), cm.i64(n), cm.i64(nchunks), cm.i64(CHUNK)) + args
+                   + (cm.p(clip_ptrs.get(group_key, 0)), cm.f32(clipvalue)), stream, max_grid=4096)
 
 
 def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any, momentum: float = 0.0,
                nesterov: bool = False, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
-               stream: Any = None) -> None:
+               clip: Any = None, stream: Any = None) -> None:
     """SGD (momentum, nesterov, decoupled weight decay) in place over every tensor."""
     op = "sgd_update"
     s = cm.stream_of(stream)
@@ -144,16 +193,20 @@ def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any,
         return None
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    vel = velocities if momentum else None
-    for key, (ps, gs, sts) in _groups(params, grads, [vel]).items():
-        _launch("sgd", key, ps, gs, sts, (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(momentum), cm.i32(bool(nesterov)),
-                                          cm.f32(weight_decay), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)), s)
+    groups = _prepare(params, grads, [velocities if momentum else None], s)
+    scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
+    for key, (_, _, _, entry) in groups.items():
+        _launch("sgd", key, entry, (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(momentum), cm.i32(bool(nesterov)),
+                                    cm.f32(weight_decay), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)),
+                clip, clip_ptrs, s)
+    del scratch  # freed stream-ordered, after the updates that read it
     return None
 
 
 def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: Any, beta1: float = 0.9,
                 beta2: float = 0.999, epsilon: float = 1e-7, weight_decay: float = 0.0, amsgrad: bool = False,
-                vhat: "list | None" = None, grad_scale: Any = None, skip: Any = None, stream: Any = None) -> None:
+                vhat: "list | None" = None, grad_scale: Any = None, skip: Any = None, clip: Any = None,
+                stream: Any = None) -> None:
     """Adam / AdamW (amsgrad optional) in place over every tensor; ``step`` is 1-based."""
     op = "adam_update"
     s = cm.stream_of(stream)
@@ -163,18 +216,21 @@ def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: A
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     step_v, step_ptr, step_kind = _step(step, op)
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    for key, (ps, gs, sts) in _groups(params, grads, [m, v, vhat if amsgrad else None]).items():
-        _launch("adam", key, ps, gs, sts,
+    groups = _prepare(params, grads, [m, v, vhat if amsgrad else None], s)
+    scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
+    for key, (_, _, _, entry) in groups.items():
+        _launch("adam", key, entry,
                 (cm.f32(lr_v), cm.p(lr_ptr), cm.f64(step_v), cm.p(step_ptr), cm.i32(step_kind), cm.f64(beta1),
                  cm.f64(beta2), cm.f32(epsilon), cm.f32(weight_decay), cm.i32(bool(amsgrad)), cm.f64(inv),
-                 cm.p(gs_ptr), cm.p(skip_ptr)), s)
+                 cm.p(gs_ptr), cm.p(skip_ptr)), clip, clip_ptrs, s)
+    del scratch  # freed stream-ordered, after the updates that read it
     return None
 
 
 def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: float = 0.9, momentum: float = 0.0,
                    epsilon: float = 1e-7, centered: bool = False, mom: "list | None" = None,
                    avg: "list | None" = None, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
-                   stream: Any = None) -> None:
+                   clip: Any = None, stream: Any = None) -> None:
     """RMSprop (momentum, centered; epsilon inside the root as Keras) in place over every tensor."""
     op = "rmsprop_update"
     s = cm.stream_of(stream)
@@ -183,11 +239,13 @@ def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: flo
         return None
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    states = [avg_sq, mom if momentum else None, avg if centered else None]
-    for key, (ps, gs, sts) in _groups(params, grads, states).items():
-        _launch("rmsprop", key, ps, gs, sts,
+    groups = _prepare(params, grads, [avg_sq, mom if momentum else None, avg if centered else None], s)
+    scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
+    for key, (_, _, _, entry) in groups.items():
+        _launch("rmsprop", key, entry,
                 (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(rho), cm.f32(momentum), cm.f32(epsilon), cm.i32(bool(centered)),
-                 cm.f32(weight_decay), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)), s)
+                 cm.f32(weight_decay), cm.f64(inv), cm.p(gs_ptr), cm.p(skip_ptr)), clip, clip_ptrs, s)
+    del scratch  # freed stream-ordered, after the updates that read it
     return None
 
 
