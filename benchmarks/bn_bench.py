@@ -125,9 +125,9 @@ def dnnbind_rows(shape: tuple, dtype_name: str, warmup: int, iters: int) -> list
     layout = "NHWC" if len(shape) == 4 else "NCHW"
 
     def train() -> None:
-        _, mean, inv = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, momentum=0.99, epsilon=1e-3,
-                                                      layout=layout, stream=stream)
-        ops.batchnorm_backward(dy, x, gamma, mean, inv, epsilon=1e-3, layout=layout, stream=stream)
+        _, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, momentum=0.99, epsilon=1e-3,
+                                                  layout=layout, stream=stream)
+        ops.batchnorm_backward(dy, x, gamma, saved, epsilon=1e-3, layout=layout, stream=stream)
 
     def infer() -> None:
         ops.batchnorm_forward_inference(x, gamma, beta, rm, rv, epsilon=1e-3, layout=layout, stream=stream)

@@ -50,8 +50,8 @@ _LAZY = {
     "Functional": ("dnnbind.models", "Functional"),
     "Input": ("dnnbind.layers", "Input"),
     "KerasTensor": ("dnnbind.layers.base", "KerasTensor"),
-    "load_model": ("dnnbind.saving", "load_model"),
-    "save_model": ("dnnbind.saving", "save_model"),
+    "load_model": ("dnnbind.models", "load_model"),
+    "save_model": ("dnnbind.models", "save_model"),
     "doctor": ("dnnbind.doctor", "doctor"),
 }
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from .doctor import check_report, collect_report, doctor
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dnnbind", description="dnnbind command line tools")
@@ -14,8 +16,6 @@ def main(argv: list[str] | None = None) -> int:
     doc.add_argument("--json", action="store_true", help="print the collected report as JSON and the problems")
     args = parser.parse_args(argv)
     if args.command == "doctor":
-        from .doctor import check_report, collect_report, doctor
-
         if args.json:
             report = collect_report()
             problems = check_report(report)

@@ -37,6 +37,7 @@ import warnings
 from collections import OrderedDict
 from typing import Any, Callable
 
+from . import ops
 from .errors import DnnbindError
 
 __all__ = ["StepGraphs", "CudaGraphBackend", "MAX_GRAPHS", "KINDS"]
@@ -46,13 +47,17 @@ KINDS = ("train", "test", "predict")
 
 
 class CudaGraphBackend:
-    """What :class:`StepGraphs` needs from CUDA; tests substitute a fake to check the bookkeeping on NumPy."""
+    """What :class:`StepGraphs` needs from CUDA; tests substitute a fake to check the bookkeeping on NumPy.
+
+    Its methods import :mod:`dnnbind.cuda` (and the CUDA ops' workspace) where they use it: this module
+    is imported by every model, also on the NumPy backend, which must not load cuda.bindings.
+    """
 
     def available(self, device: Any) -> bool:
         return bool(device.is_cuda)
 
     def current_stream(self) -> Any:
-        from .cuda import current_stream
+        from .cuda import current_stream  # deferred: CUDA only (class docstring)
 
         return current_stream()
 
@@ -62,7 +67,7 @@ class CudaGraphBackend:
     def capture(self, stream: Any, fn: Callable[[], Any]) -> Any:
         """Capture ``fn()``'s work on ``stream`` and instantiate the graph (so instantiation errors
         count as capture errors); an exception ends the capture and propagates."""
-        from .cuda import capture
+        from .cuda import capture  # deferred: CUDA only (class docstring)
 
         with capture(stream) as graph:
             fn()
@@ -86,7 +91,7 @@ class CudaGraphBackend:
         graph.launch(stream)
 
     def empty(self, shape: tuple, dtype: Any, stream: Any) -> Any:
-        from .cuda import empty
+        from .cuda import empty  # deferred: CUDA only (class docstring)
 
         return empty(shape, dtype, stream=stream)
 
@@ -97,8 +102,6 @@ class CudaGraphBackend:
 
     def copy_out(self, src: Any, stream: Any) -> Any:
         """A fresh copy of a static output (the next replay overwrites ``src``)."""
-        from . import ops
-
         return ops.copy(src, stream=stream)
 
     def synchronize(self, stream: Any) -> None:
@@ -107,7 +110,7 @@ class CudaGraphBackend:
 
     def trim(self, stream: Any) -> None:
         """Give the graph memory no remaining graph uses back to the driver (after graphs were closed)."""
-        from .cuda._util import rt
+        from .cuda._util import rt  # deferred: CUDA only (class docstring)
 
         rt.cudaDeviceGraphMemTrim(stream.device_index)
 
@@ -118,7 +121,7 @@ class CudaGraphBackend:
         graph keeps a reference to the one it baked in.
         """
         try:
-            from .ops._cuda import _common as cm
+            from .ops._cuda import _common as cm  # deferred: CUDA only (class docstring)
         except Exception:  # pragma: no cover - the CUDA ops always import
             return None
         ws = getattr(cm, "_workspaces", {}).get((stream.device_index, stream.handle))
@@ -126,7 +129,7 @@ class CudaGraphBackend:
 
     def release_scratch(self) -> None:
         """Drop cached workspaces (one grew during a capture, so it is the graph's memory now)."""
-        from .ops._cuda import _common as cm
+        from .ops._cuda import _common as cm  # deferred: CUDA only (class docstring)
 
         cm.release_workspaces()
 
@@ -154,9 +157,7 @@ class _Entry:
 
 
 def _config_key() -> tuple:
-    from .ops import config
-
-    return config.capture_key()
+    return ops.config.capture_key()
 
 
 def _is_multi(shape: Any) -> bool:
@@ -359,8 +360,6 @@ class StepGraphs:
             return lambda: model._eager_step(entry.kind, sx, sy)
 
         def predict() -> None:
-            from . import ops
-
             # the output is written into a buffer made before the capture, so the graph frees
             # everything it allocates and its output outlives no replay
             result = model._eager_step("predict", sx, None)

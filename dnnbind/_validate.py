@@ -10,8 +10,9 @@ of the wrong type raises :class:`ArgumentTypeError`, which is both a ``TypeError
 ``ValueError`` (Keras 3 raises ``ValueError`` for, say, ``Dense(2.5)``; Python code expects
 ``TypeError``); a value of the right type out of range raises ``ValueError``.
 
-A shared leaf, like :mod:`dnnbind.errors`: it imports nothing else from dnnbind, so ``ops``,
-``layers`` and ``models`` may all use it.
+A shared leaf, like :mod:`dnnbind.errors`: it imports nothing else from dnnbind, so every room
+(``cuda``, ``cudnn``, ``cublas``, ``ops``, ``layers``, ``models``) may use it. It holds the one dtype
+normaliser, :func:`normalize_dtype`, for the same reason.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numbers
 import os
 from typing import Any, Iterable, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from .errors import AllocationTooLargeError
@@ -28,7 +30,10 @@ from .errors import AllocationTooLargeError
 __all__ = [
     "ArgumentTypeError", "integer", "positive_int", "non_negative_int", "optional_positive_int", "boolean",
     "number", "one_of", "shape", "int_pair", "instances", "finite_array", "check_allocation", "human_bytes",
+    "BFLOAT16", "normalize_dtype",
 ]
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -225,3 +230,44 @@ def human_bytes(n: float) -> str:
         if n < 1024:
             return f"{n:.2f} {unit}"
     return f"{n:.2f} PB"
+
+
+_parsed_dtypes: "dict[Any, np.dtype]" = {}  # a spelling callers passed (np.float32, "float32", a dtype) -> dtype
+
+
+def normalize_dtype(dtype: Any, owner: str = "dtype", supported: "frozenset[np.dtype] | None" = None) -> np.dtype:
+    """``dtype`` as a NumPy dtype: a dtype, a scalar type, or a name (``"bfloat16"``/``"bf16"`` is
+    ml_dtypes' bfloat16). Raises ``TypeError`` naming ``owner`` for what is not a dtype, or for a
+    dtype outside ``supported`` (the dtypes the caller's library accepts) when one is given.
+
+    The one dtype normaliser of the library: DeviceArray, the ops, the cuDNN descriptors, cuBLAS
+    gemm and the dtype policies all spell dtypes through it.
+    """
+    # Hot path (every DeviceArray allocation): a dict hit on a spelling already parsed once. Only
+    # str, type and dtype spellings are stored (bool/int keys would alias: True == 1), and the dict
+    # stays small (a handful of spellings per dtype).
+    try:
+        dt = _parsed_dtypes.get(dtype)
+    except TypeError:  # an unhashable spelling
+        dt = None
+    if dt is None:
+        dt = _parse_dtype(dtype, owner, supported)
+        if isinstance(dtype, (str, type, np.dtype)) and len(_parsed_dtypes) < 256:
+            _parsed_dtypes[dtype] = dt
+    if supported is not None and dt not in supported:
+        raise TypeError(f"{owner}: dtype {dt} is not supported; supported: {_dtype_names(supported)}")
+    return dt
+
+
+def _parse_dtype(dtype: Any, owner: str, supported: "frozenset[np.dtype] | None") -> np.dtype:
+    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
+        return BFLOAT16
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        names = f"; supported: {_dtype_names(supported)}" if supported is not None else ""
+        raise TypeError(f"{owner}: {dtype!r} is not a dtype{names}") from None
+
+
+def _dtype_names(dtypes: "frozenset[np.dtype]") -> str:
+    return ", ".join(sorted(d.name for d in dtypes))

@@ -8,6 +8,13 @@ Devices are spelled as in PyTorch: ``"cpu"``, ``"cuda"`` (the current GPU) and
 ``"cuda:N"``. On the CPU, arrays are NumPy arrays; on a GPU they are
 :class:`dnnbind.cuda.DeviceArray`. Nothing here converts between the two
 silently: :func:`asarray` and :func:`to_numpy` are the explicit transfers.
+
+:class:`Device` (``dnnbind.Device``) says where computation runs; the GPU itself, with its
+properties, is :class:`dnnbind.cuda.CudaDevice`.
+
+A shared leaf below :mod:`dnnbind.ops`: it imports :mod:`dnnbind.cuda` only inside the functions
+that need a GPU, because ``import dnnbind`` (which imports this module) must not load
+cuda.bindings for a NumPy-only user, and must work where it is broken.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ._validate import normalize_dtype
 from .errors import DnnbindError, NoDeviceError
 
 __all__ = [
@@ -83,7 +91,7 @@ class Device:
 
 def _cuda_available() -> bool:
     try:
-        from . import cuda
+        from . import cuda  # deferred: see the module docstring
     except Exception:  # cuda-bindings missing or broken: the CPU backend still works
         return False
     return cuda.is_available()
@@ -97,7 +105,7 @@ def _announce_cpu(reason: str) -> None:
 
 
 def _check_cuda(device: Device) -> Device:
-    from . import cuda
+    from . import cuda  # deferred: see the module docstring
 
     if not cuda.is_available():
         raise NoDeviceError(
@@ -131,7 +139,7 @@ def default_device() -> Device:
     elif _cuda_available():
         _default = resolve_device("cuda")
     else:
-        from . import cuda
+        from . import cuda  # deferred: see the module docstring
 
         _announce_cpu(f"no GPU ({cuda.unavailable_reason()})")
         _default = Device("cpu")
@@ -150,7 +158,7 @@ _device_array_type: "type | None" = None  # dnnbind.cuda.DeviceArray, imported o
 
 def _load_device_array_type() -> type:
     global _device_array_type
-    from .cuda.array import DeviceArray
+    from .cuda.array import DeviceArray  # deferred: see the module docstring
 
     _device_array_type = DeviceArray
     return DeviceArray
@@ -176,18 +184,22 @@ def device_of(x: Any) -> Device:
 
 
 def asarray(x: Any, device: "str | Device | None" = None, dtype: Any = None, stream: Any = None):
-    """Put ``x`` on ``device`` (an explicit host-to-device transfer when it is a GPU)."""
+    """Put ``x`` on ``device`` (an explicit host-to-device transfer when it is a GPU).
+
+    ``dtype`` converts host data before the transfer. A DeviceArray is never converted here (that
+    is an op on the device): one of another dtype raises a TypeError that names
+    :func:`dnnbind.ops.cast`.
+    """
     dev = resolve_device(device)
     if dev.is_cuda:
-        from .cuda import to_device
+        from .cuda import to_device  # deferred: see the module docstring
 
         if is_device_array(x):
+            if dtype is not None and normalize_dtype(dtype, "backend.asarray") != x.dtype:
+                raise TypeError(f"backend.asarray: x is a DeviceArray of dtype {x.dtype}, and dtype={dtype!r} asks "
+                                "for a conversion on the device: use dnnbind.ops.cast(x, dtype)")
             if x.device.index != dev.index:
                 return x.to(str(dev))
-            if dtype is not None and np.dtype(dtype) != x.dtype:
-                from .ops import cast
-
-                return cast(x, dtype, stream=stream)
             return x
         arr = np.asarray(x, dtype=dtype)
         return to_device(arr, stream=stream, device=dev.index)

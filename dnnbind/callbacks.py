@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from ._files import atomic_write
 from .errors import DnnbindError
 
 __all__ = [
@@ -195,8 +196,6 @@ class History(Callback):
             ax.legend()
         fig.tight_layout()
         path = os.fspath(path)
-        from .saving import atomic_write
-
         with atomic_write(path) as fh:
             fig.savefig(fh, format="png", dpi=dpi)
         return path

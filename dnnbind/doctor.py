@@ -13,6 +13,8 @@ import sys
 import types
 from typing import Any, TextIO
 
+from . import __version__
+
 __all__ = ["collect_report", "check_report", "format_report", "doctor", "Problem"]
 
 # Oldest compute capability each cuDNN 9 build supports (cuDNN support matrix: the CUDA 12
@@ -53,7 +55,7 @@ def _install(major: int) -> str:
 def _library(name: str) -> dict:
     entry: dict[str, Any] = {"version": None, "path": None, "error": None}
     try:
-        from ._lib import loader
+        from ._lib import loader  # deferred: a failing import is reported (collect_report's docstring)
 
         info = loader.library_info(name)
         entry.update(version=info.version, path=info.path, found_via=info.found_via)
@@ -64,9 +66,11 @@ def _library(name: str) -> dict:
 
 
 def collect_report() -> dict:
-    """Everything the checks need, as plain data. Never raises."""
-    from . import __version__
+    """Everything the checks need, as plain data. Never raises.
 
+    The CUDA rooms are imported inside its ``try`` blocks, not at the top: a broken install is what
+    the doctor is run to diagnose, so their import errors become lines of the report.
+    """
     report: dict[str, Any] = {
         "dnnbind": __version__,
         "python": sys.version.split()[0],
@@ -91,13 +95,13 @@ def collect_report() -> dict:
     except Exception:
         pass
     try:
-        from . import cuda
+        from . import cuda  # deferred: a failing import is reported (collect_report's docstring)
 
         report["cuda_available"] = cuda.is_available()
         report["unavailable_reason"] = cuda.unavailable_reason()
         for index in range(cuda.device_count()):
             try:
-                dev = cuda.Device(index)
+                dev = cuda.CudaDevice(index)
                 free, total = dev.mem_get_info()
                 report["gpus"].append({
                     "index": index, "name": dev.name, "compute_capability": list(dev.compute_capability),
@@ -111,7 +115,7 @@ def collect_report() -> dict:
     cudnn = _library("cudnn")
     if cudnn["error"] is None:
         try:
-            from ._lib import cudnn as cudnn_lib
+            from ._lib import cudnn as cudnn_lib  # deferred: a failing import is reported
 
             cudnn["version"] = cudnn_lib.version()
             cudnn["cuda_version"] = cudnn_lib.cudart_version()

@@ -12,8 +12,6 @@ float32 whatever the policy says (NumPy has no fast 16-bit math).
 
 from __future__ import annotations
 
-import numpy as np
-
 __all__ = ["Policy", "set_global_policy", "global_policy", "DTypePolicy"]
 
 _KNOWN = {
@@ -71,12 +69,3 @@ def set_global_policy(policy: "str | Policy") -> None:
 
 def global_policy() -> Policy:
     return _global
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    """The NumPy dtype for a policy dtype name (bfloat16 via ml_dtypes)."""
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)

@@ -198,6 +198,8 @@ class Optimizer:
         # bumped whenever the state arrays are reallocated (build, set_state, to): CUDA graphs of a
         # training step address them, and a model drops its graphs when this changes
         self._state_version = 0
+        # the CUDA updates' device pointer tables for this optimizer's arrays (made on first use)
+        self._tables = ops.UpdateTables()
         self.built = False
 
     def _check_lr(self, lr):
@@ -327,6 +329,7 @@ class Optimizer:
         self._lr_array = backend.asarray(np.array(lr, np.float32), device=self._device)
         self._lr_uploaded = lr
         self._step_array = backend.asarray(np.array(iterations, np.int64), device=self._device)
+        self._tables.clear()  # they address the old slots (no captured graph uses a kept table)
         self._state_version += 1
         self.built = True
 
@@ -408,6 +411,7 @@ class Optimizer:
         self._slots = [{name: move(arr) for name, arr in slots.items()} for slots in self._slots]
         self._lr_array, self._step_array = move(self._lr_array), move(self._step_array)
         self._device = dev
+        self._tables.clear()
         self._state_version += 1
 
     def get_config(self) -> dict:
@@ -445,7 +449,8 @@ class SGD(Optimizer):
     def _update(self, params, grads, *, grad_scale, skip):
         velocities = self._slot_lists("momentum") if self.momentum else None
         ops.sgd_update(params, grads, velocities, lr=self._lr_array, momentum=self.momentum, nesterov=self.nesterov,
-                       weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, **self._clip_kwargs())
+                       weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, tables=self._tables,
+                       **self._clip_kwargs())
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
@@ -472,8 +477,8 @@ class Adam(Optimizer):
             kwargs["vhat"] = self._slot_lists("vhat")
         ops.adam_update(params, grads, self._slot_lists("m"), self._slot_lists("v"), lr=self._lr_array,
                         step=self._step_array, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
-                        weight_decay=self._wd(), amsgrad=self.amsgrad, grad_scale=grad_scale, skip=skip, **kwargs,
-                        **self._clip_kwargs())
+                        weight_decay=self._wd(), amsgrad=self.amsgrad, grad_scale=grad_scale, skip=skip,
+                        tables=self._tables, **kwargs, **self._clip_kwargs())
 
     def get_config(self):
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
@@ -510,7 +515,8 @@ class RMSprop(Optimizer):
                            momentum=self.momentum, epsilon=self.epsilon, centered=self.centered,
                            mom=self._slot_lists("momentum") if self.momentum else None,
                            avg=self._slot_lists("average_gradient") if self.centered else None,
-                           weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, **self._clip_kwargs())
+                           weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, tables=self._tables,
+                           **self._clip_kwargs())
 
     def get_config(self):
         return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon,

@@ -21,7 +21,7 @@ import numpy as np
 from dnnbind import _validate, backend, ops
 from dnnbind import initializers as _init
 from dnnbind.backend import Device
-from dnnbind.mixed_precision import Policy, global_policy, numpy_dtype
+from dnnbind.mixed_precision import Policy, global_policy
 
 from .tape import active_tape
 
@@ -277,7 +277,7 @@ class Layer:
         """What the layer really computes in: the policy's dtype on a GPU, float32 on NumPy."""
         if not self.device.is_cuda and self.compute_dtype in ("float16", "bfloat16"):
             return np.dtype("float32")
-        return numpy_dtype(self.compute_dtype)
+        return _validate.normalize_dtype(self.compute_dtype)
 
     def _cast_input(self, x: Any) -> Any:
         """Inputs are cast to the compute dtype (ints become floats, as Keras)."""
@@ -304,7 +304,7 @@ class Layer:
                    dtype: Any = None) -> Weight:
         """Create a weight from a Keras-layout initial value; returns the :class:`Weight`."""
         shape = tuple(int(s) for s in shape)
-        vdtype = numpy_dtype(dtype or self.variable_dtype)
+        vdtype = _validate.normalize_dtype(dtype or self.variable_dtype)
         self._check_weight_size(name, shape, vdtype)
         init = _init.get(initializer)
         host = np.asarray(init(shape, dtype=vdtype), dtype=vdtype)
@@ -322,7 +322,7 @@ class Layer:
             # deferred: dnnbind.cuda loads cuda.bindings, needed only for large weights on CUDA
             from dnnbind import cuda
 
-            total = cuda.Device(self.device.index).total_memory
+            total = cuda.CudaDevice(self.device.index).total_memory
         _validate.check_allocation(nbytes, f"weight '{name}' of shape {shape} ({np.dtype(dtype)})",
                                    f"{type(self).__name__} '{self.name}'", device_total=total,
                                    device=str(self.device))
@@ -343,9 +343,6 @@ class Layer:
         if not self.trainable:
             return list(self._weights)
         return [w for w in self._weights if not w.trainable]
-
-    def _weights_in_creation_order(self) -> list[Weight]:
-        return list(self._weights)
 
     def get_weights(self) -> list[np.ndarray]:
         """Host copies in Keras layouts and Keras order (creation order: e.g. kernel, bias)."""
@@ -500,7 +497,7 @@ class Layer:
         return node.output_tensors[0]
 
     def _effective_compute_dtype_name(self) -> str:
-        return str(np.dtype(numpy_dtype(self.compute_dtype)))
+        return str(np.dtype(_validate.normalize_dtype(self.compute_dtype)))
 
     # ----- per-application state (shared layers) --------------------------------------------
     def _call_state(self) -> tuple[dict, dict]:

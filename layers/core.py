@@ -9,7 +9,7 @@ from dnnbind import _validate, ops
 from dnnbind import initializers as _init
 from dnnbind.utils import draw_seed
 
-from .base import ActivationFn, Layer, register
+from .base import ActivationFn, Layer, register, split_batch
 
 __all__ = ["Dense", "Dropout", "Flatten", "Activation", "ReLU", "Softmax", "LeakyReLU", "ELU"]
 
@@ -65,8 +65,6 @@ class Dense(_ActivationMixin, Layer):
         self.bias_initializer = _init.get(bias_initializer)
 
     def build(self, input_shape: Sequence[int]) -> None:
-        from .base import split_batch
-
         _, shape = split_batch(input_shape)
         if len(shape) < 1:
             raise ValueError(f"Dense '{self.name}' needs inputs with at least one feature axis, got shape {shape}")
@@ -298,8 +296,6 @@ class Softmax(_ActivationLayerBase):
         self.axis = _validate.integer(axis, "axis", f"Softmax '{self.name}'")
 
     def build(self, input_shape):
-        from .base import split_batch
-
         _, shape = split_batch(input_shape)
         if self.axis not in (-1, len(shape)):
             raise NotImplementedError(

@@ -98,7 +98,7 @@ class BatchNormalization(Layer):
         x = self._cast_input(x)
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
         if training and self.trainable:
-            y, self._save_mean, self._save_inv_std = ops.batchnorm_forward_training(
+            y, self._saved = ops.batchnorm_forward_training(
                 x, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
                 **self._kwargs())
             self._x, self._training_forward = x, True
@@ -115,13 +115,13 @@ class BatchNormalization(Layer):
             zeros = self._param(None, 0.0)
             return ops.batchnorm_forward_inference(dy, gamma, zeros, zeros, self.moving_variance.value,
                                                    **self._kwargs())
-        dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._save_mean, self._save_inv_std,
-                                                    **self._kwargs())
+        dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._saved, **self._kwargs())
         if self.gamma is not None:
             self.grads["gamma"] = dgamma
         if self.beta is not None:
             self.grads["beta"] = dbeta
-        self._x = self._save_mean = self._save_inv_std = None
+        # Dropping the saved state frees cuDNN's reserve space here, inside a captured step.
+        self._x = self._saved = None
         return dx
 
     def get_config(self):

@@ -17,7 +17,7 @@ import numpy as np
 from dnnbind import _validate, backend, ops
 from dnnbind.ops.preprocessing import channel_run
 
-from .base import Layer, register
+from .base import Layer, register, split_batch
 
 __all__ = ["Rescaling", "Normalization"]
 
@@ -86,8 +86,6 @@ class Rescaling(_Constants):
         return {"scale": np.broadcast_to(scale, shape), "offset": np.broadcast_to(offset, shape)}
 
     def build(self, input_shape):
-        from .base import split_batch
-
         _, shape = split_batch(input_shape)
         consts = self._host_constants()
         c = consts["scale"].shape[0] if consts["scale"].ndim else 1
@@ -178,8 +176,6 @@ class Normalization(_Constants):
         return keep, reduce, broadcast
 
     def build(self, input_shape):
-        from .base import split_batch
-
         _, shape = split_batch(input_shape)
         keep, _, broadcast = self._geometry(shape)
         kept_shape = tuple(broadcast[d] for d in keep)

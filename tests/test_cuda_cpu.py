@@ -12,7 +12,7 @@ import pytest
 
 from dnnbind import cuda
 from dnnbind.cuda import device as devmod
-from dnnbind.cuda import interop
+from dnnbind.cuda import _dlpack, interop
 from dnnbind.cuda.array import DeviceArray
 from dnnbind.errors import NoDeviceError
 
@@ -216,27 +216,27 @@ def test_cuda_array_interface_v3():
 def test_dlpack_capsule_round_trip(dtype, strides, max_version):
     src = fake((3, 2), dtype, ptr=0x8000, strides=strides)
     capsule = src.__dlpack__(stream=-1, max_version=max_version)
-    assert len(interop._exports) >= 1
+    assert len(_dlpack._exports) >= 1
     stand_in = types.SimpleNamespace(handle=5, device_index=0)
     out = interop._from_capsule(capsule, None, stand_in)
     assert out.ptr == 0x8000 and out.shape == (3, 2) and out.dtype == np.dtype(dtype)
     assert out.strides == src.strides
     with pytest.raises(ValueError, match="already consumed"):
         interop._from_capsule(capsule, None, stand_in)
-    key = [k for k, v in interop._exports.items() if v[0] is src]
+    key = [k for k, v in _dlpack._exports.items() if v[0] is src]
     assert len(key) == 1
     del out
     gc.collect()
-    assert not [k for k, v in interop._exports.items() if v[0] is src]  # deleter ran
+    assert not [k for k, v in _dlpack._exports.items() if v[0] is src]  # deleter ran
 
 
 def test_unconsumed_capsule_releases_the_array():
     src = fake((4,), np.float32)
     capsule = src.__dlpack__(stream=-1)
-    assert any(v[0] is src for v in interop._exports.values())
+    assert any(v[0] is src for v in _dlpack._exports.values())
     del capsule
     gc.collect()
-    assert not any(v[0] is src for v in interop._exports.values())
+    assert not any(v[0] is src for v in _dlpack._exports.values())
 
 
 def test_dlpack_refuses_other_devices_and_host_producers():
@@ -250,6 +250,14 @@ def test_dlpack_refuses_other_devices_and_host_producers():
 
 def test_dlpack_struct_layout_matches_the_header():
     # dlpack.h: DLTensor is 48 bytes on LP64; DLManagedTensorVersioned puts dl_tensor at 32.
-    assert ctypes.sizeof(interop.DLTensor) == 48
-    assert ctypes.sizeof(interop.DLManagedTensor) == 64
-    assert interop.DLManagedTensorVersioned.dl_tensor.offset == 32
+    assert ctypes.sizeof(_dlpack.DLTensor) == 48
+    assert ctypes.sizeof(_dlpack.DLManagedTensor) == 64
+    assert _dlpack.DLManagedTensorVersioned.dl_tensor.offset == 32
+
+
+def test_the_gpu_class_and_the_placement_class_have_different_names():
+    from dnnbind import backend
+
+    assert cuda.Device is cuda.CudaDevice and cuda.CudaDevice.__name__ == "CudaDevice"  # the public alias
+    assert backend.Device is not cuda.CudaDevice and backend.Device.__name__ == "Device"
+    assert str(backend.Device("gpu:1")) == "cuda:1"

@@ -286,3 +286,18 @@ def test_constant_uploaded_during_capture_is_replayed(rng):
         out.fill_bytes(0xFF, stream=s)
         graph.launch(s)
         np.testing.assert_array_equal(out.to_host(s), host)
+
+
+def test_backend_asarray_moves_but_never_casts_a_device_array():
+    from dnnbind import backend
+
+    host = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    x = cuda.to_device(host)
+    assert backend.asarray(x, "cuda:0") is x
+    assert backend.asarray(x, "cuda:0", dtype="float32") is x  # same dtype: nothing to do
+    with pytest.raises(TypeError, match=r"dtype float32.*dnnbind\.ops\.cast"):
+        backend.asarray(x, "cuda:0", dtype="float16")
+    y = backend.asarray(host, "cuda:0", dtype="float16")  # host data converts before the copy
+    assert y.dtype == np.float16 and np.array_equal(y.to_host(), host.astype(np.float16))
+    dev = cuda.CudaDevice(0)
+    assert dev is cuda.Device(0) and x.device is dev and str(dev) == "cuda:0"

@@ -113,11 +113,12 @@ def test_mnist_example_needs_no_flags_gpu(tmp_path):
 
 def test_mnist_example_test_only_directory_splits(tmp_path):
     write_mnist(tmp_path / "t10k", prefixes=("t10k",), n=(120,))
-    out, accuracy = run_example("mnist.py", "--data-dir", str(tmp_path / "t10k"), "--epochs", "1",
+    out, accuracy = run_example("mnist.py", "--data-dir", str(tmp_path / "t10k"), "--epochs", "5",
                                 "--batch-size", "32", "--split", "100", "--device", "cpu",
                                 tmp_path=tmp_path)
     assert "first 100 for training, last 20 for testing; 100 train, 20 test" in out
-    assert accuracy is not None and 0.0 <= accuracy <= 1.0
+    assert accuracy is not None, out
+    assert accuracy >= 0.5, out  # 10 classes: chance is 0.1 (0.75 seen with the default seed)
 
 
 def test_mnist_example_min_accuracy_fails(tmp_path):
@@ -129,12 +130,18 @@ def test_mnist_example_min_accuracy_fails(tmp_path):
 
 
 def _cifar_archive(path: Path, per_batch: int, seed: int = 0) -> None:
+    """CIFAR-10's binary archive layout; the images are learnable: noise, one channel brighter and a
+    bright stripe whose rows both depend on the label."""
     rng = np.random.default_rng(seed)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
             labels = rng.integers(0, 10, per_batch).astype(np.uint8)
-            images = rng.integers(0, 256, (per_batch, 3, 32, 32)).astype(np.uint8)
+            images = rng.normal(110, 40, (per_batch, 3, 32, 32))
+            for i, k in enumerate(labels):
+                images[i, k % 3] += 50
+                images[i, :, 3 * k + 1: 3 * k + 3, :] += 70
+            images = np.clip(images, 0, 255).astype(np.uint8)
             blob = b"".join(bytes([labels[i]]) + images[i].tobytes() for i in range(per_batch))
             info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
             info.size = len(blob)
@@ -143,22 +150,25 @@ def _cifar_archive(path: Path, per_batch: int, seed: int = 0) -> None:
 
 
 def test_cifar10_example_synthetic(tmp_path):
-    out, accuracy = run_example("cifar10.py", "--synthetic", "--limit", "96", "--epochs", "2",
-                                "--batch-size", "32", "--base-width", "4", "--device", "cpu",
+    out, accuracy = run_example("cifar10.py", "--synthetic", "--limit", "800", "--epochs", "3",
+                                "--batch-size", "32", "--base-width", "8", "--device", "cpu",
                                 tmp_path=tmp_path)
-    assert "data: 96 train, 24 test images on cpu" in out
-    assert re.search(r"epoch 2/2 - .*loss: [0-9.]+", out), out
-    assert accuracy is not None and 0.0 <= accuracy <= 1.0
+    assert "data: 800 train, 200 test images on cpu" in out
+    assert re.search(r"epoch 3/3 - .*loss: [0-9.]+", out), out
+    assert accuracy is not None, out
+    # 10 classes: chance is 0.1; 0.92 with the default seed, 0.55 the lowest of seeds 0-2
+    assert accuracy >= 0.4, out
 
 
 def test_cifar10_example_reads_binary_archive(tmp_path):
     (tmp_path / "cifar").mkdir()
-    _cifar_archive(tmp_path / "cifar" / "cifar-10-binary.tar.gz", per_batch=8)
-    out, accuracy = run_example("cifar10.py", "--data-dir", str(tmp_path / "cifar"), "--epochs", "1",
-                                "--batch-size", "16", "--base-width", "4", "--device", "cpu",
+    _cifar_archive(tmp_path / "cifar" / "cifar-10-binary.tar.gz", per_batch=160)
+    out, accuracy = run_example("cifar10.py", "--data-dir", str(tmp_path / "cifar"), "--epochs", "3",
+                                "--batch-size", "32", "--base-width", "8", "--device", "cpu",
                                 tmp_path=tmp_path)
-    assert "data: 40 train, 8 test images on cpu" in out
-    assert accuracy is not None and 0.0 <= accuracy <= 1.0
+    assert "data: 800 train, 160 test images on cpu" in out
+    assert accuracy is not None, out
+    assert accuracy >= 0.4, out  # learnable images, 10 classes: chance is 0.1
 
 
 def test_custom_pipeline_cpu(tmp_path):
@@ -187,8 +197,10 @@ def test_mnist_example_gpu(tmp_path, precision):
 @pytest.mark.gpu
 def test_cifar10_example_gpu_device_augmentation(tmp_path):
     # Device-resident data set, ops.take + ops.random_crop_flip on DeviceArrays, train_on_batch.
-    out, accuracy = run_example("cifar10.py", "--synthetic", "--limit", "512", "--epochs", "2",
+    out, accuracy = run_example("cifar10.py", "--synthetic", "--limit", "1024", "--epochs", "4",
                                 "--batch-size", "64", "--base-width", "16", "--device", "cuda",
                                 tmp_path=tmp_path, device="cuda")
     assert "images on cuda" in out
-    assert accuracy is not None and 0.0 <= accuracy <= 1.0, out
+    assert accuracy is not None, out
+    # 10 classes: chance is 0.1; the same run on the CPU reaches 0.48-0.89 over seeds 0-3
+    assert accuracy >= 0.3, out

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ctypes
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from dnnbind import backend, cuda
+from dnnbind._validate import normalize_dtype
 from dnnbind.cuda import array as amod
 from dnnbind.cuda import kernel as kmod
 from dnnbind.cuda import memory as mmod
@@ -68,13 +70,18 @@ def test_normalize_shape_and_dtype_fast_paths_keep_their_errors():
     for bad in ((2, -1), (2, True), (2.0, 3)):
         with pytest.raises((TypeError, ValueError)):
             amod.normalize_shape(bad)
+    gpu = frozenset(amod.SUPPORTED_DTYPES)
     for spelling in ("float32", np.float32, np.dtype(np.float32), "float32"):  # twice: the cached hit
-        assert amod.normalize_dtype(spelling) == np.dtype(np.float32)
-    assert amod.normalize_dtype(np.dtype(np.float32)) is np.dtype(np.float32)
-    with pytest.raises(TypeError, match="not supported"):
-        amod.normalize_dtype(np.complex64)
-    with pytest.raises(TypeError, match="not supported"):
-        amod.normalize_dtype(">f4")
+        assert normalize_dtype(spelling, "DeviceArray", gpu) == np.dtype(np.float32)
+    assert normalize_dtype(np.dtype(np.float32), "DeviceArray", gpu) is np.dtype(np.float32)
+    assert normalize_dtype("bf16") == normalize_dtype("bfloat16") == np.dtype(ml_dtypes.bfloat16)
+    for _ in range(2):  # the second time from the cache of parsed spellings: still refused
+        with pytest.raises(TypeError, match="DeviceArray: dtype complex64 is not supported"):
+            normalize_dtype(np.complex64, "DeviceArray", gpu)
+        with pytest.raises(TypeError, match="not supported"):
+            normalize_dtype(">f4", "DeviceArray", gpu)
+    with pytest.raises(TypeError, match="'nope' is not a dtype"):
+        normalize_dtype("nope", "DeviceArray", gpu)
 
 
 def test_conv_params_memo_still_rejects_bool_and_float_arguments():

@@ -9,6 +9,7 @@ import pytest
 
 from dnnbind import ops
 from dnnbind.ops.activation import erf
+from cases import ACTIVATION_CASES
 from testutil import numerical_grad, random, rel_error
 
 FD_TOL = 1e-7
@@ -32,9 +33,6 @@ def reference(kind, x, alpha):
     }[kind]
 
 
-CASES = [(k, None) for k in ops.ACTIVATIONS] + [("elu", 0.5), ("clipped_relu", 1.5), ("leaky_relu", 0.1)]
-
-
 def _input(rng, shape=(2, 3, 4)):
     x = random(rng, shape, low=-3, high=3)
     # keep finite differences away from the kinks (0 and the clipped_relu ceilings)
@@ -44,14 +42,14 @@ def _input(rng, shape=(2, 3, 4)):
     return x
 
 
-@pytest.mark.parametrize("kind, alpha", CASES)
+@pytest.mark.parametrize("kind, alpha", ACTIVATION_CASES)
 def test_forward_matches_formula(rng, kind, alpha):
     x = _input(rng) * 3  # reach the clipped_relu ceiling of 6
     y = ops.activation_forward(x, kind, alpha=alpha)
     assert y.dtype == x.dtype and rel_error(y, reference(kind, x, alpha)) < 1e-14
 
 
-@pytest.mark.parametrize("kind, alpha", CASES)
+@pytest.mark.parametrize("kind, alpha", ACTIVATION_CASES)
 def test_backward_finite_differences(rng, kind, alpha):
     x = _input(rng)
     if kind == "clipped_relu":

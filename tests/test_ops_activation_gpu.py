@@ -6,17 +6,14 @@ import numpy as np
 import pytest
 
 from dnnbind import ops
+from cases import ACTIVATION_CASES
 from gpu_errlog import DTYPES, check, dev, poisoned, quantize
 from testutil import random
 
 pytestmark = pytest.mark.gpu
 
-KINDS = [("relu", None), ("sigmoid", None), ("tanh", None), ("elu", 0.7), ("clipped_relu", 1.5), ("swish", None),
-         ("gelu", None), ("gelu_tanh", None), ("leaky_relu", 0.1), ("softplus", None), ("linear", None)]
-
-
 @pytest.mark.parametrize("label, dtype", DTYPES)
-@pytest.mark.parametrize("kind, alpha", KINDS)
+@pytest.mark.parametrize("kind, alpha", ACTIVATION_CASES)
 @pytest.mark.parametrize("shape", [(3, 5, 7, 2), (1000,), (1, 1)])
 def test_activation_forward_backward(rng, label, dtype, kind, alpha, shape):
     x = quantize(random(rng, shape, low=-4, high=4), dtype)

@@ -37,8 +37,10 @@ def test_training_forward_and_running_stats(rng, shape, mode, layout, axes):
     x = random(rng, shape, low=-2, high=3)
     gamma, beta, rm, rv = _params(rng, x, axes)
     rm0, rv0 = rm.copy(), rv.copy()
-    y, mean, inv_std = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, momentum=0.9, epsilon=1e-3,
-                                                      mode=mode, layout=layout)
+    y, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, momentum=0.9, epsilon=1e-3, mode=mode,
+                                              layout=layout)
+    mean, inv_std = saved.mean, saved.inv_std
+    assert saved.path == "numpy" and saved.reserve is None and saved.x_shape == shape and saved.x_dtype == x.dtype
     bs = _bshape(x, axes)
     mu = x.mean(axis=axes)
     var = x.var(axis=axes)
@@ -55,13 +57,13 @@ def test_backward_finite_differences(rng, shape, mode, layout, axes):
     x = random(rng, shape, low=-2, high=3)
     gamma, beta, rm, rv = _params(rng, x, axes)
     kw = dict(epsilon=1e-3, mode=mode, layout=layout)
-    y, mean, inv_std = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, **kw)
+    y, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, **kw)
     g = random(rng, shape)
 
     def loss():
         return float(np.sum(g * ops.batchnorm_forward_training(x, gamma, beta, rm.copy(), rv.copy(), **kw)[0]))
 
-    dx, dgamma, dbeta = ops.batchnorm_backward(g, x, gamma, mean, inv_std, **kw)
+    dx, dgamma, dbeta = ops.batchnorm_backward(g, x, gamma, saved, **kw)
     assert rel_error(dx, numerical_grad(loss, x)) < FD_TOL
     assert rel_error(dgamma, numerical_grad(loss, gamma)) < FD_TOL
     assert rel_error(dbeta, numerical_grad(loss, beta)) < FD_TOL
@@ -83,9 +85,9 @@ def test_low_precision_input_float32_stats(rng):
     x = random(rng, (4, 3, 2, 2), np.float32)
     gamma, beta = np.ones(3, np.float32), np.zeros(3, np.float32)
     rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
-    y, mean, inv_std = ops.batchnorm_forward_training(x.astype(np.float16), gamma, beta, rm, rv)
-    assert y.dtype == np.float16 and mean.dtype == np.float32 and inv_std.dtype == np.float32
-    y32, _, _ = ops.batchnorm_forward_training(x, gamma, beta, np.zeros(3, np.float32), np.ones(3, np.float32))
+    y, saved = ops.batchnorm_forward_training(x.astype(np.float16), gamma, beta, rm, rv)
+    assert y.dtype == np.float16 and saved.mean.dtype == np.float32 and saved.inv_std.dtype == np.float32
+    y32, _ = ops.batchnorm_forward_training(x, gamma, beta, np.zeros(3, np.float32), np.ones(3, np.float32))
     assert rel_error(y, y32) < 1e-2
 
 
@@ -100,3 +102,45 @@ def test_validation(rng):
         ops.batchnorm_forward_inference(x, p, p, p, p, mode="instance")
     with pytest.raises(ValueError, match=r"x must be 2-d \(N, C\) or 4-d"):
         ops.batchnorm_forward_inference(x[0], p, p, p, p)
+
+
+def test_backward_from_a_hand_built_record_matches_the_forwards(rng):
+    """BatchNormSaved(mean, inv_std) (no path, no x shape) is a complete input to the backward."""
+    x = random(rng, (6, 3, 2, 4), low=-2, high=3)
+    gamma, beta, rm, rv = _params(rng, x, (0, 1, 2))
+    _, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, layout="NHWC")
+    dy = random(rng, x.shape)
+    ref = ops.batchnorm_backward(dy, x, gamma, saved, layout="NHWC")
+    by_hand = ops.BatchNormSaved(saved.mean.copy(), saved.inv_std.copy())
+    assert by_hand.path is None and by_hand.reserve is None and by_hand.x_shape is None
+    for got, want in zip(ops.batchnorm_backward(dy, x, gamma, by_hand, layout="NHWC"), ref):
+        assert rel_error(got, want) < 1e-15 and np.any(want != 0)
+
+
+def test_saved_record_is_immutable_and_its_repr_names_the_path(rng):
+    x = random(rng, (4, 3), np.float32)
+    p = np.ones(3, np.float32)
+    _, saved = ops.batchnorm_forward_training(x, p, p - 1, p - 1, p.copy())
+    with pytest.raises(AttributeError):
+        saved.mean = p
+    assert repr(saved) == "BatchNormSaved(path='numpy', x_shape=(4, 3), mean=(3,) float32, reserve=None)"
+
+
+def test_backward_validation(rng):
+    x = random(rng, (4, 3, 2, 2), np.float32)
+    p = np.ones(3, np.float32)
+    _, saved = ops.batchnorm_forward_training(x, p, p - 1, p - 1, p.copy())
+    dy = random(rng, x.shape, np.float32)
+    # an array where the record goes (the 0.x save_mean) is refused with what to pass instead
+    with pytest.raises(TypeError, match=r"batchnorm_backward: saved must be the BatchNormSaved returned by "
+                                        r"batchnorm_forward_training, got ndarray \(.*BatchNormSaved\(mean, inv_std\)"):
+        ops.batchnorm_backward(dy, x, p, saved.mean)
+    with pytest.raises(ValueError, match=r"batchnorm_backward: saved comes from a forward on x of shape "
+                                         r"\(4, 3, 2, 2\), got x of shape \(2, 3, 2, 2\)"):
+        ops.batchnorm_backward(dy[:2], x[:2], p, saved)
+    bad = ops.BatchNormSaved(np.zeros(4, np.float32), saved.inv_std)
+    with pytest.raises(ValueError, match=r"batchnorm_backward: saved.mean has shape \(4,\), expected \(3,\)"):
+        ops.batchnorm_backward(dy, x, p, bad)
+    bad = ops.BatchNormSaved(saved.mean, saved.inv_std.astype(np.float16))
+    with pytest.raises(TypeError, match="saved.inv_std must be float32 for x of dtype float32, got float16"):
+        ops.batchnorm_backward(dy, x, p, bad)

@@ -4,13 +4,16 @@ GPU tests run every case through the shipped paths ("fast": channels-last traini
 *Ex API with CUDNN_BATCHNORM_SPATIAL_PERSISTENT, channels-last inference on the NVRTC kernel)
 and, for channels-last cases, through the legacy cuDNN path too ("legacy"), for two training
 steps (running statistics after both), inference and backward. CPU tests (no GPU needed)
-check the NVRTC source, the routing and descriptors, and the reserve-space table.
+check the NVRTC source, the routing and descriptors, and how the reserve space travels in
+BatchNormSaved.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -78,21 +81,21 @@ def test_batchnorm_two_steps_inference_backward(rng, switches, path, label, dtyp
     case = f"{path} {mode} {layout} {shape}"
     for step in range(2):  # the running statistics must compose over steps
         x = quantize(random(rng, shape, low=-2, high=3), dtype)
-        y_ref, mean_ref, inv_ref = ops.batchnorm_forward_training(x, g64, b64, rm_ref, rv_ref, momentum=0.9, **kw)
+        y_ref, saved_ref = ops.batchnorm_forward_training(x, g64, b64, rm_ref, rv_ref, momentum=0.9, **kw)
         xd = dev(x, dtype)
-        y, mean, inv = ops.batchnorm_forward_training(xd, dgamma, dbeta, drm, drv, momentum=0.9,
-                                                      out=poisoned(shape, dtype), **kw)
+        y, saved = ops.batchnorm_forward_training(xd, dgamma, dbeta, drm, drv, momentum=0.9,
+                                                  out=poisoned(shape, dtype), **kw)
         check("batchnorm_forward_training", label, y, y_ref, f"{case} step {step}")
-        check("batchnorm.save_mean", label, mean, mean_ref, f"{case} step {step}")
-        check("batchnorm.save_inv_std", label, inv, inv_ref, f"{case} step {step}")
+        check("batchnorm.save_mean", label, saved.mean, saved_ref.mean, f"{case} step {step}")
+        check("batchnorm.save_inv_std", label, saved.inv_std, saved_ref.inv_std, f"{case} step {step}")
     check("batchnorm.running_mean", label, drm, rm_ref, case + " after 2 steps")
     check("batchnorm.running_var", label, drv, rv_ref, case + " after 2 steps")
     yi = ops.batchnorm_forward_inference(xd, dgamma, dbeta, drm, drv, out=poisoned(shape, dtype), **kw)
     yi_ref = ops.batchnorm_forward_inference(x, g64, b64, rm_ref, rv_ref, **kw)
     check("batchnorm_forward_inference", label, yi, yi_ref, case)
     dy = quantize(random(rng, shape), dtype)
-    dx, dg, db = ops.batchnorm_backward(dev(dy, dtype), xd, dgamma, mean, inv, **kw)
-    dx_ref, dg_ref, db_ref = ops.batchnorm_backward(dy, x, g64, mean_ref, inv_ref, **kw)
+    dx, dg, db = ops.batchnorm_backward(dev(dy, dtype), xd, dgamma, saved, **kw)
+    dx_ref, dg_ref, db_ref = ops.batchnorm_backward(dy, x, g64, saved_ref, **kw)
     check("batchnorm_backward.dx", label, dx, dx_ref, case)
     check("batchnorm_backward.dgamma", label, dg, dg_ref, case)
     check("batchnorm_backward.dbeta", label, db, db_ref, case)
@@ -102,30 +105,33 @@ def test_batchnorm_two_steps_inference_backward(rng, switches, path, label, dtyp
 
 
 @pytest.mark.gpu
-def test_reserve_lives_exactly_as_long_as_save_mean_and_a_copy_still_works(rng):
+def test_reserve_travels_in_saved_dies_with_it_and_a_hand_built_record_still_works(rng):
     shape = (8, 4, 4, 64)
     x = random(rng, shape, low=-1, high=2).astype(np.float32)
     dy = random(rng, shape).astype(np.float32)
     gamma, beta = np.full(64, 1.25, np.float32), np.full(64, -0.5, np.float32)
-    before = bn.reserve_entries()
     xd = dev(x)
-    y, mean, inv = ops.batchnorm_forward_training(xd, dev(gamma), dev(beta), dev(np.zeros(64, np.float32)),
-                                                  dev(np.ones(64, np.float32)), momentum=0.9, layout="NHWC")
-    assert bn.reserve_entries() - before in (0, 1)  # one entry iff cuDNN asked for a reserve
-    _, mean_ref, inv_ref = ops.batchnorm_forward_training(x.astype(np.float64), gamma.astype(np.float64),
-                                                          beta.astype(np.float64), np.zeros(64), np.ones(64),
-                                                          momentum=0.9, layout="NHWC")
-    ref = ops.batchnorm_backward(dy.astype(np.float64), x.astype(np.float64), gamma.astype(np.float64), mean_ref, inv_ref,
+    y, saved = ops.batchnorm_forward_training(xd, dev(gamma), dev(beta), dev(np.zeros(64, np.float32)),
+                                              dev(np.ones(64, np.float32)), momentum=0.9, layout="NHWC")
+    assert saved.path == bn.PERSISTENT and saved.x_shape == shape and saved.x_dtype == np.float32
+    # a reserve iff cuDNN asked for one: uint8 bytes on x's device
+    assert saved.reserve is None or (saved.reserve.dtype == np.uint8 and saved.reserve.nbytes > 0)
+    reserve = None if saved.reserve is None else weakref.ref(saved.reserve)
+    _, saved_ref = ops.batchnorm_forward_training(x.astype(np.float64), gamma.astype(np.float64),
+                                                  beta.astype(np.float64), np.zeros(64), np.ones(64), momentum=0.9,
+                                                  layout="NHWC")
+    ref = ops.batchnorm_backward(dy.astype(np.float64), x.astype(np.float64), gamma.astype(np.float64), saved_ref,
                                  layout="NHWC")
-    # With the forward's own save_mean (reserve found) and with a copy (reserve not found:
-    # the legacy backward takes over when cuDNN needs one): both must match.
-    for saved in (mean, dev(mean.to_host())):
-        got = ops.batchnorm_backward(dev(dy), xd, dev(gamma), saved, inv, layout="NHWC")
+    # With the forward's record (its reserve) and with one built by hand from copied statistics
+    # (no reserve: the legacy backward takes over when cuDNN needs one): both must match.
+    by_hand = ops.BatchNormSaved(dev(saved.mean.to_host()), dev(saved.inv_std.to_host()))
+    for record in (saved, by_hand):
+        got = ops.batchnorm_backward(dev(dy), xd, dev(gamma), record, layout="NHWC")
         for name, a, r in zip(("dx", "dgamma", "dbeta"), got, ref):
-            check(f"batchnorm_backward.{name}", "float32", a, r, "reserve table")
-    del y, mean, inv, saved, got
+            check(f"batchnorm_backward.{name}", "float32", a, r, f"record {record.path}")
+    del y, saved, record, got
     gc.collect()
-    assert bn.reserve_entries() == before
+    assert reserve is None or reserve() is None  # nothing else holds it
 
 
 @pytest.mark.gpu
@@ -140,9 +146,9 @@ def test_nhwc_training_matches_torch_channels_last(rng, shape):
     gamma, beta = random(rng, (c,), low=0.5, high=1.5).astype(np.float32), random(rng, (c,)).astype(np.float32)
     drm, drv = dev(np.zeros(c, np.float32)), dev(np.ones(c, np.float32))
     xd = dev(x)
-    y, mean, inv = ops.batchnorm_forward_training(xd, dev(gamma), dev(beta), drm, drv, momentum=0.9, epsilon=1e-3,
-                                                  layout="NHWC")
-    dx, dg, db = ops.batchnorm_backward(dev(dy), xd, dev(gamma), mean, inv, epsilon=1e-3, layout="NHWC")
+    y, saved = ops.batchnorm_forward_training(xd, dev(gamma), dev(beta), drm, drv, momentum=0.9, epsilon=1e-3,
+                                              layout="NHWC")
+    dx, dg, db = ops.batchnorm_backward(dev(dy), xd, dev(gamma), saved, epsilon=1e-3, layout="NHWC")
     to_nchw = (0, 3, 1, 2)
     tx = torch.from_numpy(x.transpose(to_nchw).copy()).cuda().to(memory_format=torch.channels_last)
     tx.requires_grad_(True)
@@ -170,11 +176,12 @@ def test_inference_kernel_source_compiles_for_sm90_and_exports_every_dtype():
 
 
 class _FakeArray:
-    """Just what the routing reads: shape, dtype, ndim, size, device_index, ptr."""
+    """Just what the routing reads: shape, dtype, ndim, size, nbytes, device_index, ptr."""
 
     def __init__(self, shape, dtype=np.float32, ptr=0x1000) -> None:
         self.shape, self.dtype, self.ptr, self.device_index = tuple(shape), np.dtype(dtype), ptr, 0
         self.ndim, self.size = len(self.shape), int(np.prod(self.shape))
+        self.nbytes = self.size * self.dtype.itemsize
 
 
 @pytest.mark.parametrize("shape, dtype, mode, layout, expected", [
@@ -224,40 +231,17 @@ def test_ex_descriptors_describe_packed_nhwc_with_float32_parameters(shape, dtyp
     assert _readback(pd) == (0, (1, dims[1], 1, 1), (dims[1], 1, 1, 1))
 
 
-class _Saved:
-    """A stand-in for save_mean: weak-referenceable, with a device index and a pointer."""
-
-    def __init__(self, ptr: int) -> None:
-        self.ptr, self.device_index = ptr, 0
-
-
-def test_reserve_table_matches_shape_and_dtype_and_forgets_with_save_mean():
-    before = bn.reserve_entries()
+def test_reserve_is_used_only_for_the_x_it_was_made_for():
     x = _FakeArray((8, 4, 4, 64))
-    saved = _Saved(0xABC000)
-    bn._remember(saved, bn._Reserve("buffer", 4096, x.shape, x.dtype))
-    assert bn.reserve_entries() == before + 1
-    assert bn._reserve_for(saved, x).buffer == "buffer"
-    assert bn._reserve_for(saved, _FakeArray((8, 4, 4, 64), np.float16)) is None  # other dtype
-    assert bn._reserve_for(saved, _FakeArray((4, 4, 4, 64))) is None  # other shape
-    assert bn._reserve_for(_Saved(0xABD000), x) is None  # another save_mean
-    del saved
-    gc.collect()
-    assert bn.reserve_entries() == before
-
-
-def test_reserve_table_stale_finalizer_keeps_the_newer_entry():
-    before = bn.reserve_entries()
-    x = _FakeArray((2, 2, 2, 3))
-    old, new = _Saved(0xDEF000), _Saved(0xDEF000)  # the same address, registered twice
-    bn._remember(old, bn._Reserve("old", 64, x.shape, x.dtype))
-    bn._remember(new, bn._Reserve("new", 64, x.shape, x.dtype))
-    del old
-    gc.collect()
-    assert bn._reserve_for(new, x).buffer == "new"
-    del new
-    gc.collect()
-    assert bn.reserve_entries() == before
+    reserve = _FakeArray((4096,), np.uint8, ptr=0xABC000)
+    saved = ops.BatchNormSaved(_FakeArray((64,)), _FakeArray((64,)), reserve=reserve, path=bn.PERSISTENT,
+                               x_shape=x.shape, x_dtype=x.dtype)
+    assert bn._reserve_for(saved, x, 4096) is reserve
+    assert bn._reserve_for(saved, x, 4097) is None  # smaller than what cuDNN asks for now
+    assert bn._reserve_for(saved, _FakeArray((8, 4, 4, 64), np.float16), 4096) is None  # other dtype
+    assert bn._reserve_for(saved, _FakeArray((4, 4, 4, 64)), 4096) is None  # other shape
+    assert bn._reserve_for(dataclasses.replace(saved, path=bn.LEGACY), x, 4096) is None  # other path
+    assert bn._reserve_for(ops.BatchNormSaved(saved.mean, saved.inv_std), x, 4096) is None  # built by hand
 
 
 class _FakeStream:
@@ -306,29 +290,36 @@ def fake_cudnn(monkeypatch):
 def test_ex_calls_match_the_ctypes_declarations_and_carry_the_reserve(fake_cudnn):
     x = _FakeArray((8, 4, 4, 64), ptr=0x1000)
     p = [_FakeArray((64,), ptr=0x2000 + i * 0x100) for i in range(4)]
-    y, mean, inv = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC")
+    y, saved = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC")
+    mean, inv = saved.mean, saved.inv_std
     fwd = dict(fake_cudnn)["cudnnBatchNormalizationForwardTrainingEx"]
     assert fwd[1:3] == (2, 0)  # SPATIAL_PERSISTENT, OPS_BN
     assert fwd[14] == pytest.approx(0.1) and fwd[17] == 1e-3  # exponentialAverageFactor = 1 - momentum, epsilon
     assert fwd[18:20] == (mean.ptr, inv.ptr) and fwd[22] == 512 and fwd[24] == 512
     reserve_ptr = fwd[23]
-    assert reserve_ptr and bn._reserve_for(mean, x).buffer.ptr == reserve_ptr
+    assert reserve_ptr and saved.reserve.ptr == reserve_ptr and saved.reserve.nbytes == 512
+    assert saved.path == bn.PERSISTENT and saved.x_shape == x.shape and saved.x_dtype == x.dtype
+    # the size queries are cached by what the descriptors describe, never by their handles
+    assert list(bn._fwd_sizes) == [(0, (8, 64, 4, 4), np.dtype(np.float32))]
     dy = _FakeArray(x.shape, ptr=0x3000)
-    bn.batchnorm_backward(dy, x, p[0], mean, inv, epsilon=1e-3, layout="NHWC")
+    bn.batchnorm_backward(dy, x, p[0], saved, epsilon=1e-3, layout="NHWC")
     bwd = dict(fake_cudnn)["cudnnBatchNormalizationBackwardEx"]
     assert bwd[1:3] == (2, 0) and bwd[8] == x.ptr and bwd[12] == dy.ptr and bwd[18] == p[0].ptr
     assert bwd[23:25] == (mean.ptr, inv.ptr) and bwd[28:30] == (reserve_ptr, 512)
-    # A save_mean the table does not know (a copy): the legacy backward, never a NULL reserve.
+    assert list(bn._bwd_sizes) == [(0, (8, 64, 4, 4), np.dtype(np.float32))]
+    # A record without the reserve (built by hand): the legacy backward, never a NULL reserve.
     fake_cudnn.clear()
-    bn.batchnorm_backward(dy, x, p[0], _FakeArray((64,), ptr=0x9000), inv, epsilon=1e-3, layout="NHWC")
+    bn.batchnorm_backward(dy, x, p[0], ops.BatchNormSaved(_FakeArray((64,), ptr=0x9000), inv), epsilon=1e-3,
+                          layout="NHWC")
     assert [name for name, _ in fake_cudnn] == ["cudnnBatchNormalizationBackward"]
 
 
 def test_legacy_calls_match_the_ctypes_declarations(fake_cudnn):
     x = _FakeArray((4, 7, 3, 5), ptr=0x1000)
     p = [_FakeArray((7,), ptr=0x2000 + i * 0x100) for i in range(4)]
-    _, mean, inv = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NCHW")
-    bn.batchnorm_backward(_FakeArray(x.shape, ptr=0x3000), x, p[0], mean, inv, epsilon=1e-3, layout="NCHW")
+    _, saved = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NCHW")
+    assert saved.path == bn.LEGACY and saved.reserve is None and saved.x_shape == x.shape
+    bn.batchnorm_backward(_FakeArray(x.shape, ptr=0x3000), x, p[0], saved, epsilon=1e-3, layout="NCHW")
     assert [name for name, _ in fake_cudnn] == ["cudnnBatchNormalizationForwardTraining",
                                                 "cudnnBatchNormalizationBackward"]
 

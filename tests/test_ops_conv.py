@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dnnbind import ops
+from cases import CONV_CASES
 from testutil import TOLERANCE, numerical_grad, random, rel_error
 
 FD_TOL = 1e-7  # central differences with eps=1e-6 in float64
@@ -45,23 +46,9 @@ def to_nchw(a):
     return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
 
 
-# (x shape NCHW, w shape KCRS, stride, padding, dilation, groups)
-CASES = [
-    ((2, 3, 5, 5), (4, 3, 3, 3), 1, 0, 1, 1),
-    ((2, 3, 5, 5), (4, 3, 3, 3), 1, 1, 1, 1),
-    ((2, 3, 6, 5), (4, 3, 3, 2), (2, 1), (1, 0), 1, 1),
-    ((2, 3, 6, 6), (2, 3, 3, 3), 2, "same", 1, 1),       # asymmetric: (0, 1, 0, 1)
-    ((1, 2, 5, 5), (3, 2, 3, 3), 2, (1, 0, 2, 1), 1, 1),  # explicit asymmetric
-    ((2, 2, 7, 7), (2, 2, 3, 3), 1, 2, 2, 1),             # dilation
-    ((2, 4, 5, 5), (6, 2, 3, 3), 1, 1, 1, 2),             # groups
-    ((2, 3, 5, 5), (6, 1, 3, 3), 1, "same", 1, 3),        # depthwise, multiplier 2
-    ((2, 3, 4, 4), (5, 3, 1, 1), 1, "valid", 1, 1),       # 1x1
-    ((2, 6, 5, 5), (3, 6, 3, 3), 2, "same", 1, 1),        # wider input: row-major im2col path
-    ((1, 5, 7, 6), (2, 5, 2, 3), (1, 2), 1, (2, 1), 1),   # wide, dilated, strided
-]
 
 
-@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CASES)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CONV_CASES)
 def test_conv_forward_matches_naive_both_layouts(rng, xs, ws, stride, padding, dilation, groups):
     x = random(rng, xs)
     w = random(rng, ws)
@@ -76,7 +63,7 @@ def test_conv_forward_matches_naive_both_layouts(rng, xs, ws, stride, padding, d
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CASES)
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CONV_CASES)
 def test_conv_backward_finite_differences(rng, layout, xs, ws, stride, padding, dilation, groups):
     x = random(rng, xs)
     w = random(rng, ws)
@@ -210,3 +197,97 @@ def test_bias_add_and_backward_channels_last_long_rows(rng):
     db = ops.bias_backward(y, layout="NHWC")
     assert db.dtype == np.float32 and rel_error(db, y.astype(np.float64).sum(axis=(0, 1, 2))) < 1e-6
     assert ops.bias_add(y, b, layout="NHWC", out=y) is y and np.array_equal(y, expected)
+
+
+# --------------------------------------- CUDA fused conv+bias+activation: control flow, no GPU
+
+class _Dev:
+    """What the CUDA conv code reads of a DeviceArray: shape, dtype, ptr."""
+
+    def __init__(self, shape, ptr=0x1000, dtype=np.float32):
+        self.shape, self.dtype, self.ptr = tuple(shape), np.dtype(dtype), ptr
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """The CUDA fused op with the stream, buffers and unfused calls faked (descriptors are real):
+    returns the log of what ran."""
+    from dnnbind.ops._cuda import _common as cm
+    from dnnbind.ops._cuda import conv as cconv
+
+    log = []
+
+    class Stream:
+        device_index = 0
+
+    monkeypatch.setattr(cm, "stream_of", lambda s: Stream())
+    monkeypatch.setattr(cm, "cudnn_handle", lambda s: 0x99)
+    monkeypatch.setattr(cm, "output", lambda out, shape, dtype, s: _Dev(shape, 0x5000))
+    monkeypatch.setattr(cm, "workspace", lambda s, n: 0)
+    monkeypatch.setattr(cconv, "_FUSED_UNSUPPORTED", set())
+    monkeypatch.setattr(cconv, "conv2d_forward", lambda x, w, **kw: log.append("conv2d_forward") or _Dev((1,)))
+    monkeypatch.setattr(cconv, "bias_add", lambda y, b, **kw: log.append("bias_add"))
+    return log
+
+
+def _fused_call(cconv, activation):
+    x, w, b = _Dev((2, 3, 6, 6)), _Dev((4, 3, 3, 3), 0x2000), _Dev((4,), 0x3000)
+    params = ops.ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    return cconv.conv2d_bias_activation_forward(x, w, b, activation=activation, params=params, layout="NCHW")
+
+
+def test_fused_linear_without_its_algorithm_runs_unfused_without_an_error(fused, monkeypatch):
+    from dnnbind.ops._cuda import algo
+    from dnnbind.ops._cuda import conv as cconv
+
+    queries = []
+    monkeypatch.setattr(algo, "workspace_size", lambda *args: queries.append(args[-1]))  # None: cannot run
+    for _ in range(2):
+        _fused_call(cconv, "linear")
+    # one query (IMPLICIT_PRECOMP_GEMM = 1), then the geometry is known: unfused calls only
+    assert queries == [1] and len(cconv._FUSED_UNSUPPORTED) == 1
+    assert fused == ["conv2d_forward", "bias_add"] * 2
+
+
+def test_fused_call_refused_by_cudnn_runs_unfused_and_other_errors_raise(fused, monkeypatch):
+    from dnnbind.errors import CudnnError
+    from dnnbind.ops._cuda import _common as cm
+    from dnnbind.ops._cuda import activation, algo
+    from dnnbind.ops._cuda import conv as cconv
+
+    choice = algo.AlgoChoice(1, 0, 0, 0x77, True, "fixed")
+    monkeypatch.setattr(algo, "choose", lambda *args: choice)
+    status = {"value": (3000, "CUDNN_STATUS_NOT_SUPPORTED")}
+    made = []
+    real_call = cm.cudnn_call
+
+    def call(name, *args, **context):
+        if name != "cudnnConvolutionBiasActivationForward":
+            return real_call(name, *args, **context)  # descriptors are real
+        made.append((args[6], args[7]))  # the convolution descriptor and algorithm chosen
+        raise CudnnError(*status["value"], name)
+
+    monkeypatch.setattr(cm, "cudnn_call", call)
+    monkeypatch.setattr(activation, "activation_forward", lambda y, kind, **kw: fused.append(kind))
+    _fused_call(cconv, "relu")
+    assert made == [(0x77, 1)] and fused == ["conv2d_forward", "bias_add", "relu"]
+    assert len(cconv._FUSED_UNSUPPORTED) == 1
+    cconv._FUSED_UNSUPPORTED.clear()
+    status["value"] = (5000, "CUDNN_STATUS_EXECUTION_FAILED")
+    with pytest.raises(CudnnError, match="CUDNN_STATUS_EXECUTION_FAILED") as info:
+        _fused_call(cconv, "relu")
+    assert info.value.context["x shape (N,C,H,W)"] == (2, 3, 6, 6) and not cconv._FUSED_UNSUPPORTED
+
+
+def test_conv_geometry_equality_ignores_descriptor_handles():
+    """_FUSED_UNSUPPORTED is keyed by geometries: by their shapes and parameters, never by the
+    descriptor addresses they carry."""
+    import dataclasses
+
+    from dnnbind.ops._cuda import conv as cconv
+
+    params = ops.ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    g = cconv._geometry((2, 3, 6, 6), (4, 3, 3, 3), params, "NCHW", np.float32)
+    other = dataclasses.replace(g, x_desc=1, w_desc=2, y_desc=3)
+    assert other == g and hash(other) == hash(g) and other in {g}
+    assert dataclasses.replace(g, y_dims=(2, 4, 5, 5)) != g

@@ -9,24 +9,12 @@ import pytest
 
 from dnnbind import ops
 from dnnbind.ops import config
+from cases import CONV_CASES
 from gpu_errlog import PRECISIONS, check, dev, host, poisoned, quantize
 from testutil import random
 
 pytestmark = pytest.mark.gpu
 
-# x NCHW shape, w KCRS shape, stride, padding, dilation, groups
-CASES = [
-    pytest.param((2, 3, 7, 7), (5, 3, 3, 3), 1, 1, 1, 1, id="3x3-pad1"),
-    pytest.param((1, 3, 7, 7), (4, 3, 7, 7), 1, 0, 1, 1, id="7x7-batch1"),
-    pytest.param((2, 5, 6, 6), (3, 5, 1, 1), 1, 0, 1, 1, id="1x1"),
-    pytest.param((2, 3, 9, 8), (6, 3, 3, 3), 2, "same", 1, 1, id="same-stride2-asym"),
-    pytest.param((2, 4, 8, 8), (4, 4, 2, 2), 2, "same", 1, 1, id="same-even-window"),
-    pytest.param((1, 3, 10, 9), (2, 3, 3, 3), (2, 3), (0, 2, 1, 0), 1, 1, id="explicit-asym-4tuple"),
-    pytest.param((2, 3, 11, 11), (4, 3, 3, 3), 1, 2, 2, 1, id="dilation2"),
-    pytest.param((2, 6, 8, 8), (9, 2, 3, 3), 1, 1, 1, 3, id="groups3"),
-    pytest.param((2, 7, 9, 9), (7, 1, 3, 3), 2, "same", 1, 7, id="depthwise-same-stride2"),
-    pytest.param((3, 13, 5, 6), (11, 13, 3, 2), (1, 2), "valid", 1, 1, id="odd-channels"),
-]
 
 
 def _to_layout(a, layout, kind):
@@ -46,7 +34,7 @@ def _data(rng, x_shape, w_shape, stride, padding, dilation, groups, layout, dtyp
 
 @pytest.mark.parametrize("label, dtype, overrides", PRECISIONS)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("x_shape, w_shape, stride, padding, dilation, groups", CASES)
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding, dilation, groups", CONV_CASES)
 def test_conv_forward_backward_match_numpy(rng, label, dtype, overrides, layout, x_shape, w_shape, stride, padding,
                                            dilation, groups):
     x, w, dy = _data(rng, x_shape, w_shape, stride, padding, dilation, groups, layout, dtype)

@@ -10,7 +10,7 @@ import pytest
 
 import dnnbind
 import dnnbind as keras
-from dnnbind import layers, mixed_precision, ops
+from dnnbind import _validate, layers, mixed_precision, ops
 from gpu_errlog import BF16, DTYPES, check, dev, poisoned, quantize
 from test_layers_merging_reshaping import merge_model
 from testutil import random, rel_error
@@ -190,7 +190,7 @@ def test_layer_on_cuda_matches_numpy(rng, policy, label, name, make, n_inputs):
     y = layer(xd if layer.multi_input else xd[0], training=True)
     assert dnnbind.backend.is_device_array(y)
     if not isinstance(layer, (layers.Reshape, layers.Permute)):  # these two move data as it is
-        assert y.dtype == mixed_precision.numpy_dtype(layer.compute_dtype)
+        assert y.dtype == _validate.normalize_dtype(layer.compute_dtype)
     g = layer.backward(dev(dy, y.dtype))
     check(f"layer.{name}.forward", label, y, y_ref)
     for i, (a, b) in enumerate(zip(g if layer.multi_input else [g], g_ref if layer.multi_input else [g_ref])):

@@ -195,3 +195,109 @@ def test_advance_step_counts_applied_updates_only(dtype):
         ops.advance_step(3)
     with pytest.raises(TypeError, match="advance_step: step must be a one-element float32, int32 or int64"):
         ops.advance_step(np.zeros(2, np.int64))
+
+
+# ----------------------------------------------------------- pointer tables (no GPU needed)
+
+class _Array:
+    """What the CUDA table builder reads of a DeviceArray: ptr, size, dtype."""
+
+    def __init__(self, ptr: int, size: int, dtype=np.float32) -> None:
+        self.ptr, self.size, self.dtype = ptr, size, np.dtype(dtype)
+
+
+class _Stream:
+    def __init__(self, capturing: bool = False) -> None:
+        self.device_index, self.capturing = 0, capturing
+
+    def is_capturing(self) -> bool:
+        return self.capturing
+
+
+@pytest.fixture
+def uploads(monkeypatch):
+    """Record each table the CUDA implementation uploads (instead of uploading it)."""
+    from dnnbind.cuda import array
+
+    made = []
+
+    def constant(host, stream=None):
+        made.append(np.array(host))
+        return ("device table", len(made))
+
+    monkeypatch.setattr(array, "constant", constant)
+    return made
+
+
+def test_update_tables_keep_the_most_recent_and_validate():
+    tables = ops.UpdateTables(max_entries=2)
+    for key in ("a", "b"):
+        tables._put((key,), key)
+    assert tables._get(("a",)) == "a"  # now the most recent
+    tables._put(("c",), "c")
+    assert len(tables) == 2 and tables._get(("b",)) is None and tables._get(("a",)) == "a"
+    assert repr(tables) == "UpdateTables(2 of at most 2 tables)"
+    tables.clear()
+    assert len(tables) == 0 and ops.UpdateTables().max_entries == 64
+    with pytest.raises(ValueError, match="UpdateTables: max_entries must be .*, got 0"):
+        ops.UpdateTables(0)
+    with pytest.raises(TypeError, match="sgd_update: tables must be a dnnbind.ops.UpdateTables or None, got dict"):
+        ops.sgd_update([np.ones(2)], [np.ones(2)], None, lr=0.1, tables={})
+
+
+def test_cuda_tables_are_kept_by_their_owner_and_keyed_by_their_content(uploads):
+    from dnnbind.ops._cuda import optim
+
+    params, grads = [_Array(0x1000, 3), _Array(0x2000, 70000)], [_Array(0x3000, 3), _Array(0x4000, 70000)]
+    slots = [_Array(0x5000, 3), _Array(0x6000, 70000)]
+    tables = ops.UpdateTables()
+    (group, (_, _, _, entry)), = optim._prepare(params, grads, [slots], _Stream(), tables).items()
+    assert group == ("f32", "f32") and entry == (("device table", 1), 2, 3)  # 70000 items: 2 chunks of 65536
+    # per tensor: param, grad, state, two unused state columns, size; then (tensor, start) per chunk
+    assert uploads[0].tolist() == [0x1000, 0x3000, 0x5000, 0, 0, 3, 0x2000, 0x4000, 0x6000, 0, 0, 70000,
+                                   0, 0, 1, 0, 1, optim.CHUNK]
+    assert len(tables) == 1
+    optim._prepare(params, grads, [slots], _Stream(), tables)
+    assert len(uploads) == 1  # kept: uploaded once
+    # new gradient arrays at other addresses: another table (its content differs)
+    optim._prepare(params, [_Array(0x7000, 3), grads[1]], [slots], _Stream(), tables)
+    assert len(uploads) == 2 and uploads[1][1] == 0x7000 and len(tables) == 2
+
+
+def test_cuda_tables_made_or_needed_during_a_capture_are_neither_kept_nor_reused(uploads):
+    from dnnbind.ops._cuda import optim
+
+    params, grads = [_Array(0x1000, 5)], [_Array(0x2000, 5)]
+    tables = ops.UpdateTables()
+    optim._prepare(params, grads, [None], _Stream(), tables)
+    (_, (_, _, _, entry)), = optim._prepare(params, grads, [None], _Stream(capturing=True), tables).items()
+    # the captured update got its own table (graph memory, dying with the step), the same content
+    assert len(uploads) == 2 and entry[0] == ("device table", 2) and uploads[1].tolist() == uploads[0].tolist()
+    assert len(tables) == 1 and tables._get(next(iter(tables._entries))) == (("device table", 1), 1, 1)
+
+
+def test_cuda_tables_without_an_owner_live_with_the_first_parameter(uploads):
+    import gc
+
+    from dnnbind.ops._cuda import optim
+
+    params, grads = [_Array(0x1000, 5)], [_Array(0x2000, 5)]
+    optim._prepare(params, grads, [None], _Stream(), None)
+    optim._prepare(params, grads, [None], _Stream(), None)
+    assert len(uploads) == 1 and len(optim._tables_of_params[params[0]]) == 1
+    before = len(optim._tables_of_params)
+    del params
+    gc.collect()
+    assert len(optim._tables_of_params) == before - 1
+
+
+def test_optimizers_pass_their_own_tables(monkeypatch):
+    from dnnbind import optimizers
+
+    seen = []
+    monkeypatch.setattr(ops, "adam_update", lambda *args, **kwargs: seen.append(kwargs["tables"]))
+    opt = optimizers.Adam(0.1)
+    p, g = np.ones(3, np.float32), np.full(3, 0.5, np.float32)
+    opt.apply([p], [g])
+    opt.apply([p], [g])
+    assert len(seen) == 2 and seen[0] is seen[1] is opt._tables and isinstance(opt._tables, ops.UpdateTables)

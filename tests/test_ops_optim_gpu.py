@@ -133,3 +133,19 @@ def test_advance_step_reads_the_flag_on_the_device(step_dtype):
     for skip in (None, 0, dev(np.asarray(0, np.int32)), 1, dev(np.asarray(1, np.int32)), dev(np.asarray(7, np.int32))):
         ops.advance_step(step, skip=skip)
     assert step.numpy().dtype == step_dtype and int(step.numpy()) == 8
+
+
+def test_owner_tables_with_new_gradient_arrays_every_step(rng):
+    """As a training step does: fresh gradient arrays each call (addresses reused by the pool or
+    not), one UpdateTables kept by the caller; the numbers follow the reference either way."""
+    ps, gs = _params(rng)
+    vs = _zeros()
+    dps, dvs = [dev(p) for p in ps], [dev(v) for v in vs]
+    tables = ops.UpdateTables()
+    for step in range(1, 4):
+        ops.sgd_update(ps, [g * step for g in gs], vs, lr=0.05, momentum=0.9)
+        dgs = [dev(g * step) for g in gs]
+        ops.sgd_update(dps, dgs, dvs, lr=0.05, momentum=0.9, tables=tables)
+        del dgs  # freed stream-ordered after the update: the next step's may reuse the addresses
+    assert 1 <= len(tables) <= 3
+    _compare("sgd_update", [ps, vs], [dps, dvs], "owner tables, new gradients each step")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dnnbind import ops
+from cases import POOL_CASES
 from testutil import numerical_grad, random, rel_error
 
 FD_TOL = 1e-7
@@ -32,20 +33,11 @@ def naive_pool_nchw(x, mode, window, stride, pad):
     return y
 
 
-# (x shape NCHW, window, stride, padding)
-GEOMETRIES = [
-    ((2, 3, 6, 6), 2, None, 0),
-    ((2, 3, 5, 7), (2, 3), None, "valid"),  # the last row and columns fall outside every window
-    ((2, 3, 5, 5), 3, 1, 1),
-    ((2, 3, 5, 5), 2, 2, "same"),          # (0, 1, 0, 1)
-    ((2, 2, 7, 6), (3, 2), (2, 1), (1, 0)),
-    ((1, 2, 6, 6), 3, 2, (0, 2, 1, 1)),     # explicit asymmetric
-]
 MODES = ["max", "avg", "avg_include_pad"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("xs, window, stride, padding", GEOMETRIES)
+@pytest.mark.parametrize("xs, window, stride, padding", POOL_CASES)
 def test_pool_forward_matches_naive(rng, mode, xs, window, stride, padding):
     x = random(rng, xs)
     y = ops.pool2d_forward(x, mode=mode, window=window, stride=stride, padding=padding)
@@ -59,7 +51,7 @@ def test_pool_forward_matches_naive(rng, mode, xs, window, stride, padding):
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("xs, window, stride, padding", GEOMETRIES)
+@pytest.mark.parametrize("xs, window, stride, padding", POOL_CASES)
 def test_pool_backward_finite_differences(rng, layout, mode, xs, window, stride, padding):
     x = random(rng, xs)
     if layout == "NHWC":

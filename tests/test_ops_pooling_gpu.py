@@ -6,22 +6,12 @@ import numpy as np
 import pytest
 
 from dnnbind import ops
+from cases import POOL_CASES
 from gpu_errlog import DTYPES, check, dev, poisoned, quantize
 from testutil import random
 
 pytestmark = pytest.mark.gpu
 
-CASES = [
-    pytest.param((2, 3, 8, 8), 2, None, 0, id="2x2-s2"),
-    pytest.param((1, 5, 7, 7), 3, 2, "same", id="3x3-s2-same-asym"),
-    pytest.param((2, 4, 9, 6), (3, 2), (2, 1), 1, id="sym-pad1"),
-    pytest.param((2, 3, 7, 9), 2, 2, "same", id="2x2-same-odd"),
-    pytest.param((1, 2, 10, 7), (2, 3), (3, 2), (0, 1, 2, 0), id="explicit-asym"),
-    pytest.param((3, 1, 5, 5), 5, 1, 0, id="global-window"),
-    # non-overlapping max pooling in NHWC runs dnnbind's own backward kernel; leftovers get 0
-    pytest.param((2, 5, 9, 7), 2, None, 0, id="2x2-leftover-row-col"),
-    pytest.param((3, 40, 6, 6), 3, 3, 0, id="3x3-s3-40ch"),
-]
 
 
 def _to(a, layout):
@@ -31,7 +21,7 @@ def _to(a, layout):
 @pytest.mark.parametrize("label, dtype", DTYPES)
 @pytest.mark.parametrize("mode", ["max", "avg", "avg_include_pad"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("shape, window, stride, padding", CASES)
+@pytest.mark.parametrize("shape, window, stride, padding", POOL_CASES)
 def test_pool_forward_backward(rng, label, dtype, mode, layout, shape, window, stride, padding):
     x = quantize(_to(random(rng, shape), layout), dtype)
     kw = dict(mode=mode, window=window, stride=stride, padding=padding, layout=layout)

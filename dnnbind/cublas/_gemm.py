@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from .._lib import cublas as CB
+from .._validate import normalize_dtype
+from ._handle import get_handle
 
 __all__ = ["gemm", "gemm_strided_batched", "cuda_data_type", "compute_type"]
 
@@ -46,16 +48,11 @@ _SUPPORTED = {
 _SUPPORTED["float32_pedantic"] = _SUPPORTED["float32"]
 
 
+_ACCEPTED_DTYPES = frozenset(normalize_dtype(name) for name in _DATA_TYPES)
+
+
 def _dtype_name(dtype: Any, what: str) -> str:
-    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
-        return "bfloat16"
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        raise TypeError(f"{what}: {dtype!r} is not a dtype") from None
-    if name not in _DATA_TYPES:
-        raise TypeError(f"{what}: dtype {name} is not supported; use one of {sorted(_DATA_TYPES)}")
-    return name
+    return normalize_dtype(dtype, what, _ACCEPTED_DTYPES).name
 
 
 def cuda_data_type(dtype: Any) -> CB.DataType:
@@ -147,8 +144,6 @@ def _types_checked(what: str, a_dtype: Any, b_dtype: Any, c_dtype: Any,
 
 def _raw_handle(handle: Any) -> int:
     if handle is None:
-        from ._handle import get_handle
-
         return get_handle().handle
     return handle if isinstance(handle, int) else handle.handle
 

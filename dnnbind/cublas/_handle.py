@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from .. import cuda
 from .._lib import OwnedPointer, device_index, no_device_message
 from .._lib import cublas as B
 from ..errors import NoDeviceError
@@ -29,8 +30,6 @@ def _raw_stream(stream: Any) -> int:
         return 0
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
-    from .. import cuda
-
     return int(cuda.as_stream(stream).handle)
 
 
@@ -44,7 +43,7 @@ class Handle(OwnedPointer):
     Parameters
     ----------
     device:
-        Device index or :class:`dnnbind.cuda.Device`; ``None``: the current device.
+        Device index or :class:`dnnbind.cuda.CudaDevice`; ``None``: the current device.
     stream:
         A :class:`dnnbind.cuda.Stream`, a raw ``cudaStream_t`` int or ``None`` (legacy default).
     math:
@@ -64,8 +63,6 @@ class Handle(OwnedPointer):
             raise ValueError(f"cublas.Handle: math must be one of {sorted(_MATH)}, got {math!r}")
         if workspace_bytes is not None and (not isinstance(workspace_bytes, int) or workspace_bytes < 0):
             raise ValueError(f"cublas.Handle: workspace_bytes must be an int >= 0, got {workspace_bytes!r}")
-        from .. import cuda
-
         index = device_index(device)
         self._stream_ref: Any = None
         self._stream = 0
@@ -75,7 +72,7 @@ class Handle(OwnedPointer):
         if index is None:
             status = create(ctypes.byref(out))
         else:
-            with cuda.Device(index):
+            with cuda.CudaDevice(index):
                 status = create(ctypes.byref(out))
         if status:
             err = B.error(status, "cublasCreate_v2")
@@ -86,7 +83,7 @@ class Handle(OwnedPointer):
         self._adopt(int(out.value), B.raw("cublasDestroy_v2"))
         self._device = index if index is not None else cuda.current_device_index()
         if workspace_bytes is None:
-            workspace_bytes = workspace_size(cuda.Device(self._device).compute_capability)
+            workspace_bytes = workspace_size(cuda.CudaDevice(self._device).compute_capability)
         self._workspace_bytes = workspace_bytes
         B.cublasSetPointerMode_v2(self.handle, B.PointerMode.HOST)
         B.cublasSetMathMode(self.handle, _MATH[math])
@@ -112,8 +109,6 @@ class Handle(OwnedPointer):
         self._stream_ref = None if isinstance(stream, int) else stream
         if self._workspace_bytes:
             if self.workspace is None:
-                from .. import cuda
-
                 self.workspace = cuda.alloc(self._workspace_bytes, stream=stream, what="cuBLAS workspace")
                 # The allocation is stream-ordered; wait for it once so the handle may run on (or
                 # later move to) any stream without racing the allocation. Not a hot path.
@@ -150,14 +145,9 @@ def _create(index: int, stream: Any) -> Handle:
     return Handle(device=index, stream=stream)
 
 
-_cache = None  # a dnnbind.cuda.stream.PerStreamCache, made on first use
+_cache = cuda.stream.PerStreamCache("cuBLAS", _create)
 
 
 def get_handle(stream: Any = None, device: Any = None) -> Handle:
     """A cached :class:`Handle` for (device, stream); ``stream=None``: :func:`dnnbind.cuda.current_stream`."""
-    global _cache
-    if _cache is None:
-        from ..cuda.stream import PerStreamCache
-
-        _cache = PerStreamCache("cuBLAS", _create)
     return _cache.get(stream, device)

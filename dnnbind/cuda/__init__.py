@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .array import SUPPORTED_DTYPES, DeviceArray, constant, empty, to_device, zeros
 from .device import (
+    CudaDevice,
     Device,
     current_device_index,
     device_count,
@@ -26,6 +27,7 @@ __all__ = [
     "unavailable_reason",
     "device_count",
     "current_device_index",
+    "CudaDevice",
     "Device",
     "get_device",
     "Stream",

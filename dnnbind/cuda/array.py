@@ -20,61 +20,29 @@ from typing import Any, Iterable
 
 import numpy as np
 
-try:
-    import ml_dtypes
-
-    _BF16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    ml_dtypes = None
-    _BF16 = None
-
+from .._validate import BFLOAT16, normalize_dtype
+from . import _dlpack
 from ._util import check, rt
-from .device import _index_of
-from .memory import alloc
+from .device import CudaDevice, _index_of
+from .graph import upload_slot
+from .memory import PinnedBuffer, alloc, pinned_buffer, release_pinned
+from .stream import Event, as_stream, current_stream
 from .stream import Stream as _Stream
-from .stream import as_stream, current_stream
 
 __all__ = [
     "DeviceArray",
     "SUPPORTED_DTYPES",
-    "normalize_dtype",
     "normalize_shape",
     "empty",
     "zeros",
     "to_device",
 ]
 
-SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(
-    d for d in (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), _BF16,
-                np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.int64),
-                np.dtype(np.bool_)) if d is not None
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = (
+    np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), BFLOAT16,
+    np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_),
 )
-_SUPPORTED_NAMES = ", ".join(str(d) for d in SUPPORTED_DTYPES)
-
-
-_dtype_cache: "dict[Any, np.dtype]" = {}  # what callers pass (np.float32, "float32", a dtype) -> dtype
-
-
-def normalize_dtype(dtype: Any, what: str = "DeviceArray") -> np.dtype:
-    """``dtype`` as a NumPy dtype, or ``TypeError`` naming ``what`` and the supported dtypes."""
-    # Hot path (every allocation): a dict hit on what was already accepted once. Only hashable
-    # spellings that passed the checks below are stored; bool/int keys are never stored
-    # (True == 1 would alias), and the dict stays small (a handful of spellings per dtype).
-    try:
-        hit = _dtype_cache.get(dtype)
-    except TypeError:  # unhashable spelling
-        hit = None
-    if hit is not None:
-        return hit
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as exc:
-        raise TypeError(f"{what}: {dtype!r} is not a dtype; supported: {_SUPPORTED_NAMES}") from exc
-    if dt not in SUPPORTED_DTYPES:
-        raise TypeError(f"{what}: dtype {dt} is not supported on the GPU; supported: {_SUPPORTED_NAMES}")
-    if isinstance(dtype, (str, type, np.dtype)) and len(_dtype_cache) < 256:
-        _dtype_cache[dtype] = dt
-    return dt
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
 
 
 def normalize_shape(shape: Any, what: str = "DeviceArray") -> tuple[int, ...]:
@@ -125,7 +93,7 @@ class DeviceArray:
     Attributes
     ----------
     shape, dtype, strides (bytes, NumPy convention), nbytes, size, ndim, itemsize,
-    device (:class:`Device`), ptr (int), is_contiguous, stream (the :class:`Stream` it was
+    device (:class:`CudaDevice`), ptr (int), is_contiguous, stream (the :class:`Stream` it was
     allocated on; copies without an explicit stream run there).
     """
 
@@ -139,7 +107,7 @@ class DeviceArray:
                  strides: tuple[int, ...] | None = None, device_index: int, stream: Any) -> None:
         self._base = base
         self._shape = normalize_shape(shape)
-        self._dtype = normalize_dtype(dtype)
+        self._dtype = normalize_dtype(dtype, "DeviceArray", _SUPPORTED)
         self._ptr = int(ptr)
         self._strides = (_c_strides(self._shape, self._dtype.itemsize) if strides is None
                          else tuple(int(s) for s in strides))
@@ -202,10 +170,8 @@ class DeviceArray:
         return self._ptr
 
     @property
-    def device(self):
-        from .device import Device
-
-        return Device(self._device_index)
+    def device(self) -> CudaDevice:
+        return CudaDevice(self._device_index)
 
     @property
     def device_index(self) -> int:
@@ -303,7 +269,7 @@ class DeviceArray:
 
     def view(self, dtype: Any) -> "DeviceArray":
         """Reinterpret the bytes as ``dtype`` (contiguous; the last axis scales with the itemsize)."""
-        dt = normalize_dtype(dtype, "DeviceArray.view")
+        dt = normalize_dtype(dtype, "DeviceArray.view", _SUPPORTED)
         if dt.itemsize == self._dtype.itemsize:
             return self._view(self._shape, self._strides, self._ptr, dt)
         self._require_contiguous("view")
@@ -316,8 +282,6 @@ class DeviceArray:
 
     # ----------------------------------------------------------------- transfers
     def _copy_stream(self, stream: Any):
-        from .stream import as_stream
-
         return self._stream if stream is None and self._stream is not None else as_stream(stream)
 
     def to_host(self, stream: Any = None, out: np.ndarray | None = None) -> np.ndarray:
@@ -326,8 +290,6 @@ class DeviceArray:
         ``stream`` defaults to the array's own stream. ``out``: a C-contiguous, writable
         NumPy array of the same shape and dtype to copy into.
         """
-        from .memory import pinned_buffer, release_pinned
-
         self._require_open("to_host")
         self._require_contiguous("to_host")
         if out is None:
@@ -367,9 +329,6 @@ class DeviceArray:
         Asynchronous on ``stream`` (default: the array's stream): the data is first copied into
         a pinned staging buffer, so ``array`` may be modified as soon as this returns.
         """
-        from .memory import pinned_buffer, release_pinned
-        from .stream import Event
-
         self._require_open("copy_from_host")
         self._require_contiguous("copy_from_host")
         src = np.asarray(array)
@@ -421,9 +380,6 @@ class DeviceArray:
         text = str(device).strip().lower() if not isinstance(device, int) else f"cuda:{device}"
         if text in ("cpu", "numpy"):
             return self.to_host(stream)
-        from .device import _index_of
-        from .stream import current_stream
-
         index = _index_of(device)
         if index == self._device_index:
             return self
@@ -473,14 +429,21 @@ class DeviceArray:
 
     def __dlpack__(self, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        """Export as a DLPack capsule (the capsule keeps this array alive); see ``interop``."""
-        from .interop import to_dlpack
+        """Export as a DLPack capsule (DLPack 1.0 semantics; the capsule keeps the exported array alive).
 
-        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+        ``stream``: the consumer's stream (``None``/0: the legacy default stream, -1: no ordering);
+        it waits on this array's stream with an event. ``copy=True`` exports a copy.
+        """
+        self._require_open("__dlpack__")
+        if dl_device is not None and tuple(dl_device) != (_dlpack.kDLCUDA, self._device_index):
+            raise BufferError(f"__dlpack__: cannot export to device {tuple(dl_device)}; the array is on "
+                              f"(kDLCUDA, {self._device_index}); copy it explicitly (to_host / to)")
+        source = empty(self._shape, self._dtype, stream=self._stream).copy_from(self) if copy else self
+        return _dlpack.export(source, stream, max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCUDA = 2, device index)."""
-        return (2, self._device_index)
+        return (_dlpack.kDLCUDA, self._device_index)
 
     # ----------------------------------------------------------------- Python protocol
     def __len__(self) -> int:
@@ -526,7 +489,7 @@ def _placement(stream: Any, device: Any, what: str):
 def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any = None) -> DeviceArray:
     """An uninitialised array, allocated stream-ordered on ``stream`` (default: the current stream)."""
     shape = normalize_shape(shape, "empty")
-    dt = normalize_dtype(dtype, "empty")
+    dt = normalize_dtype(dtype, "empty", _SUPPORTED)
     s, index = _placement(stream, device, "empty")
     # ``what`` is only formatted when the allocation fails (a tuple, not an f-string per call).
     allocation = alloc(_prod(shape) * dt.itemsize, s, what=("an array of shape {} {}", shape, dt))
@@ -541,15 +504,11 @@ def constant(array: Any, stream: Any = None, device: Any = None) -> DeviceArray:
     run while ``stream`` is being captured into a CUDA graph: the copy becomes a graph node that
     re-reads the same pinned bytes on every replay.
     """
-    from .memory import PinnedBuffer, alloc
-
     src = np.asarray(array)
-    dt = normalize_dtype(src.dtype, "constant")
+    dt = normalize_dtype(src.dtype, "constant", _SUPPORTED)
     s, index = _placement(stream, device, "constant")
     allocation = alloc(src.nbytes, s, what=f"a constant of shape {src.shape} {dt}")
     if s.is_capturing():  # cudaHostAlloc is refused now: take pinned bytes the graph owns
-        from .graph import upload_slot
-
         pinned, address = None, upload_slot(s, src.nbytes)
     else:
         pinned = PinnedBuffer(src.nbytes)
@@ -579,6 +538,6 @@ def to_device(array: Any, stream: Any = None, device: Any = None, dtype: Any = N
             return array
         return array.to(device if not isinstance(device, int) else f"cuda:{device}", stream)
     src = np.asarray(array)
-    dt = normalize_dtype(src.dtype if dtype is None else dtype, "to_device")
+    dt = normalize_dtype(src.dtype if dtype is None else dtype, "to_device", _SUPPORTED)
     out = empty(src.shape, dt, stream, device)
     return out.copy_from_host(src, out.stream)

@@ -12,13 +12,14 @@ import threading
 from typing import Any
 
 from ..errors import NoDeviceError
-from ._util import IMPORT_ERROR, check, rt
+from ._util import IMPORT_ERROR, check, check_driver, driver, error_name, rt
 
 __all__ = [
     "is_available",
     "unavailable_reason",
     "device_count",
     "current_device_index",
+    "CudaDevice",
     "Device",
     "get_device",
 ]
@@ -43,8 +44,6 @@ def _run_probe() -> tuple[int, str]:
     except Exception as exc:  # a DynamicLibNotFoundError (no libcuda) or similar
         return 0, f"no NVIDIA driver found ({type(exc).__name__}: {str(exc).strip()})"
     if err:
-        from ._util import error_name
-
         name, _ = error_name(err)
         # cudaGetDeviceCount's error is not sticky, but clear it so later calls start clean.
         try:
@@ -105,7 +104,7 @@ def _index_of(device: Any) -> int:
     """Normalise None / int / Device / "cuda:N" / objects with ``.index`` to a device index."""
     if device is None:
         return current_device_index()
-    if isinstance(device, Device):
+    if isinstance(device, CudaDevice):
         return device.index
     if isinstance(device, bool):
         raise TypeError(f"device must be an int, a Device or 'cuda:N', got {device!r}")
@@ -151,17 +150,20 @@ class _DeviceGuard:
             self.previous = -1
 
 
-class Device:
-    """A CUDA device (GPU).
+class CudaDevice:
+    """A physical CUDA GPU: its properties, and making it current.
 
-    ``Device()`` is the current device; ``Device(1)`` or ``Device("cuda:1")`` a given one.
-    ``with Device(1):`` makes it current for the block and restores the previous one.
+    Public spelling ``dnnbind.cuda.Device`` (an alias). Not :class:`dnnbind.backend.Device`, which names
+    where computation runs (``"cpu"`` or ``"cuda:N"``) and is what models and layers take.
+
+    ``CudaDevice()`` is the current device; ``CudaDevice(1)`` or ``CudaDevice("cuda:1")`` a given one.
+    ``with CudaDevice(1):`` makes it current for the block and restores the previous one.
     Attributes are read from the driver on first access (``cudaDeviceGetAttribute``).
     """
 
-    _cache: dict[int, "Device"] = {}
+    _cache: dict[int, "CudaDevice"] = {}
 
-    def __new__(cls, index: Any = None) -> "Device":
+    def __new__(cls, index: Any = None) -> "CudaDevice":
         idx = _index_of(index)
         dev = cls._cache.get(idx)
         if dev is None:
@@ -187,9 +189,7 @@ class Device:
     def name(self) -> str:
         """Marketing name, e.g. ``"NVIDIA H200"``."""
         if self._name is None:
-            drv = __import__("cuda.bindings.driver", fromlist=["driver"])
-            from ._util import check_driver
-
+            drv = driver()
             check_driver(drv.cuInit(0), "cuInit")
             handle = check_driver(drv.cuDeviceGet(self._index), "cuDeviceGet")
             raw = check_driver(drv.cuDeviceGetName(256, handle), "cuDeviceGetName")
@@ -235,7 +235,7 @@ class Device:
         """Free device memory in bytes, as the driver sees it now (pool reserves count as used)."""
         return self.mem_get_info()[0]
 
-    def use(self) -> "Device":
+    def use(self) -> "CudaDevice":
         """Make this the calling thread's current device."""
         check(rt.cudaSetDevice(self._index), "cudaSetDevice", device=self._index)
         return self
@@ -245,7 +245,7 @@ class Device:
         with _DeviceGuard(self._index):
             check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize", device=self._index)
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> "CudaDevice":
         self._stack.append(current_device_index())
         self.use()
         return self
@@ -255,7 +255,7 @@ class Device:
         check(rt.cudaSetDevice(previous), "cudaSetDevice", device=previous)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Device) and other._index == self._index
+        return isinstance(other, CudaDevice) and other._index == self._index
 
     def __hash__(self) -> int:
         return hash(("cuda", self._index))
@@ -264,9 +264,13 @@ class Device:
         return f"cuda:{self._index}"
 
     def __repr__(self) -> str:
-        return f"Device(cuda:{self._index})"
+        return f"CudaDevice(cuda:{self._index})"
 
 
-def get_device(index: Any = None) -> Device:
-    """The :class:`Device` for ``index`` (``None``: the current device)."""
-    return Device(index)
+# the public spelling (cuda.core and CuPy call theirs Device too)
+Device = CudaDevice
+
+
+def get_device(index: Any = None) -> CudaDevice:
+    """The :class:`CudaDevice` for ``index`` (``None``: the current device)."""
+    return CudaDevice(index)

@@ -34,6 +34,8 @@ import numpy as np
 
 from ..errors import NvrtcError
 from ._util import check, check_driver, driver, rt
+from .array import DeviceArray
+from .device import CudaDevice, _DeviceGuard, _index_of
 from .stream import Stream as _Stream
 from .stream import as_stream as _as_stream
 
@@ -401,9 +403,7 @@ class Kernel:
         self.options = _normalize_options(options)
         exprs = tuple(name_expressions or ())
         if arch is None:
-            from .device import Device
-
-            arch = Device(device).arch
+            arch = CudaDevice(device).arch
         self.arch = _check_arch(arch)
         self._image, self._names = _compile(source, self.arch, self.options, exprs)
         self.symbol = self._names.get(name, name)
@@ -426,9 +426,7 @@ class Kernel:
             entry = self._modules.get(index)
             if entry is not None:
                 return entry
-            from .device import Device, _DeviceGuard
-
-            dev = Device(index)
+            dev = CudaDevice(index)
             if self.arch.startswith("sm_") and self.arch.rstrip("af") != dev.arch:
                 raise RuntimeError(f"Kernel {self.name!r} was compiled for {self.arch} but cuda:{index} is "
                                    f"{dev.arch}; create it with device={index}")
@@ -465,8 +463,6 @@ class Kernel:
 
     def param_sizes(self, device: Any = None) -> tuple[int, ...] | None:
         """Byte size of each kernel parameter on ``device`` (None when the driver cannot say)."""
-        from .device import _index_of
-
         return self._load(_index_of(device))[2]
 
     def _plan(self, index: int, types: tuple, sizes: "tuple[int, ...] | None") -> "_LaunchPlan | None":
@@ -474,8 +470,6 @@ class Kernel:
         key = (index, types)
         if key in self._plans:
             return self._plans[key]
-        from .array import DeviceArray
-
         plan = None
         entries = [(ctypes.c_void_p, _device_array_ptr) if t is DeviceArray else _PLAN_TYPES.get(t)
                    for t in types]
@@ -488,8 +482,6 @@ class Kernel:
         return plan
 
     def _pack(self, i: int, arg: Any, size: int | None):
-        from .array import DeviceArray
-
         if isinstance(arg, DeviceArray):
             value = ctypes.c_void_p(arg.ptr)
         elif isinstance(arg, Pointer):

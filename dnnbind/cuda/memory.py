@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import DeviceOutOfMemoryError
 from ._util import check, rt
-from .device import Device, _DeviceGuard, _index_of
+from .device import CudaDevice, _DeviceGuard, _index_of
 from .stream import Event, Stream, as_stream, default_stream
 
 __all__ = [
@@ -333,7 +333,7 @@ def alloc(nbytes: int, stream: Any = None, *, what: "str | tuple" = "") -> Alloc
         if err == rt.cudaError_t.cudaErrorMemoryAllocation:
             rt.cudaGetLastError()  # not sticky, but clear it so later error checks start clean
             try:
-                free, total = Device(index).mem_get_info()
+                free, total = CudaDevice(index).mem_get_info()
             except Exception:
                 free = total = None
             raise DeviceOutOfMemoryError(nbytes, free, total, index, what)
@@ -348,7 +348,7 @@ def alloc(nbytes: int, stream: Any = None, *, what: "str | tuple" = "") -> Alloc
 
 def memory_info(device: Any = None) -> tuple[int, int]:
     """(free, total) bytes on ``device`` as the driver sees them (pool reserves count as used)."""
-    return Device(device).mem_get_info()
+    return CudaDevice(device).mem_get_info()
 
 
 def pool_stats(device: Any = None) -> dict:

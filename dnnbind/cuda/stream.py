@@ -17,8 +17,10 @@ import threading
 import weakref
 from typing import Any
 
+from .._lib import device_index, no_device_message
+from ..errors import DnnbindError, NoDeviceError
 from ._util import check, rt
-from .device import Device, _DeviceGuard, _index_of, current_device_index
+from .device import CudaDevice, _DeviceGuard, _index_of, current_device_index, is_available, unavailable_reason
 
 __all__ = ["Stream", "Event", "default_stream", "current_stream", "as_stream"]
 
@@ -43,7 +45,7 @@ class Stream:
     Parameters
     ----------
     device:
-        Index, :class:`Device` or ``"cuda:N"``; ``None`` is the current device.
+        Index, :class:`CudaDevice` or ``"cuda:N"``; ``None`` is the current device.
     non_blocking:
         ``True`` (default) creates it with ``cudaStreamNonBlocking``, so it never
         synchronises with the legacy NULL stream.
@@ -78,7 +80,7 @@ class Stream:
                     index = int(check(getter(self._handle), "cudaStreamGetDevice"))
                 except Exception:
                     index = None
-            self._device = current_device_index_safe() if index is None else index
+            self._device = current_device_index() if index is None else index
         else:
             self._device = _index_of(device)
         self._owned = bool(owned)
@@ -91,8 +93,8 @@ class Stream:
         return self._handle
 
     @property
-    def device(self) -> Device:
-        return Device(self._device)
+    def device(self) -> CudaDevice:
+        return CudaDevice(self._device)
 
     @property
     def device_index(self) -> int:
@@ -168,12 +170,6 @@ class Stream:
     def __repr__(self) -> str:
         kind = "owned" if self._owned else "borrowed"
         return f"Stream(0x{self._handle:x}, device=cuda:{self._device}, {kind})"
-
-
-def current_device_index_safe() -> int:
-    from .device import current_device_index
-
-    return current_device_index()
 
 
 class Event:
@@ -327,10 +323,6 @@ class PerStreamCache:
         return self._get(stream, device)
 
     def _get(self, stream: Any, device: Any) -> Any:
-        from .._lib import device_index, no_device_message
-        from ..errors import DnnbindError, NoDeviceError
-        from .device import is_available, unavailable_reason
-
         if not is_available():
             raise NoDeviceError(no_device_message(self._library, "no usable GPU", unavailable_reason()))
         stream = as_stream(stream)  # None: the current stream; also raw ints, torch/CuPy streams

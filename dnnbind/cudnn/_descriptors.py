@@ -24,8 +24,10 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
+from .. import cuda
 from .._lib import OwnedPointer
 from .._lib import cudnn as C
+from .._validate import normalize_dtype
 from ..errors import CudnnError
 from ._handle import Handle, require_handle
 
@@ -67,30 +69,15 @@ _DTYPE_TO_CUDNN = {
     "uint8": C.DataType.UINT8,
 }
 _CUDNN_TO_NAME = {v: k for k, v in _DTYPE_TO_CUDNN.items()}
-
-
-def _np_dtype(dtype: Any, what: str) -> np.dtype:
-    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    try:
-        return np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{what}: {dtype!r} is not a dtype; use one of {sorted(_DTYPE_TO_CUDNN)}") from None
+_CUDNN_OF_DTYPE = {normalize_dtype(name): value for name, value in _DTYPE_TO_CUDNN.items()}
+_SUPPORTED = frozenset(_CUDNN_OF_DTYPE)
 
 
 def data_type(dtype: Any, what: str = "cuDNN") -> C.DataType:
     """The ``cudnnDataType_t`` for a NumPy dtype, type or name (``"bfloat16"`` = ml_dtypes.bfloat16)."""
     if isinstance(dtype, C.DataType):
         return dtype
-    dt = _np_dtype(dtype, what)
-    try:
-        return _DTYPE_TO_CUDNN[dt.name]
-    except KeyError:
-        raise TypeError(
-            f"{what}: dtype {dt.name} is not supported by cuDNN here; use one of {sorted(_DTYPE_TO_CUDNN)}"
-        ) from None
+    return _CUDNN_OF_DTYPE[normalize_dtype(dtype, what, _SUPPORTED)]
 
 
 def dtype_of(value: int) -> np.dtype:
@@ -99,7 +86,7 @@ def dtype_of(value: int) -> np.dtype:
         name = _CUDNN_TO_NAME[C.DataType(value)]
     except (KeyError, ValueError):
         raise ValueError(f"cudnnDataType_t {value} has no NumPy dtype in dnnbind") from None
-    return _np_dtype(name, "cuDNN")
+    return normalize_dtype(name, "cuDNN")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -879,8 +866,6 @@ class DropoutDescriptor(_Descriptor):
                 raise ValueError(f"{what}: states buffer holds {getattr(states, 'nbytes', None)} bytes, cuDNN needs "
                                  f"{size}")
         else:
-            from .. import cuda
-
             # Allocated on the handle's stream: the initialising kernel runs there, in order.
             states = cuda.alloc(size, stream=getattr(handle, "bound_stream", None), what="cuDNN dropout states")
         self._handle = handle  # the states were initialised on its stream; keep it alive with them

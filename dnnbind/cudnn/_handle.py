@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from .. import cuda
 from .._lib import OwnedPointer, device_index, no_device_message
 from .._lib import cudnn as C
 from .._validate import ArgumentTypeError
@@ -19,19 +20,12 @@ def _raw_stream(stream: Any) -> int:
         return 0
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
-    from .. import cuda
-
     return int(cuda.as_stream(stream).handle)
 
 
 def _unavailable_reason() -> str:
     """Why dnnbind.cuda sees no GPU ('' when it sees one)."""
-    try:
-        from .. import cuda
-
-        return "" if cuda.is_available() else cuda.unavailable_reason()
-    except Exception as exc:  # dnnbind.cuda itself failing is one more reason to report
-        return f"dnnbind.cuda: {exc}"
+    return "" if cuda.is_available() else cuda.unavailable_reason()
 
 
 class Handle(OwnedPointer):
@@ -40,7 +34,7 @@ class Handle(OwnedPointer):
     Parameters
     ----------
     device:
-        Device index or :class:`dnnbind.cuda.Device`; ``None`` uses the current device.
+        Device index or :class:`dnnbind.cuda.CudaDevice`; ``None`` uses the current device.
     stream:
         A :class:`dnnbind.cuda.Stream`, a raw ``cudaStream_t`` int, or ``None`` to keep
         cuDNN's default (the legacy default stream). :func:`get_handle` binds the
@@ -69,9 +63,7 @@ class Handle(OwnedPointer):
         if index is None:
             status = create(ctypes.byref(out))
         else:
-            from .. import cuda
-
-            with cuda.Device(index):
+            with cuda.CudaDevice(index):
                 status = create(ctypes.byref(out))
         if status:
             err = C.error(status, "cudnnCreate", {"device": "current" if index is None else index})
@@ -116,8 +108,6 @@ class Handle(OwnedPointer):
     def device(self) -> int:
         """Index of the device this handle was created on."""
         if self._device is None:
-            from .. import cuda
-
             self._device = cuda.current_device_index()
         return self._device
 
@@ -167,7 +157,7 @@ def _create(index: int, stream: Any) -> Handle:
     return Handle(device=index, stream=stream)
 
 
-_cache = None  # a dnnbind.cuda.stream.PerStreamCache, made on first use
+_cache = cuda.stream.PerStreamCache("cuDNN", _create)
 
 
 def get_handle(stream: Any = None, device: Any = None) -> Handle:
@@ -176,9 +166,4 @@ def get_handle(stream: Any = None, device: Any = None) -> Handle:
     ``stream=None`` means :func:`dnnbind.cuda.current_stream`. ``device=None`` means the
     stream's device (or the current device for a raw stream int).
     """
-    global _cache
-    if _cache is None:
-        from ..cuda.stream import PerStreamCache
-
-        _cache = PerStreamCache("cuDNN", _create)
     return _cache.get(stream, device)

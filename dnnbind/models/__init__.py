@@ -8,7 +8,11 @@ the training loop is :mod:`dnnbind.trainers.trainer` and the data feeding
 
 from __future__ import annotations
 
-from ..saving import load_model, save_model
+import os
+from typing import Any
+
+from .. import saving_lib
+from ..saving_lib import save_model
 from ..trainers.trainer import LossScale as _LossScale
 from .functional import Functional
 from .model import Model
@@ -30,3 +34,16 @@ def model_from_config(config: dict, *, max_weight_bytes: int | None = None) -> M
                          f"{', '.join(sorted(_MODEL_CLASSES))} (a subclassed model is rebuilt by its own code, then "
                          "load_weights)")
     return cls.from_config(config.get("config"), max_weight_bytes=max_weight_bytes)
+
+
+def load_model(filepath: "str | os.PathLike", compile: bool = True, *, max_weight_bytes: int | None = None) -> Any:
+    """Rebuild a model saved by ``model.save`` or by Keras 3: architecture, weights, compile settings and
+    (dnnbind's own formats) optimizer state. Also ``dnnbind.saving.load_model`` and ``dnnbind.load_model``.
+
+    The file's kind is read from its contents (a ``.keras`` zip, a ``.dnnbind`` zip or a checkpoint
+    directory); everything is checked before it is used, the weights' total size against
+    ``max_weight_bytes`` (default: the machine's physical memory) before any is allocated
+    (:func:`dnnbind.saving_lib.load_model` says how). Raises :class:`dnnbind.saving.SavingError` (or
+    ``AllocationTooLargeError``).
+    """
+    return saving_lib.load_model(filepath, model_from_config, compile, max_weight_bytes=max_weight_bytes)

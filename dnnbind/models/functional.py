@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from .. import _validate
-from .. import saving as saving_module
+from .. import saving_lib
 from ..layers.base import InputLayer, KerasTensor, Layer, Node, deserialize, unique_name
 from ..layers.tape import Tape
 from .model import Model
@@ -356,7 +356,7 @@ class Functional(Model):
             shape = inputs if layer.multi_input else inputs[0]
             if not layer.multi_input and not getattr(layer, "_budgeted", False):
                 remaining = None if limit is None else limit - budget["total"]
-                budget["total"] += saving_module.check_weight_budget(
+                budget["total"] += saving_lib.check_weight_budget(
                     [layer], shape[1:], f"Functional '{config.get('name')}'", remaining)
                 layer._budgeted = True
             return layer.compute_output_shape(shape)

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _validate, backend
-from .. import saving as saving_module
+from .. import saving_lib
 from ..backend import Device
 from ..layers.base import InputLayer, KerasTensor, Layer, _snake_case, is_symbolic, unique_name
 from ..layers.tape import Tape, active_tape
@@ -431,16 +431,16 @@ class Model(Trainer):
 
     def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
         """The weights to a file (see :func:`dnnbind.saving.save_weights`)."""
-        saving_module.save_weights(self, filepath, overwrite=overwrite)
+        saving_lib.save_weights(self, filepath, overwrite=overwrite)
 
     def load_weights(self, filepath: "str | os.PathLike") -> None:
         """Weights from :meth:`save_weights`' file; all are checked (names, shapes, float dtypes) before
         any is written, so a failed call changes no weight. Unused tensors are named in a warning."""
-        saving_module.load_weights(self, filepath)
+        saving_lib.load_weights(self, filepath)
 
     def save(self, filepath: "str | os.PathLike", overwrite: bool = True, include_optimizer: bool = True) -> None:
         """The whole model (config, weights, compile config, optimizer state); see :func:`dnnbind.saving.save_model`."""
-        saving_module.save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
+        saving_lib.save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, layers={len(self.layers)}, built={self.built}>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import _validate
-from .. import saving as saving_module
+from .. import saving_lib
 from ..layers.base import InputLayer, KerasTensor, Layer, deserialize, unique_name
 from ..layers.tape import Tape
 from .model import Model
@@ -228,7 +228,7 @@ class Sequential(Model):
         if input_shape is None:
             input_shape = build_shape
         if input_shape is not None:
-            saving_module.check_weight_budget(layers, input_shape, f"Sequential '{model.name}'", max_weight_bytes)
+            saving_lib.check_weight_budget(layers, input_shape, f"Sequential '{model.name}'", max_weight_bytes)
         for layer in layers:
             model.add(layer)
         if not model.built and build_shape is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import config
 from ._params import ConvParams, PoolParams, resolve_padding
 from .activation import ACTIVATIONS, activation_backward, activation_forward
-from .batchnorm import batchnorm_backward, batchnorm_forward_inference, batchnorm_forward_training
+from .batchnorm import BatchNormSaved, batchnorm_backward, batchnorm_forward_inference, batchnorm_forward_training
 from .conv import (
     bias_add,
     bias_backward,
@@ -51,7 +51,7 @@ from .merging import concatenate, concatenate_backward, extremum_backward, maxim
 from .preprocessing import normalize, normalize_backward, rescale
 from .reshaping import crop2d, pad2d, transpose, upsample2d_backward, upsample2d_forward
 from .losses import binary_crossentropy, crossentropy_from_probs, mean_squared_error, softmax_cross_entropy
-from .optim import adam_update, advance_step, rmsprop_update, sgd_update
+from .optim import UpdateTables, adam_update, advance_step, rmsprop_update, sgd_update
 from .pooling import global_avg_pool2d_backward, global_avg_pool2d_forward, pool2d_backward, pool2d_forward
 from .softmax import softmax_backward, softmax_forward
 from .spatial_dropout import spatial_dropout_backward, spatial_dropout_forward
@@ -65,7 +65,7 @@ __all__ = [
     "pool2d_forward", "pool2d_backward", "global_avg_pool2d_forward", "global_avg_pool2d_backward",
     # activation, batchnorm, softmax, losses, dropout, dense
     "activation_forward", "activation_backward",
-    "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
+    "BatchNormSaved", "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
     "softmax_forward", "softmax_backward",
     "softmax_cross_entropy", "crossentropy_from_probs", "binary_crossentropy", "mean_squared_error",
     "DropoutState", "dropout_forward", "dropout_backward",
@@ -80,5 +80,5 @@ __all__ = [
     "pad2d", "crop2d", "upsample2d_forward", "upsample2d_backward", "transpose",
     "rescale", "normalize", "normalize_backward",
     # optimizers
-    "sgd_update", "adam_update", "rmsprop_update", "advance_step",
+    "sgd_update", "adam_update", "rmsprop_update", "advance_step", "UpdateTables",
 ]

@@ -13,10 +13,10 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .. import backend as _backend
+from .._validate import BFLOAT16
 from ..backend import is_device_array
 
 __all__ = [
@@ -29,13 +29,11 @@ __all__ = [
     "finish",
     "check_out",
     "scalar",
-    "normalize_dtype",
     "BFLOAT16",
     "FLOAT_DTYPES",
 ]
 
 _ndarray = np.ndarray
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT_DTYPES = (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64))
 _LOW_PRECISION = (np.dtype(np.float16), BFLOAT16)
 _F32 = np.dtype(np.float32)
@@ -128,12 +126,6 @@ def check_same_dtype(op: str, a_name: str, a: Any, b_name: str, b: Any) -> None:
         raise TypeError(f"{op}: {b_name} has dtype {b.dtype} but {a_name} has dtype {a.dtype}; they must match")
 
 
-def check_ndim(op: str, name: str, x: Any, ndims: "tuple[int, ...]", what: str = "") -> None:
-    if x.ndim not in ndims:
-        want = " or ".join(f"{n}-d" for n in ndims)
-        raise ValueError(f"{op}: {name} must be {want}{what}, got shape {tuple(x.shape)}")
-
-
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """float16/bfloat16 compute in float32 on the CPU; float32/float64 compute as they are."""
     return _F32 if dtype in _LOW_PRECISION else dtype
@@ -171,10 +163,3 @@ def scalar(value: Any, op: str, name: str) -> float:
         return float(np.asarray(value))
     except (TypeError, ValueError):
         raise TypeError(f"{op}: {name} must be a number or a 0-d array, got {value!r}") from None
-
-
-def normalize_dtype(dtype: Any) -> np.dtype:
-    """``"bfloat16"``, ``ml_dtypes.bfloat16``, ``np.float32``, ``"float16"``... -> ``np.dtype``."""
-    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
-        return BFLOAT16
-    return np.dtype(dtype)

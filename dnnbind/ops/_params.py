@@ -19,8 +19,6 @@ __all__ = [
     "resolve_padding",
     "conv_output_size",
     "check_layout",
-    "spatial_dims",
-    "channel_axis",
 ]
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -53,15 +51,6 @@ def check_layout(layout: str) -> str:
     if up not in LAYOUTS:
         raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
     return up
-
-
-def spatial_dims(shape: Sequence[int], layout: str) -> tuple[int, int]:
-    """(H, W) of a 4-d shape in ``layout``."""
-    return (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2])
-
-
-def channel_axis(layout: str) -> int:
-    return 1 if layout == "NCHW" else 3
 
 
 def conv_output_size(size: int, kernel: int, stride: int, dilation: int, pad_lo: int, pad_hi: int) -> int:

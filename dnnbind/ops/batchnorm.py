@@ -15,10 +15,15 @@ A 2-d ``(N, C)`` input is normalised per column in either mode (parameters ``(C,
 Keras: ``running = momentum * running + (1 - momentum) * batch`` (cuDNN's exponential
 factor is ``1 - momentum``); the batch variance used there is the unbiased one (as
 cuDNN and PyTorch), while the normalisation itself uses the biased variance.
+
+What the backward needs travels with the op: the training forward returns ``(y, saved)``, a
+:class:`BatchNormSaved` (the saved statistics and, on CUDA's SPATIAL_PERSISTENT path, cuDNN's
+reserve space), and :func:`batchnorm_backward` takes it back. No table on the side.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,9 +31,50 @@ import numpy as np
 from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
 from ._params import check_layout
 
-__all__ = ["BN_MODES", "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward"]
+__all__ = ["BN_MODES", "BatchNormSaved", "batchnorm_forward_training", "batchnorm_forward_inference",
+           "batchnorm_backward"]
 
 BN_MODES = ("spatial", "per_activation")
+
+
+@dataclass(frozen=True, eq=False)
+class BatchNormSaved:
+    """What :func:`batchnorm_backward` needs from one :func:`batchnorm_forward_training` call.
+
+    Made by the training forward; build one by hand (``BatchNormSaved(mean, inv_std)``) only to
+    run a backward from statistics you computed yourself (no reserve: CUDA then takes the path
+    that needs only the statistics, with the same numbers).
+
+    Attributes
+    ----------
+    mean:
+        Batch mean, parameter shape, float32 (float64 for float64 ``x``), on ``x``'s device.
+    inv_std:
+        ``1 / sqrt(biased_var + epsilon)``, same shape, dtype and device as ``mean``.
+    reserve:
+        CUDA only: the uint8 reserve-space DeviceArray that
+        ``cudnnBatchNormalizationForwardTrainingEx`` (CUDNN_BATCHNORM_SPATIAL_PERSISTENT) filled
+        for its backward; None on every other path. It is freed with this record.
+    path:
+        The implementation that produced it: ``"numpy"``, ``"cudnn_persistent"`` (the *Ex API,
+        SPATIAL_PERSISTENT), ``"cudnn"`` (the legacy API), or None when built by hand.
+    x_shape, x_dtype:
+        Shape and dtype of the ``x`` that was normalised (for bfloat16 ``x`` run through float32
+        copies on CUDA, float32): a reserve is only valid for the same ``x``. None when built by hand.
+    """
+
+    mean: Any
+    inv_std: Any
+    reserve: Any = None
+    path: "str | None" = None
+    x_shape: "tuple[int, ...] | None" = None
+    x_dtype: Any = None
+
+    def __repr__(self) -> str:
+        reserve = "None" if self.reserve is None else f"{int(self.reserve.nbytes)} bytes"
+        mean = np.asarray(self.mean) if not hasattr(self.mean, "shape") else self.mean
+        return (f"BatchNormSaved(path={self.path!r}, x_shape={self.x_shape}, mean={tuple(mean.shape)} "
+                f"{mean.dtype}, reserve={reserve})")
 
 
 def _geometry(op: str, x: Any, mode: str, layout: str) -> "tuple[str, str, tuple[int, ...], tuple[int, ...]]":
@@ -83,15 +129,17 @@ def batchnorm_forward_training(
     layout: str = "NCHW",
     out: Any = None,
     stream: Any = None,
-) -> tuple[Any, Any, Any]:
+) -> "tuple[Any, BatchNormSaved]":
     """Normalise with the batch statistics; update the running statistics in place.
 
-    Returns ``(y, save_mean, save_inv_std)``: ``y`` like ``x``; the batch mean and
-    ``1 / sqrt(biased_var + epsilon)`` (parameter shape, float32) for the backward.
+    Returns ``(y, saved)``: ``y`` like ``x``; ``saved`` a :class:`BatchNormSaved` holding the
+    batch mean and ``1 / sqrt(biased_var + epsilon)`` (parameter shape, float32) and whatever
+    else the backward needs (on CUDA possibly cuDNN's reserve space); pass it to
+    :func:`batchnorm_backward`.
 
     CUDA: ``_cuda.batchnorm.batchnorm_forward_training(x, gamma, beta, running_mean, running_var,
     momentum=momentum, epsilon=epsilon, mode=mode, layout=layout, out=out, stream=stream)``
-    (floats; ``mode`` lower case, ``layout`` upper case).
+    (floats; ``mode`` lower case, ``layout`` upper case), which returns the same pair.
     """
     op = "batchnorm_forward_training"
     x = as_array(x)
@@ -126,7 +174,9 @@ def batchnorm_forward_training(
     running_var *= momentum
     running_var += (1 - momentum) * unbiased
     sdt = _param_dtype(x.dtype)
-    return finish(centered, out, x.dtype), mean.astype(sdt, copy=False), inv_std.astype(sdt, copy=False)
+    saved = BatchNormSaved(mean.astype(sdt, copy=False), inv_std.astype(sdt, copy=False), path="numpy",
+                           x_shape=tuple(x.shape), x_dtype=x.dtype)
+    return finish(centered, out, x.dtype), saved
 
 
 def batchnorm_forward_inference(
@@ -176,8 +226,7 @@ def batchnorm_backward(
     dy: Any,
     x: Any,
     gamma: Any,
-    save_mean: Any,
-    save_inv_std: Any,
+    saved: BatchNormSaved,
     *,
     epsilon: float = 1e-3,
     mode: str = "spatial",
@@ -186,26 +235,34 @@ def batchnorm_backward(
 ) -> tuple[Any, Any, Any]:
     """Gradients of :func:`batchnorm_forward_training`: ``(dx, dgamma, dbeta)``.
 
-    ``save_mean``/``save_inv_std`` are the forward's saved statistics; ``epsilon``
+    ``saved`` is the :class:`BatchNormSaved` that forward returned for this ``x``; ``epsilon``
     must be the forward's (cuDNN checks it; the NumPy reference does not need it).
 
-    CUDA: ``_cuda.batchnorm.batchnorm_backward(dy, x, gamma, save_mean, save_inv_std, epsilon=epsilon,
-    mode=mode, layout=layout, stream=stream)``.
+    CUDA: ``_cuda.batchnorm.batchnorm_backward(dy, x, gamma, saved, epsilon=epsilon, mode=mode,
+    layout=layout, stream=stream)``.
     """
     op = "batchnorm_backward"
-    dy, x, gamma, save_mean, save_inv_std = map(as_array, (dy, x, gamma, save_mean, save_inv_std))
+    if not isinstance(saved, BatchNormSaved):
+        raise TypeError(
+            f"{op}: saved must be the BatchNormSaved returned by batchnorm_forward_training, got "
+            f"{type(saved).__name__} (statistics computed elsewhere: pass BatchNormSaved(mean, inv_std))"
+        )
+    dy, x, gamma = map(as_array, (dy, x, gamma))
+    save_mean, save_inv_std = as_array(saved.mean), as_array(saved.inv_std)
     mode, layout, axes, pshape = _geometry(op, x, mode, layout)
     if tuple(dy.shape) != tuple(x.shape) or dy.dtype != x.dtype:
         raise ValueError(
             f"{op}: dy has shape {tuple(dy.shape)} and dtype {dy.dtype}, expected x's {tuple(x.shape)}, {x.dtype}"
         )
-    _check_params(op, x, pshape, gamma=gamma, save_mean=save_mean, save_inv_std=save_inv_std)
-    epsilon = float(epsilon)
-    impl = route(op, "batchnorm", dy=dy, x=x, gamma=gamma, save_mean=save_mean, save_inv_std=save_inv_std)
-    if impl is not None:
-        return impl.batchnorm_backward(
-            dy, x, gamma, save_mean, save_inv_std, epsilon=epsilon, mode=mode, layout=layout, stream=stream
+    if saved.x_shape is not None and tuple(saved.x_shape) != tuple(x.shape):
+        raise ValueError(
+            f"{op}: saved comes from a forward on x of shape {tuple(saved.x_shape)}, got x of shape {tuple(x.shape)}"
         )
+    _check_params(op, x, pshape, gamma=gamma, **{"saved.mean": save_mean, "saved.inv_std": save_inv_std})
+    epsilon = float(epsilon)
+    impl = route(op, "batchnorm", dy=dy, x=x, gamma=gamma, **{"saved.mean": save_mean, "saved.inv_std": save_inv_std})
+    if impl is not None:
+        return impl.batchnorm_backward(dy, x, gamma, saved, epsilon=epsilon, mode=mode, layout=layout, stream=stream)
     g, xc = to_compute(dy), to_compute(x)
     cdt = xc.dtype
     count = x.size // int(np.prod(pshape))

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._validate import normalize_dtype
 from ..utils import draw_seed
 from ._dispatch import (
     FLOAT_DTYPES,
@@ -20,7 +21,6 @@ from ._dispatch import (
     check_float,
     check_out,
     finish,
-    normalize_dtype,
     route,
     scalar,
     to_compute,
@@ -33,7 +33,8 @@ __all__ = [
     "random_crop_flip",
 ]
 
-_SUPPORTED = FLOAT_DTYPES + tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64, np.bool_))
+_SUPPORTED = frozenset(FLOAT_DTYPES + tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64,
+                                                                   np.bool_)))
 
 
 def _binary(op: str, ufunc: Any, a: Any, b: Any, out: Any, stream: Any) -> Any:
@@ -235,13 +236,9 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     """
     op = "cast"
     x = as_array(x)
-    try:
-        dt = normalize_dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{op}: unknown dtype {dtype!r}") from None
-    for what, d in (("x", x.dtype), ("dtype", dt)):
-        if d not in _SUPPORTED:
-            raise TypeError(f"{op}: {what} {d} is not supported; supported: {', '.join(map(str, _SUPPORTED))}")
+    if x.dtype not in _SUPPORTED:
+        raise TypeError(f"{op}: x {x.dtype} is not supported; supported: {', '.join(sorted(map(str, _SUPPORTED)))}")
+    dt = normalize_dtype(dtype, op, _SUPPORTED)
     check_out(op, out, x.shape, dt)
     impl = route(op, "elementwise", x=x, out=out)
     if impl is not None:
@@ -273,7 +270,7 @@ def zeros_like(x: Any, *, dtype: Any = None, stream: Any = None) -> Any:
     CUDA: ``_cuda.elementwise.zeros_like(x, dtype=dt, stream=stream)`` (dt a np.dtype).
     """
     x = as_array(x)
-    dt = x.dtype if dtype is None else normalize_dtype(dtype)
+    dt = x.dtype if dtype is None else normalize_dtype(dtype, "zeros_like")
     impl = route("zeros_like", "elementwise", x=x)
     if impl is not None:
         return impl.zeros_like(x, dtype=dt, stream=stream)
@@ -286,7 +283,7 @@ def empty_like(x: Any, *, dtype: Any = None, stream: Any = None) -> Any:
     CUDA: ``_cuda.elementwise.empty_like(x, dtype=dt, stream=stream)``.
     """
     x = as_array(x)
-    dt = x.dtype if dtype is None else normalize_dtype(dtype)
+    dt = x.dtype if dtype is None else normalize_dtype(dtype, "empty_like")
     impl = route("empty_like", "elementwise", x=x)
     if impl is not None:
         return impl.empty_like(x, dtype=dt, stream=stream)

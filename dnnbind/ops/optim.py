@@ -20,12 +20,17 @@ Shared arguments:
   ``[-clipvalue, clipvalue]`` (NaN stays NaN). ``clipnorm`` and ``global_clipnorm`` together are
   refused, as Keras refuses them. On CUDA the norms are reduced and the factors computed on the
   device (deterministic fixed-order sums, no host read), so a captured step stays capturable.
+* ``tables``: an :class:`UpdateTables` the caller keeps across calls (an Optimizer keeps one), where
+  the CUDA implementation keeps the device pointer tables it launches with; None: the tables are
+  kept with ``params[0]`` and dropped when that array dies (so pass your own when ``params[0]`` is
+  a view made for the call). Ignored by NumPy.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections import OrderedDict
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -33,7 +38,57 @@ import numpy as np
 from .. import _validate
 from ._dispatch import as_array, route, scalar
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "GradientClipping"]
+__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "GradientClipping", "UpdateTables"]
+
+
+class UpdateTables:
+    """The device pointer tables of the fused CUDA updates, kept by their owner across calls.
+
+    Each CUDA update launch reads, per (parameter dtype, gradient dtype) group, a small int64
+    table in device memory: every tensor's parameter, gradient and state addresses and its size
+    (element count). Making one uploads it from pinned host memory. Whoever updates the same arrays
+    step after step (each :class:`dnnbind.optimizers.Optimizer` holds one) passes one
+    ``UpdateTables`` as ``tables=``, so each table is uploaded once.
+
+    A table is looked up by the addresses and sizes it holds, so a hit is right whatever lives at
+    those addresses now. At most ``max_entries`` tables are kept, the least recently used dropped
+    first. While the stream is being captured into a CUDA graph nothing is looked up or kept: the
+    captured update makes its own table, graph memory that dies inside the captured step (the
+    graph re-uploads it from its own pinned bytes at every replay), so no graph ever addresses a
+    table this object may drop. The NumPy implementation ignores it.
+    """
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = _validate.positive_int(max_entries, "max_entries", "UpdateTables")
+        self._entries: "OrderedDict[tuple, Any]" = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"UpdateTables({len(self._entries)} of at most {self.max_entries} tables)"
+
+    def clear(self) -> None:
+        """Drop every kept table (freed stream-ordered, after the updates queued with them)."""
+        self._entries.clear()
+
+    # Used by dnnbind.ops._cuda.optim; ``key`` is (device, the table's addresses and sizes).
+    def _get(self, key: tuple) -> Any:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def _put(self, key: tuple, entry: Any) -> None:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+
+def _check_tables(op: str, tables: Any) -> None:
+    if tables is not None and not isinstance(tables, UpdateTables):
+        raise TypeError(f"{op}: tables must be a dnnbind.ops.UpdateTables or None, got {type(tables).__name__}")
 
 
 def _hyper(value: Any, name: str, op: str, **bounds: Any) -> float:
@@ -166,6 +221,7 @@ def sgd_update(
     clipnorm: "float | None" = None,
     global_clipnorm: "float | None" = None,
     clipvalue: "float | None" = None,
+    tables: "UpdateTables | None" = None,
     stream: Any = None,
 ) -> None:
     """SGD (Keras 3): with momentum ``v = momentum * v - lr * g``; ``p += v`` or, with
@@ -173,8 +229,8 @@ def sgd_update(
     (``velocities`` may then be None).
 
     CUDA: ``_cuda.optim.sgd_update(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
-    weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, clip=clip, stream=stream)`` with lists
-    (``velocities`` None or a list), ``momentum``/``weight_decay`` floats and ``clip`` a
+    weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, clip=clip, tables=tables, stream=stream)``
+    with lists (``velocities`` None or a list), ``momentum``/``weight_decay`` floats and ``clip`` a
     :class:`GradientClipping`.
     """
     op = "sgd_update"
@@ -188,12 +244,13 @@ def sgd_update(
     if momentum and velocities is None:
         raise ValueError(f"{op}: momentum={momentum} needs velocities")
     clip = _clipping(op, clipnorm, global_clipnorm, clipvalue)
+    _check_tables(op, tables)
     _check_lists(op, params, grads=grads, velocities=velocities)
     impl = _route(op, params, grads, velocities or [])
     if impl is not None:
         return impl.sgd_update(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, clip=clip,
-                               stream=stream)
+                               tables=tables, stream=stream)
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
@@ -233,6 +290,7 @@ def adam_update(
     clipnorm: "float | None" = None,
     global_clipnorm: "float | None" = None,
     clipvalue: "float | None" = None,
+    tables: "UpdateTables | None" = None,
     stream: Any = None,
 ) -> None:
     """Adam / AdamW (Keras 3). ``step`` is the 1-based number of this update (Keras ``iterations + 1``):
@@ -243,7 +301,7 @@ def adam_update(
 
     CUDA: ``_cuda.optim.adam_update(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2,
     epsilon=epsilon, weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
-    skip=skip, clip=clip, stream=stream)`` with lists and float hyper-parameters.
+    skip=skip, clip=clip, tables=tables, stream=stream)`` with lists and float hyper-parameters.
     """
     op = "adam_update"
     _check_number(lr, "lr", op, low=0.0)
@@ -260,12 +318,13 @@ def adam_update(
     if amsgrad and vhat is None:
         raise ValueError(f"{op}: amsgrad=True needs vhat (one zero-initialised tensor per parameter)")
     clip = _clipping(op, clipnorm, global_clipnorm, clipvalue)
+    _check_tables(op, tables)
     _check_lists(op, params, grads=grads, m=m, v=v, vhat=vhat)
     impl = _route(op, params, grads, m, v)
     if impl is not None:
         return impl.adam_update(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2, epsilon=epsilon,
                                 weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
-                                skip=skip, clip=clip, stream=stream)
+                                skip=skip, clip=clip, tables=tables, stream=stream)
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
@@ -308,6 +367,7 @@ def rmsprop_update(
     clipnorm: "float | None" = None,
     global_clipnorm: "float | None" = None,
     clipvalue: "float | None" = None,
+    tables: "UpdateTables | None" = None,
     stream: Any = None,
 ) -> None:
     """RMSprop (Keras 3): ``avg_sq = rho * avg_sq + (1 - rho) g^2``; centered also keeps
@@ -317,7 +377,7 @@ def rmsprop_update(
 
     CUDA: ``_cuda.optim.rmsprop_update(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum,
     epsilon=epsilon, centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
-    grad_scale=grad_scale, skip=skip, clip=clip, stream=stream)``.
+    grad_scale=grad_scale, skip=skip, clip=clip, tables=tables, stream=stream)``.
     """
     op = "rmsprop_update"
     _check_number(lr, "lr", op, low=0.0)
@@ -336,12 +396,13 @@ def rmsprop_update(
     if centered and avg is None:
         raise ValueError(f"{op}: centered=True needs avg (one zero-initialised tensor per parameter)")
     clip = _clipping(op, clipnorm, global_clipnorm, clipvalue)
+    _check_tables(op, tables)
     _check_lists(op, params, grads=grads, avg_sq=avg_sq, mom=mom if momentum else None, avg=avg if centered else None)
     impl = _route(op, params, grads, avg_sq)
     if impl is not None:
         return impl.rmsprop_update(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum, epsilon=epsilon,
                                    centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
-                                   grad_scale=grad_scale, skip=skip, clip=clip, stream=stream)
+                                   grad_scale=grad_scale, skip=skip, clip=clip, tables=tables, stream=stream)
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")

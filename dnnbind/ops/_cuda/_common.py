@@ -22,16 +22,30 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import ml_dtypes
 import numpy as np
 
+from ..._lib import cudnn as C
+from ..._validate import BFLOAT16
+from ...backend import is_device_array
+from ...cublas import get_handle as _cublas_get_handle
+from ...cuda import Kernel
+from ...cuda._util import check, rt
+from ...cuda.array import DeviceArray
+from ...cuda.array import empty as _cuda_empty
+from ...cuda.device import CudaDevice
+from ...cuda.kernel import Pointer
+from ...cuda.memory import alloc
+from ...cuda.stream import Stream, as_stream
+from ...cudnn import data_type
+from ...cudnn import get_handle as _cudnn_get_handle
 from ...errors import CudnnError, DeviceOutOfMemoryError
+from .. import config as _config
 from .._params import LAYOUTS
 
 __all__ = [
     "BF16", "F16", "F32", "F64", "FLOAT_DTYPES",
     "stream_of", "cudnn_handle", "cublas_handle", "cudnn_call", "cudnn_dtype", "suffix",
-    "scalars", "ONE", "ZERO", "tensor_desc", "tensor_desc_nd", "filter_desc",
+    "ONE", "ZERO", "tensor_desc", "tensor_desc_nd", "filter_desc",
     "nchw_dims", "layout_strides", "empty", "output", "workspace", "kernel", "launch",
     "launch_rows", "memset", "memcpy", "config", "size_of", "ptr",
 ]
@@ -39,106 +53,50 @@ __all__ = [
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 F16 = np.dtype(np.float16)
-BF16 = np.dtype(ml_dtypes.bfloat16)
+BF16 = BFLOAT16
 FLOAT_DTYPES = (F32, F64, F16, BF16)
 
-# cudnnDataType_t values (cudnn_graph_v9.h).
-_CUDNN_DTYPE = {F32: 0, F64: 1, F16: 2, BF16: 9, np.dtype(np.int8): 3, np.dtype(np.int32): 4,
-                np.dtype(np.uint8): 6, np.dtype(np.int64): 10}
 # Kernel name suffixes, as in prelude.cuh / elementwise.cu.
 _SUFFIX = {F32: "f32", F64: "f64", F16: "f16", BF16: "bf16", np.dtype(np.int32): "i32",
            np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8",
            np.dtype(np.bool_): "bool"}
 
 
-_config: Any = None
-
-
 def config():
-    """``dnnbind.ops.config`` (imported on first use: the ops package imports this room lazily)."""
-    global _config
-    if _config is None:
-        from .. import config as cfg
-
-        _config = cfg
+    """``dnnbind.ops.config``."""
     return _config
 
 
 # ------------------------------------------------------------------------ streams and handles
-
-# The CUDA room is imported on first use (importing dnnbind.ops must not touch it), then kept
-# in these globals: an import statement inside a hot function costs ~1 µs per call.
-_Stream: Any = None
-_as_stream: Any = None
-_cudnn_get_handle: Any = None
-_cublas_get_handle: Any = None
-_cudnn_lib: Any = None
-_DeviceArray: Any = None
-_Pointer: Any = None
-
-
-def _load_cuda() -> None:
-    global _Stream, _as_stream, _DeviceArray, _Pointer
-    from ...cuda.array import DeviceArray
-    from ...cuda.kernel import Pointer
-    from ...cuda.stream import Stream, as_stream
-
-    _as_stream, _DeviceArray, _Pointer = as_stream, DeviceArray, Pointer
-    _Stream = Stream
+# This room is imported only when an op runs on a DeviceArray (ops._dispatch imports it by name),
+# so it imports the CUDA rooms at its top: importing dnnbind.ops alone still never touches them.
 
 
 def stream_of(stream: Any):
     """The :class:`dnnbind.cuda.Stream` for ``stream=`` (None: the current stream)."""
-    if _Stream is None:
-        _load_cuda()
-    if type(stream) is _Stream:
+    if type(stream) is Stream:
         return stream
-    return _as_stream(stream)
+    return as_stream(stream)
 
 
 def cudnn_handle(stream) -> int:
     """Raw cudnnHandle_t bound to ``stream`` (cached per device and stream by dnnbind.cudnn)."""
-    global _cudnn_get_handle
-    if _cudnn_get_handle is None:
-        from ...cudnn import get_handle
-
-        _cudnn_get_handle = get_handle
     return _cudnn_get_handle(stream).handle
 
 
 def cublas_handle(stream) -> int:
     """Raw cublasHandle_t bound to ``stream`` (workspace set, so graph-capturable)."""
-    global _cublas_get_handle
-    if _cublas_get_handle is None:
-        from ...cublas import get_handle
-
-        _cublas_get_handle = get_handle
     return _cublas_get_handle(stream).handle
-
-
-def _cudnn():
-    global _cudnn_lib
-    if _cudnn_lib is None:
-        from ..._lib import cudnn as C
-
-        _cudnn_lib = C
-    return _cudnn_lib
 
 
 def cudnn_call(name: str, *args: Any, **context: Any) -> None:
     """Call cuDNN function ``name``; a failure raises CudnnError carrying ``context``."""
-    C = _cudnn_lib if _cudnn_lib is not None else _cudnn()
     C.call(name, *args, context=context)
 
 
 def cudnn_dtype(dtype: np.dtype) -> int:
-    hit = _CUDNN_DTYPE.get(dtype) if isinstance(dtype, np.dtype) else None
-    if hit is not None:
-        return hit
-    try:
-        return _CUDNN_DTYPE[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(f"cuDNN has no data type for {np.dtype(dtype)}") from None
+    """The ``cudnnDataType_t`` value of ``dtype`` (:func:`dnnbind.cudnn.data_type`'s table)."""
+    return int(data_type(dtype))
 
 
 def suffix(dtype: np.dtype) -> str:
@@ -186,11 +144,6 @@ ONE = _Scalars(1.0)
 ZERO = _Scalars(0.0)
 
 
-def scalars(value: float, dtype: np.dtype):
-    """A byref host scalar of ``value`` in the cuDNN scaling type of ``dtype``."""
-    return ctypes.byref(ctypes.c_double(value) if dtype == F64 else ctypes.c_float(value))
-
-
 # ------------------------------------------------------------------------------ descriptors
 
 class _Descriptor:
@@ -199,8 +152,6 @@ class _Descriptor:
     __slots__ = ("handle", "__weakref__")
 
     def __init__(self, create: str, destroy: str) -> None:
-        from ..._lib import cudnn as C
-
         raw = ctypes.c_void_p()
         C.call(create, ctypes.byref(raw))
         self.handle = int(raw.value or 0)
@@ -209,8 +160,6 @@ class _Descriptor:
 
 def _destroy(destroy: str, handle: int) -> None:
     try:
-        from ..._lib import cudnn as C
-
         C.raw(destroy)(handle)
     except Exception:  # interpreter shutdown: the library may be gone already
         pass
@@ -311,16 +260,8 @@ def cached_descriptor(cache: dict, key: tuple, create: str, destroy: str,
 
 # ------------------------------------------------------------------------------- memory
 
-_cuda_empty: Any = None
-
-
 def empty(shape: Sequence[int], dtype: Any, stream) -> Any:
     """A new DeviceArray on ``stream`` (stream-ordered pool allocation)."""
-    global _cuda_empty
-    if _cuda_empty is None:
-        from ...cuda.array import empty as _empty
-
-        _cuda_empty = _empty
     if type(shape) is not tuple:
         shape = tuple(int(s) for s in shape)
     return _cuda_empty(shape, dtype, stream=stream)
@@ -333,26 +274,11 @@ def output(out: Any, shape: Sequence[int], dtype: Any, stream) -> Any:
     return empty(shape, dtype, stream)
 
 
-_rt: Any = None
-
-
-def _runtime():
-    global _rt
-    if _rt is None:
-        from ...cuda._util import rt
-
-        _rt = rt
-    return _rt
-
-
 def memset(array: Any, byte: int, stream) -> None:
     n = array.nbytes
     if n:
-        rt = _rt if _rt is not None else _runtime()
         result = rt.cudaMemsetAsync(array.ptr, int(byte), n, stream.handle)
         if result[0]:  # the error context is built only when raising
-            from ...cuda._util import check
-
             check(result, "cudaMemsetAsync", nbytes=n)
 
 
@@ -360,11 +286,8 @@ def memcpy(dst: Any, src: Any, stream, nbytes: "int | None" = None) -> None:
     """Device-to-device copy on ``stream`` (stream-ordered, capturable)."""
     n = src.nbytes if nbytes is None else nbytes
     if n and dst.ptr != src.ptr:
-        rt = _rt if _rt is not None else _runtime()
         result = rt.cudaMemcpyAsync(dst.ptr, src.ptr, n, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.handle)
         if result[0]:
-            from ...cuda._util import check
-
             check(result, "cudaMemcpyAsync", nbytes=n)
 
 
@@ -394,8 +317,6 @@ def workspace(stream, nbytes: int) -> int:
     if ws is None:
         ws = _workspaces.setdefault(key, _Workspace())
     if ws.nbytes < nbytes:
-        from ...cuda.memory import alloc
-
         size = -(-nbytes // _WORKSPACE_GRANULE) * _WORKSPACE_GRANULE
         allocation = alloc(size, stream, what="the cuDNN workspace")
         ws.allocation, ws.nbytes = allocation, size
@@ -436,8 +357,6 @@ def kernel(filename: str, name: str, device: int):
     with _kernel_lock:
         k = _kernels.get(key)
         if k is None:
-            from ...cuda import Kernel
-
             k = Kernel(source(filename), name, options=KERNEL_OPTIONS, device=device)
             _kernels[key] = k
     return k
@@ -446,9 +365,7 @@ def kernel(filename: str, name: str, device: int):
 def _sm_count(device: int) -> int:
     n = _sm_counts.get(device)
     if n is None:
-        from ...cuda.device import Device
-
-        n = _sm_counts[device] = int(Device(device).multiprocessor_count)
+        n = _sm_counts[device] = int(CudaDevice(device).multiprocessor_count)
     return n
 
 
@@ -484,12 +401,10 @@ def p(array_or_ptr: Any):
     """A pointer kernel argument: a DeviceArray passes as itself (the kernel packs its pointer,
     with no Pointer object made per call); ints, None and other objects with ``.ptr`` become a
     :class:`dnnbind.cuda.Pointer`."""
-    if _Stream is None:
-        _load_cuda()
-    if type(array_or_ptr) is _DeviceArray:
+    if type(array_or_ptr) is DeviceArray:
         return array_or_ptr
     value = array_or_ptr if isinstance(array_or_ptr, int) else ptr(array_or_ptr)
-    return _Pointer(int(value))
+    return Pointer(int(value))
 
 
 i64 = np.int64
@@ -512,8 +427,6 @@ def device_scalar_ptr(value: Any, op: str, name: str) -> "tuple[float, int]":
     A device scalar is read by the kernel at run time (so a captured graph sees the
     current value on replay); a Python number is baked in.
     """
-    from ...backend import is_device_array
-
     if value is None:
         return 0.0, 0
     if is_device_array(value):

@@ -25,6 +25,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..._lib import cudnn as C
 from . import _common as cm
 
 __all__ = ["ConvKey", "AlgoChoice", "choose", "fallback", "clear_cache", "cache_info",
@@ -42,9 +43,6 @@ _FWD_NAMES = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT",
               "WINOGRAD", "WINOGRAD_NONFUSED")
 _BWD_DATA_NAMES = ("ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED")
 _BWD_FILTER_NAMES = ("ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING")
-
-DIRECTIONS = ("forward", "backward_data", "backward_filter")
-
 
 @dataclass(frozen=True)
 class ConvKey:
@@ -124,8 +122,6 @@ def math_for(dtype) -> int:
 
 
 def _perf_type(direction: str):
-    from ..._lib import cudnn as C
-
     return {"forward": C.ConvolutionFwdAlgoPerf, "backward_data": C.ConvolutionBwdDataAlgoPerf,
             "backward_filter": C.ConvolutionBwdFilterAlgoPerf}[direction]
 
@@ -155,8 +151,6 @@ def _descs_in_order(direction: str, x_desc: int, w_desc: int, y_desc: int, cdesc
 def workspace_size(direction: str, handle: int, x_desc: int, w_desc: int, y_desc: int, cdesc: int,
                    algo: int) -> "int | None":
     """Workspace bytes ``algo`` needs, or None when cuDNN says the algorithm cannot run."""
-    from ..._lib import cudnn as C
-
     size = ctypes.c_size_t()
     status = C.raw(_FN[direction][2])(handle, *_descs_in_order(direction, x_desc, w_desc, y_desc, cdesc),
                                       algo, ctypes.byref(size))
@@ -180,8 +174,6 @@ def exec_math(perf_math: int, key: ConvKey) -> int:
 def _query(key: ConvKey, handle: int, x_desc: int, w_desc: int, y_desc: int, stream,
            buffers: "tuple[int, int, int] | None") -> list:
     """Perf results, best first: from the heuristics, or measured (benchmark mode)."""
-    from ..._lib import cudnn as C
-
     get_fn, find_fn, _ = _FN[key.direction]
     perfs = (_perf_type(key.direction) * _MAX_ALGOS)()
     count = ctypes.c_int()
@@ -265,8 +257,6 @@ def fallback(key: ConvKey, handle: int, x_desc: int, w_desc: int, y_desc: int,
     hit = _fallbacks.get(key)
     if hit is not None:
         return hit
-    from ..._lib import cudnn as C
-
     compute = cm.F64 if key.dtype == "float64" else cm.F32
     candidates: list[tuple[int, int, int]] = []  # (algo, math, determinism)
     for perf in perfs or []:

@@ -25,15 +25,14 @@ Paths (the module switches below choose; benchmarks/bn_bench.py flips them):
     PER_ACTIVATION (the same numbers for H = W = 1).
 
 **Reserve space.** The Ex forward may ask for a reserve buffer that its backward must get
-back. The public op returns only ``(y, save_mean, save_inv_std)``, so the reserve is kept in
-a module table keyed by (device, ``save_mean.ptr``) together with the forward's x shape and
-dtype; a ``weakref.finalize`` on the returned ``save_mean`` array drops the entry (and frees
-the reserve, stream-ordered) when that array dies. The backward looks the entry up by
-``save_mean.ptr``; if there is none or it does not match (a copy of save_mean, another shape
-or dtype), and cuDNN wants a reserve, the backward takes the legacy SPATIAL path, which needs
-only the saved mean and 1/std (identical semantics), so results stay correct. When cuDNN's
-reserve size is 0 nothing is stored. Under CUDA-graph capture the reserve is a stream-ordered
-pool allocation like every other buffer, so replays reuse the same address.
+back. It travels in the :class:`~dnnbind.ops.BatchNormSaved` the forward returns
+(``saved.reserve``, with ``saved.path == "cudnn_persistent"`` and the x shape and dtype it was
+made for) and is freed, stream-ordered, when that record dies (a layer drops it after its
+backward, so under CUDA-graph capture it dies inside the captured step). The backward uses it
+when it matches x; when cuDNN wants a reserve and the record has none that matches (built by
+hand, from another path, another shape or dtype), the backward takes the legacy SPATIAL path,
+which needs only the saved mean and 1/std (identical semantics), so results stay correct.
+When cuDNN's reserve size is 0 nothing is kept.
 
 Running statistics follow Keras: cuDNN's exponentialAverageFactor is ``1 - momentum``
 (running = momentum * running + (1 - momentum) * batch, with the unbiased batch variance).
@@ -50,11 +49,11 @@ always runs through float32 copies (the legacy API is not documented for bf16).
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
 import numpy as np
 
+from ..batchnorm import BatchNormSaved
 from . import _common as cm
 
 __all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
@@ -139,8 +138,9 @@ def _ex_descs(x: Any) -> "tuple[int, int]":
     return cm.tensor_desc(dims, x.dtype, "NHWC"), cm.tensor_desc((1, dims[1], 1, 1), cm.F32, "NCHW")
 
 
-# Workspace / reserve sizes by (device, x descriptor, parameter descriptor): the queries are
-# host calls that would otherwise run on every step.
+# Workspace / reserve sizes by (device, x as packed NHWC (N, C, H, W), x dtype): the queries are
+# host calls that would otherwise run on every step. Keyed by what the descriptors describe, not
+# by their handles: a handle is an address, which a destroyed descriptor may pass on.
 _size_lock = threading.Lock()
 _fwd_sizes: dict[tuple, "tuple[int, int]"] = {}
 _bwd_sizes: dict[tuple, int] = {}
@@ -154,8 +154,11 @@ def _size_query(name: str, *args: Any) -> int:
     return int(size.value)
 
 
-def _forward_sizes(handle: int, device: int, xd: int, pd: int) -> "tuple[int, int]":
-    key = (device, xd, pd)
+def _size_key(device: int, x: Any) -> tuple:
+    return (device, _nhwc_dims(x), x.dtype)
+
+
+def _forward_sizes(handle: int, key: tuple, xd: int, pd: int) -> "tuple[int, int]":
     sizes = _fwd_sizes.get(key)
     if sizes is None:
         ws = _size_query("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", handle, _SPATIAL_PERSISTENT,
@@ -167,8 +170,7 @@ def _forward_sizes(handle: int, device: int, xd: int, pd: int) -> "tuple[int, in
     return sizes
 
 
-def _backward_workspace(handle: int, device: int, xd: int, pd: int) -> int:
-    key = (device, xd, pd)
+def _backward_workspace(handle: int, key: tuple, xd: int, pd: int) -> int:
     size = _bwd_sizes.get(key)
     if size is None:
         # Argument order: xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc
@@ -180,40 +182,18 @@ def _backward_workspace(handle: int, device: int, xd: int, pd: int) -> int:
     return size
 
 
-# ------------------------------------------------------------------------ reserve table
+# ------------------------------------------------------------------------ saved state
 
-class _Reserve:
-    __slots__ = ("buffer", "nbytes", "shape", "dtype")
-
-    def __init__(self, buffer: Any, nbytes: int, shape: tuple, dtype: Any) -> None:
-        self.buffer, self.nbytes, self.shape, self.dtype = buffer, nbytes, shape, dtype
+PERSISTENT, LEGACY = "cudnn_persistent", "cudnn"  # BatchNormSaved.path values of this module
 
 
-_reserves: dict[tuple[int, int], _Reserve] = {}
-
-
-def _forget(key: tuple[int, int], entry: _Reserve) -> None:
-    # Only the entry this save_mean registered: the key may meanwhile belong to a newer one.
-    if _reserves.get(key) is entry:
-        del _reserves[key]
-
-
-def _remember(save_mean: Any, entry: _Reserve) -> None:
-    key = (save_mean.device_index, save_mean.ptr)
-    _reserves[key] = entry
-    weakref.finalize(save_mean, _forget, key, entry)
-
-
-def _reserve_for(save_mean: Any, x: Any) -> "_Reserve | None":
-    entry = _reserves.get((save_mean.device_index, save_mean.ptr))
-    if entry is None or entry.shape != tuple(x.shape) or entry.dtype != x.dtype:
+def _reserve_for(saved: BatchNormSaved, x: Any, nbytes: int) -> Any:
+    """The forward's reserve in ``saved`` when it was made for this x and holds ``nbytes``, else None."""
+    reserve = saved.reserve
+    if (reserve is None or saved.path != PERSISTENT or saved.x_shape != tuple(x.shape)
+            or saved.x_dtype != x.dtype or reserve.nbytes < nbytes):
         return None
-    return entry
-
-
-def reserve_entries() -> int:
-    """How many Ex-forward reserve buffers are alive (tests and leak checks)."""
-    return len(_reserves)
+    return reserve
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -264,11 +244,11 @@ def _refuse(x: Any, exc: "cm.CudnnError") -> bool:
 # ------------------------------------------------------------------------ training forward
 
 def _forward_training_ex(x: Any, g: Any, b: Any, rm: Any, rv: Any, momentum: float, epsilon: float, y: Any,
-                         s: Any, mode: str, layout: str) -> "tuple[Any, Any]":
-    """Ex / SPATIAL_PERSISTENT training forward into ``y``; returns (save_mean, save_inv_std)."""
+                         s: Any, mode: str, layout: str) -> BatchNormSaved:
+    """Ex / SPATIAL_PERSISTENT training forward into ``y``; returns the saved state (with the reserve)."""
     xd, pd = _ex_descs(x)
     handle = cm.cudnn_handle(s)
-    ws_size, reserve_size = _forward_sizes(handle, s.device_index, xd, pd)
+    ws_size, reserve_size = _forward_sizes(handle, _size_key(s.device_index, x), xd, pd)
     pshape = tuple(g.shape)
     save_mean, save_inv = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
     reserve = cm.empty((reserve_size,), np.uint8, s) if reserve_size else None
@@ -282,31 +262,32 @@ def _forward_training_ex(x: Any, g: Any, b: Any, rm: Any, rv: Any, momentum: flo
         exc.add_context(**_context("cudnnBatchNormalizationForwardTrainingEx", x, mode, layout, epsilon),
                         workspace=ws_size, reserve=reserve_size)
         raise
-    if reserve is not None:
-        _remember(save_mean, _Reserve(reserve, reserve_size, tuple(x.shape), x.dtype))
-    return save_mean, save_inv
+    return BatchNormSaved(save_mean, save_inv, reserve=reserve, path=PERSISTENT, x_shape=tuple(x.shape),
+                          x_dtype=x.dtype)
 
 
 def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, *,
                                momentum: float = 0.99, epsilon: float = 1e-3, mode: str = "spatial",
-                               layout: str = "NCHW", out: Any = None, stream: Any = None) -> "tuple[Any, Any, Any]":
-    """(y, save_mean, save_inv_std); updates running_mean/running_var in place."""
+                               layout: str = "NCHW", out: Any = None,
+                               stream: Any = None) -> "tuple[Any, BatchNormSaved]":
+    """(y, saved); updates running_mean/running_var in place."""
     s = cm.stream_of(stream)
     kw = dict(momentum=momentum, epsilon=epsilon, mode=mode, layout=layout)
     if _use_ex(x, mode, layout):
         y = cm.output(out, x.shape, x.dtype, s)
         try:
-            save_mean, save_inv = _forward_training_ex(x, gamma, beta, running_mean, running_var, momentum, epsilon,
-                                                       y, s, mode, layout)
+            saved = _forward_training_ex(x, gamma, beta, running_mean, running_var, momentum, epsilon, y, s, mode,
+                                         layout)
         except cm.CudnnError as exc:
             if not _refuse(x, exc):
                 raise
         else:
-            return y, save_mean, save_inv
+            return y, saved
     if x.dtype == cm.BF16:
-        y32, mean, inv = batchnorm_forward_training(_cast(x, cm.F32, s), gamma, beta, running_mean, running_var,
-                                                    stream=s, **kw)
-        return _cast(y32, cm.BF16, s, out=out), mean, inv
+        # saved describes the float32 copy it was made for: the backward runs on float32 copies too
+        y32, saved = batchnorm_forward_training(_cast(x, cm.F32, s), gamma, beta, running_mean, running_var,
+                                                stream=s, **kw)
+        return _cast(y32, cm.BF16, s, out=out), saved
     pdt = _param_dtype(x)
     y = cm.output(out, x.shape, x.dtype, s)
     cmode, xd, pd = _descs(x, mode, layout, pdt)
@@ -324,7 +305,7 @@ def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any,
     if rm is not running_mean:  # widened float32 running statistics: write them back
         _cast(rm, running_mean.dtype, s, out=running_mean)
         _cast(rv, running_var.dtype, s, out=running_var)
-    return y, save_mean, save_inv
+    return y, BatchNormSaved(save_mean, save_inv, path=LEGACY, x_shape=tuple(x.shape), x_dtype=x.dtype)
 
 
 # ---------------------------------------------------------------------- inference forward
@@ -360,22 +341,24 @@ def batchnorm_forward_inference(x: Any, gamma: Any, beta: Any, running_mean: Any
 
 # --------------------------------------------------------------------------- backward
 
-def _backward_ex(dy: Any, x: Any, gamma: Any, save_mean: Any, save_inv: Any, epsilon: float, s: Any,
+def _backward_ex(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, epsilon: float, s: Any,
                  mode: str, layout: str) -> "tuple[Any, Any, Any] | None":
-    """Ex / SPATIAL_PERSISTENT backward, or None when the forward's reserve is needed but unknown."""
+    """Ex / SPATIAL_PERSISTENT backward, or None when cuDNN needs a reserve that ``saved`` lacks."""
     xd, pd = _ex_descs(x)
     handle = cm.cudnn_handle(s)
-    _, reserve_size = _forward_sizes(handle, s.device_index, xd, pd)
-    entry = _reserve_for(save_mean, x) if reserve_size else None
-    if reserve_size and (entry is None or entry.nbytes < reserve_size):
+    key = _size_key(s.device_index, x)
+    _, reserve_size = _forward_sizes(handle, key, xd, pd)
+    reserve = _reserve_for(saved, x, reserve_size) if reserve_size else None
+    if reserve_size and reserve is None:
         return None
-    ws_size = _backward_workspace(handle, s.device_index, xd, pd)
+    save_mean, save_inv = saved.mean, saved.inv_std
+    ws_size = _backward_workspace(handle, key, xd, pd)
     dx = cm.empty(x.shape, x.dtype, s)
     pshape = tuple(gamma.shape)
     dgamma, dbeta = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
     one, zero = cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype)
     ws = cm.workspace(s, ws_size)
-    reserve_ptr = cm.ptr(entry.buffer) if entry is not None else 0
+    reserve_ptr = cm.ptr(reserve) if reserve is not None else 0
     try:
         cm.cudnn_call("cudnnBatchNormalizationBackwardEx", handle, _SPATIAL_PERSISTENT, _OPS_BN, one, zero, one, zero,
                       xd, x.ptr, None, None, xd, dy.ptr, None, None, xd, dx.ptr, pd, gamma.ptr, None, dgamma.ptr,
@@ -388,13 +371,14 @@ def _backward_ex(dy: Any, x: Any, gamma: Any, save_mean: Any, save_inv: Any, eps
     return dx, dgamma, dbeta
 
 
-def batchnorm_backward(dy: Any, x: Any, gamma: Any, save_mean: Any, save_inv_std: Any, *, epsilon: float = 1e-3,
+def batchnorm_backward(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, *, epsilon: float = 1e-3,
                        mode: str = "spatial", layout: str = "NCHW", stream: Any = None) -> "tuple[Any, Any, Any]":
-    """(dx, dgamma, dbeta); dgamma/dbeta are overwritten (beta for the parameter gradients is 0)."""
+    """(dx, dgamma, dbeta) from the forward's ``saved``; dgamma/dbeta are overwritten (beta for the
+    parameter gradients is 0)."""
     s = cm.stream_of(stream)
     if _use_ex(x, mode, layout):
         try:
-            result = _backward_ex(dy, x, gamma, save_mean, save_inv_std, epsilon, s, mode, layout)
+            result = _backward_ex(dy, x, gamma, saved, epsilon, s, mode, layout)
         except cm.CudnnError as exc:
             if not _refuse(x, exc):
                 raise
@@ -402,12 +386,12 @@ def batchnorm_backward(dy: Any, x: Any, gamma: Any, save_mean: Any, save_inv_std
             if result is not None:
                 return result
     if x.dtype == cm.BF16:
-        dx32, dg, db = batchnorm_backward(_cast(dy, cm.F32, s), _cast(x, cm.F32, s), gamma, save_mean,
-                                          save_inv_std, epsilon=epsilon, mode=mode, layout=layout, stream=s)
+        dx32, dg, db = batchnorm_backward(_cast(dy, cm.F32, s), _cast(x, cm.F32, s), gamma, saved,
+                                          epsilon=epsilon, mode=mode, layout=layout, stream=s)
         return _cast(dx32, cm.BF16, s), dg, db
     pdt = _param_dtype(x)
     cmode, xd, pd = _descs(x, mode, layout, pdt)
-    g, sm, si = (_as(a, pdt, s) for a in (gamma, save_mean, save_inv_std))
+    g, sm, si = (_as(a, pdt, s) for a in (gamma, saved.mean, saved.inv_std))
     dx = cm.empty(x.shape, x.dtype, s)
     dgamma, dbeta = cm.empty(tuple(gamma.shape), pdt, s), cm.empty(tuple(gamma.shape), pdt, s)
     one, zero = cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._lib.cudnn import Status
 from .._params import ConvParams
 from . import _common as cm
 from . import algo
@@ -50,9 +51,10 @@ class _Geometry:
     y_dims: tuple
     explicit: "tuple[int, int, int, int] | None"  # (top, bottom, left, right) done by pad2d
     desc_pad: tuple  # (pad_h, pad_w) in the descriptor
-    x_desc: int  # describes xp_dims
-    w_desc: int
-    y_desc: int
+    # Descriptor handles are addresses: they stay out of eq/hash, which the fields above decide.
+    x_desc: int = field(compare=False)  # describes xp_dims
+    w_desc: int = field(compare=False)
+    y_desc: int = field(compare=False)
     params: ConvParams
     # ConvKeys built so far, by (direction, device, config switches); not part of eq/hash.
     keys: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -293,6 +295,8 @@ def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
 _FUSED_UNSUPPORTED: set = set()  # geometries where cuDNN refused the fused call
 _act_descs: dict = {}
 _IMPLICIT_PRECOMP_GEMM = 1
+# Statuses with which cuDNN declines a fused configuration it cannot run (the separate calls can).
+_FUSED_REFUSALS = (Status.NOT_SUPPORTED, Status.BAD_PARAM)
 
 
 def _relu_desc(mode: int) -> int:
@@ -301,6 +305,50 @@ def _relu_desc(mode: int) -> int:
 
     return cm.cached_descriptor(_act_descs, (mode,), "cudnnCreateActivationDescriptor",
                                 "cudnnDestroyActivationDescriptor", setup)
+
+
+def _fused_choice(activation: str, g: _Geometry, params: ConvParams, handle: int, s: Any,
+                  buffers: tuple) -> "algo.AlgoChoice | None":
+    """The algorithm of the fused call, or None when cuDNN cannot run it for this geometry.
+
+    relu takes the usual choice; linear (identity) must use IMPLICIT_PRECOMP_GEMM, the only
+    algorithm cuDNN allows with it, and is None when that algorithm cannot run this geometry.
+    """
+    if activation == "relu":
+        return algo.choose(g.key("forward", s.device_index), handle, g.x_desc, g.w_desc, g.y_desc, s, buffers)
+    cdesc = algo.conv_desc(g.desc_pad, params.stride, params.dilation, params.groups, cm.F32, algo.math_for(g.dtype))
+    size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, cdesc, _IMPLICIT_PRECOMP_GEMM)
+    if size is None:
+        return None
+    return algo.AlgoChoice(_IMPLICIT_PRECOMP_GEMM, algo.math_for(g.dtype), size, cdesc, True, "fixed")
+
+
+def _fused_forward(x: Any, w: Any, b: Any, y: Any, activation: str, params: ConvParams, g: _Geometry,
+                   s: Any) -> bool:
+    """cudnnConvolutionBiasActivationForward into ``y``: True when it ran, False when cuDNN cannot
+    fuse this geometry (no algorithm, or the call refused with NOT_SUPPORTED / BAD_PARAM)."""
+    xin = _padded_input(x, g, s)
+    b_desc = cm.tensor_desc((1, g.w_kcrs[0], 1, 1), g.dtype, "NCHW")
+    act = _relu_desc(1 if activation == "relu" else 5)  # CUDNN_ACTIVATION_RELU / IDENTITY
+    one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
+    handle = cm.cudnn_handle(s)
+    try:
+        choice = _fused_choice(activation, g, params, handle, s, (xin.ptr, w.ptr, y.ptr))
+        if choice is None:
+            return False
+        ws = cm.workspace(s, choice.workspace)
+        # z = y with alpha2 = 0: cuDNN requires a z operand; y is never read for alpha2 == 0.
+        cm.cudnn_call("cudnnConvolutionBiasActivationForward", handle, one, g.x_desc, xin.ptr, g.w_desc,
+                      w.ptr, choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.y_desc, y.ptr, b_desc,
+                      b.ptr, act, g.y_desc, y.ptr)
+    except cm.CudnnError as exc:
+        if exc.status not in _FUSED_REFUSALS:
+            for name, value in g.context("cudnnConvolutionBiasActivationForward").items():
+                exc.context.setdefault(name, value)
+            exc.add_context()
+            raise
+        return False
+    return True
 
 
 def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = "relu",
@@ -319,44 +367,11 @@ def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = 
     fusable = activation in ("relu", "linear") and g.dtype in (cm.F32, cm.F16) and g not in _FUSED_UNSUPPORTED
     if fusable:
         y = cm.output(out, g.layout_shape(g.y_dims), x.dtype, s)
-        xin = _padded_input(x, g, s)
-        b_desc = cm.tensor_desc((1, g.w_kcrs[0], 1, 1), g.dtype, "NCHW")
-        act = _relu_desc(1 if activation == "relu" else 5)  # CUDNN_ACTIVATION_RELU / IDENTITY
-        one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
-        handle = cm.cudnn_handle(s)
-        key = g.key("forward", s.device_index)
-        try:
-            if activation == "relu":
-                choice = algo.choose(key, handle, g.x_desc, g.w_desc, g.y_desc, s, (xin.ptr, w.ptr, y.ptr))
-            else:
-                cdesc = algo.conv_desc(g.desc_pad, params.stride, params.dilation, params.groups, cm.F32,
-                                       algo.math_for(g.dtype))
-                size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, cdesc,
-                                           _IMPLICIT_PRECOMP_GEMM)
-                if size is None:
-                    raise cm.CudnnError(3000, "CUDNN_STATUS_NOT_SUPPORTED", "cudnnGetConvolutionForwardWorkspaceSize",
-                                        "IMPLICIT_PRECOMP_GEMM cannot run this configuration")
-                choice = algo.AlgoChoice(_IMPLICIT_PRECOMP_GEMM, algo.math_for(g.dtype), size, cdesc, True,
-                                         "fixed")
-
-            def call(ch, ws):
-                # z = y with alpha2 = 0: cuDNN requires a z operand; y is never read for alpha2 == 0.
-                cm.cudnn_call("cudnnConvolutionBiasActivationForward", handle, one, g.x_desc, xin.ptr, g.w_desc,
-                              w.ptr, ch.conv_desc, ch.algo, ws, ch.workspace, zero, g.y_desc, y.ptr, b_desc,
-                              b.ptr, act, g.y_desc, y.ptr)
-
-            ws = cm.workspace(s, choice.workspace)
-            call(choice, ws)
+        if _fused_forward(x, w, b, y, activation, params, g, s):
             return y
-        except cm.CudnnError as exc:
-            if exc.status_name not in ("CUDNN_STATUS_NOT_SUPPORTED", "CUDNN_STATUS_BAD_PARAM"):
-                for name, value in g.context("cudnnConvolutionBiasActivationForward").items():
-                    exc.context.setdefault(name, value)
-                exc.add_context()
-                raise
-            # Not a failure: cuDNN's fused kernels cover fewer configurations than the separate
-            # calls. Remembered, so the refusal costs one call per geometry; the numbers match.
-            _FUSED_UNSUPPORTED.add(g)
+        # Not a failure: cuDNN's fused kernels cover fewer configurations than the separate
+        # calls. Remembered, so the refusal costs one call per geometry; the numbers match.
+        _FUSED_UNSUPPORTED.add(g)
     from . import activation as act_mod
 
     y = conv2d_forward(x, w, params=params, layout=layout, out=out, stream=s)

@@ -15,7 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..._lib.cublas import Operation
+from ...cublas import gemm as _cublas_gemm
 from . import _common as cm
+from .conv import bias_add
+from .elementwise import scale
 
 __all__ = ["dense_forward", "dense_backward_input", "dense_backward_weight", "matmul"]
 
@@ -28,9 +32,8 @@ def _compute(dtype) -> str:
     return "float32"
 
 
-_cublas_gemm: Any = None  # dnnbind.cublas.gemm and the Operation members, imported on first use
-_OP_N: Any = None
-_OP_T: Any = None
+_OP_N = Operation.N
+_OP_T = Operation.T
 
 
 def _gemm(stream, a: Any, b: Any, c: Any, m: int, n: int, k: int, transpose_a: bool, transpose_b: bool,
@@ -39,12 +42,6 @@ def _gemm(stream, a: Any, b: Any, c: Any, m: int, n: int, k: int, transpose_a: b
 
     ``a`` is stored (m, k), or (k, m) when ``transpose_a``; ``b`` is (k, n) or (n, k).
     """
-    global _cublas_gemm, _OP_N, _OP_T
-    if _cublas_gemm is None:
-        from ..._lib.cublas import Operation
-        from ...cublas import gemm
-
-        _cublas_gemm, _OP_N, _OP_T = gemm, Operation.N, Operation.T
     if m == 0 or n == 0:
         return
     lda = m if transpose_a else k  # row length of a's buffer
@@ -71,8 +68,6 @@ def dense_forward(x: Any, w: Any, b: Any = None, *, out: Any = None, stream: Any
     else:
         _gemm(s, x, w, y, m, n, k, False, False)
     if b is not None:
-        from .conv import bias_add
-
         bias_add(y, b, layout="NHWC", out=y, stream=s)  # channel axis = last axis
     return y
 
@@ -110,8 +105,6 @@ def matmul(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = Fal
     n = int(b.shape[0]) if transpose_b else int(b.shape[1])
     c = cm.output(out, (m, n), a.dtype, s)
     if k == 0:
-        from .elementwise import scale
-
         if beta == 0.0:
             cm.memset(c, 0, s)
         else:

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from ..._lib import cudnn as C
 from . import _common as cm
+from .elementwise import cast
 
 __all__ = ["dropout_forward", "dropout_backward", "device_state"]
 
@@ -31,8 +33,6 @@ class _CudaDropout:
     """The cuDNN dropout descriptor of one DropoutState on one device, and its states buffer."""
 
     def __init__(self, rate: float, seed: int, stream) -> None:
-        from ..._lib import cudnn as C
-
         handle = cm.cudnn_handle(stream)
         raw = ctypes.c_void_p()
         C.call("cudnnCreateDropoutDescriptor", ctypes.byref(raw))
@@ -50,8 +50,6 @@ class _CudaDropout:
 
 def _destroy(desc: int) -> None:
     try:
-        from ..._lib import cudnn as C
-
         C.raw("cudnnDestroyDropoutDescriptor")(desc)
     except Exception:
         pass
@@ -74,8 +72,6 @@ _CUDNN_DTYPES = (cm.F32, cm.F16, cm.F64)
 
 
 def _via_float32(x: Any, s: Any) -> Any:
-    from .elementwise import cast
-
     return cast(x, cm.F32, stream=s)
 
 
@@ -87,8 +83,6 @@ def dropout_forward(x: Any, state: Any, *, out: Any = None, stream: Any = None) 
         cm.memcpy(y, x, s)
         return y, None
     if x.dtype not in _CUDNN_DTYPES:
-        from .elementwise import cast
-
         y32, reserve = dropout_forward(_via_float32(x, s), state, stream=s)
         cast(y32, x.dtype, out=y, stream=s)
         return y, reserve
@@ -114,8 +108,6 @@ def dropout_backward(dy: Any, reserve: Any, state: Any, *, stream: Any = None) -
         cm.memcpy(dx, dy, s)
         return dx
     if dy.dtype not in _CUDNN_DTYPES:
-        from .elementwise import cast
-
         return cast(dropout_backward(_via_float32(dy, s), reserve, state, stream=s), dy.dtype, out=dx, stream=s)
     ds = device_state(state, s)
     desc = _desc(dy)

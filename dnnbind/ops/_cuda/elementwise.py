@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...utils import draw_seed
+from ...cuda.array import to_device
 from . import _common as cm
 
 __all__ = [
@@ -247,8 +248,6 @@ def take(x: Any, indices: Any, *, out: Any = None, stream: Any = None) -> Any:
     if isinstance(indices, np.ndarray):
         if indices.size and (indices.min() < -x.shape[0] or indices.max() >= x.shape[0]):
             raise IndexError(f"take: indices out of range for {x.shape[0]} rows")
-        from ...cuda.array import to_device
-
         indices = to_device(np.ascontiguousarray(indices, dtype=np.int64), stream=s)
     idx = indices if indices.dtype in (_I32, _I64) else cast(indices, _I64, stream=s)
     nidx = int(idx.shape[0])

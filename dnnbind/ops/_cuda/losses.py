@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _common as cm
+from .elementwise import cast
 
 __all__ = ["softmax_cross_entropy", "crossentropy_from_probs", "binary_crossentropy", "mean_squared_error",
            "CLIP_EPSILON"]
@@ -43,8 +44,6 @@ def _finish(values: Any, count: int, n_values: int, dtype, stream) -> Any:
 
 def _labels(labels: Any, pred: Any, stream) -> "tuple[Any, str]":
     """(device labels, kernel suffix): int32/int64 indices, or dense rows in pred's dtype."""
-    from .elementwise import cast
-
     if labels.dtype.kind in "iu":
         if labels.dtype not in (_I32, _I64):
             labels = cast(labels, _I64, stream=stream)
@@ -84,8 +83,6 @@ def crossentropy_from_probs(probs: Any, labels: Any, *, label_smoothing: float =
 
 def _elementwise(kind: int, pred: Any, target: Any, ls: float, grad_scale: Any, op: str, sample_weight: Any,
                  stream: Any) -> "tuple[Any, Any]":
-    from .elementwise import cast
-
     s = cm.stream_of(stream)
     if target.dtype != pred.dtype:
         target = cast(target, pred.dtype, stream=s)

@@ -3,9 +3,11 @@
 All tensors of one (parameter dtype, gradient dtype) group are updated by one launch. The
 launch reads a small device "pointer table" (int64: per tensor the parameter, gradient and
 state pointers and the size, then per chunk of :data:`CHUNK` items the tensor and start). The
-table is built on the host and uploaded once per list of arrays (cached by their pointers and
-sizes), so a training loop that keeps its arrays pays for it once; graph capture should be
-preceded by one eager step so that the upload does not happen inside the capture.
+table is built on the host and uploaded once per list of arrays and kept in the caller's
+:class:`dnnbind.ops.UpdateTables` (``tables=``; an Optimizer owns one; None: the one kept with
+``params[0]``), looked up by the addresses and sizes it holds, so a training loop that keeps its
+arrays pays for it once. During a CUDA-graph capture a table is made for the captured update
+alone and dies with it (see :class:`~dnnbind.ops.UpdateTables`).
 
 ``lr``, ``step`` and ``grad_scale`` may be numbers (baked into the launch) or 0-d device
 arrays (read by the kernel, so a replayed CUDA graph sees their current values); ``skip`` is
@@ -22,32 +24,47 @@ freed, stream-ordered, when the update has been queued.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
 
+from ..optim import UpdateTables
 from . import _common as cm
 
 __all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "CHUNK"]
 
 _FILE = "optim.cu"
 CHUNK = 1 << 16  # items per chunk: enough work per block, few table entries
-_TABLE_CACHE_SIZE = 64
-_tables: "OrderedDict[tuple, Any]" = OrderedDict()
+# The tables of callers that pass none, kept with their first parameter array (by identity, weakly):
+# they die with it, and an address can never find another array's tables here.
+_tables_of_params: "weakref.WeakKeyDictionary[Any, UpdateTables]" = weakref.WeakKeyDictionary()
 _PARAM_SUFFIX = {cm.F32: "f32", cm.F64: "f64", cm.F16: "f16"}
 
 
-def _table(params: list, grads: list, states: Sequence["list | None"], stream) -> "tuple[Any, int, int]":
-    """(device table, ntensors, nchunks) for one dtype group, cached by pointers and sizes."""
+def _tables_for(tables: "UpdateTables | None", params: list) -> UpdateTables:
+    if tables is not None:
+        return tables
+    kept = _tables_of_params.get(params[0])
+    if kept is None:
+        kept = _tables_of_params[params[0]] = UpdateTables()
+    return kept
+
+
+def _table(params: list, grads: list, states: Sequence["list | None"], stream,
+           tables: UpdateTables) -> "tuple[Any, int, int]":
+    """(device table, ntensors, nchunks) for one dtype group, kept in ``tables`` by pointers and sizes."""
     cols = [params, grads] + [s if s is not None else [None] * len(params) for s in states]
     cols += [[None] * len(params)] * (5 - len(cols))
     sizes = [int(p.size) for p in params]
-    key = (stream.device_index,) + tuple(tuple(cm.ptr(a) for a in col) for col in cols) + (tuple(sizes),)
-    hit = _tables.get(key)
-    if hit is not None:
-        _tables.move_to_end(key)
-        return hit
+    capturing = stream.is_capturing()
+    if not capturing:
+        # The key is the table's whole content, so a hit is right even when other arrays now
+        # live at these addresses.
+        key = (stream.device_index,) + tuple(tuple(cm.ptr(a) for a in col) for col in cols) + (tuple(sizes),)
+        hit = tables._get(key)
+        if hit is not None:
+            return hit
     n = len(params)
     chunks = [(t, start) for t, size in enumerate(sizes) for start in range(0, size, CHUNK)]
     host = np.zeros(6 * n + 2 * len(chunks), dtype=np.int64)
@@ -61,14 +78,13 @@ def _table(params: list, grads: list, states: Sequence["list | None"], stream) -
     # constant(), not to_device(): the table may first be needed while a train step is being
     # captured into a CUDA graph (the gradients' addresses are the graph's own then).
     entry = (constant(host, stream=stream), n, len(chunks))
-    if stream.is_capturing():
+    if capturing:
         # Made inside a capture, the table is graph memory: it must die inside the capture (the
         # graph frees it after the update and re-uploads it from its own pinned bytes at every
-        # replay). Cached, it would outlive the step as an allocation the graph still owned.
+        # replay). Kept, it would outlive the step as an allocation the graph still owned. Nor is
+        # a kept table used while capturing: the graph would address memory `tables` may drop.
         return entry
-    _tables[key] = entry
-    if len(_tables) > _TABLE_CACHE_SIZE:
-        _tables.popitem(last=False)
+    tables._put(key, entry)
     return entry
 
 
@@ -135,10 +151,11 @@ def _step(step: Any, op: str) -> "tuple[float, int, int]":
 _CLIP_MODES = {"norm": 1, "global_norm": 2}
 
 
-def _prepare(params: list, grads: list, states: list, stream) -> dict:
+def _prepare(params: list, grads: list, states: list, stream, tables: "UpdateTables | None") -> dict:
     """{group key: (params, grads, states, (table, ntensors, nchunks))}: one table per dtype group,
     shared by the clipping reduction and the update."""
-    return {key: (ps, gs, sts, _table(ps, gs, sts, stream))
+    tables = _tables_for(tables, params)
+    return {key: (ps, gs, sts, _table(ps, gs, sts, stream, tables))
             for key, (ps, gs, sts) in _groups(params, grads, states).items()}
 
 
@@ -184,7 +201,7 @@ def _launch(name: str, group_key: tuple, entry: tuple, args: tuple, clip: Any, c
 
 def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any, momentum: float = 0.0,
                nesterov: bool = False, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
-               clip: Any = None, stream: Any = None) -> None:
+               clip: Any = None, tables: "UpdateTables | None" = None, stream: Any = None) -> None:
     """SGD (momentum, nesterov, decoupled weight decay) in place over every tensor."""
     op = "sgd_update"
     s = cm.stream_of(stream)
@@ -193,7 +210,7 @@ def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any,
         return None
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    groups = _prepare(params, grads, [velocities if momentum else None], s)
+    groups = _prepare(params, grads, [velocities if momentum else None], s, tables)
     scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
     for key, (_, _, _, entry) in groups.items():
         _launch("sgd", key, entry, (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(momentum), cm.i32(bool(nesterov)),
@@ -206,7 +223,7 @@ def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any,
 def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: Any, beta1: float = 0.9,
                 beta2: float = 0.999, epsilon: float = 1e-7, weight_decay: float = 0.0, amsgrad: bool = False,
                 vhat: "list | None" = None, grad_scale: Any = None, skip: Any = None, clip: Any = None,
-                stream: Any = None) -> None:
+                tables: "UpdateTables | None" = None, stream: Any = None) -> None:
     """Adam / AdamW (amsgrad optional) in place over every tensor; ``step`` is 1-based."""
     op = "adam_update"
     s = cm.stream_of(stream)
@@ -216,7 +233,7 @@ def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: A
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     step_v, step_ptr, step_kind = _step(step, op)
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    groups = _prepare(params, grads, [m, v, vhat if amsgrad else None], s)
+    groups = _prepare(params, grads, [m, v, vhat if amsgrad else None], s, tables)
     scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
     for key, (_, _, _, entry) in groups.items():
         _launch("adam", key, entry,
@@ -230,7 +247,7 @@ def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: A
 def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: float = 0.9, momentum: float = 0.0,
                    epsilon: float = 1e-7, centered: bool = False, mom: "list | None" = None,
                    avg: "list | None" = None, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
-                   clip: Any = None, stream: Any = None) -> None:
+                   clip: Any = None, tables: "UpdateTables | None" = None, stream: Any = None) -> None:
     """RMSprop (momentum, centered; epsilon inside the root as Keras) in place over every tensor."""
     op = "rmsprop_update"
     s = cm.stream_of(stream)
@@ -239,7 +256,7 @@ def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: flo
         return None
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    groups = _prepare(params, grads, [avg_sq, mom if momentum else None, avg if centered else None], s)
+    groups = _prepare(params, grads, [avg_sq, mom if momentum else None, avg if centered else None], s, tables)
     scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
     for key, (_, _, _, entry) in groups.items():
         _launch("rmsprop", key, entry,

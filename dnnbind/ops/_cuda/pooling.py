@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._params import PoolParams
+from ...cuda.array import constant
 from . import _common as cm
 from .conv import crop_nchw, pad_nchw
 
@@ -116,8 +117,6 @@ def _map(plan: _Plan, stream) -> Any:
     key = (stream.device_index, plan.x_dims[2:], plan.params)
     m = _maps.get(key)
     if m is None:
-        from ...cuda.array import constant
-
         m = constant(exclude_pad_map(plan.x_dims[2:], plan.params), stream=stream)
         if not stream.is_capturing():  # made in a capture it is graph memory: it dies with the step
             _maps[key] = m
