@@ -18,6 +18,8 @@ __all__ = [
     "CudnnError",
     "CublasError",
     "NvrtcError",
+    "NcclError",
+    "DistributedError",
     "DeviceOutOfMemoryError",
     "AllocationTooLargeError",
     "NoDeviceError",
@@ -126,6 +128,17 @@ class NvrtcError(LibraryStatusError):
         if getattr(self, "log", ""):
             msg += "\nNVRTC log:\n" + self.log.rstrip()
         return msg
+
+
+class NcclError(LibraryStatusError):
+    """An NCCL call failed (``ncclGetErrorString`` and ``ncclGetLastError`` in the message)."""
+
+    library = "NCCL"
+
+
+class DistributedError(DnnbindError):
+    """Data-parallel training failed across processes: a rank that never joined, a rank that died
+    or hung (the message names it), a collective that timed out and was aborted."""
 
 
 class DeviceOutOfMemoryError(DnnbindError, MemoryError):

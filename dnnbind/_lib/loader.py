@@ -1,9 +1,9 @@
-"""Find and load the CUDA libraries dnnbind binds to: cuDNN, cuBLAS, cuBLASLt, NVRTC.
+"""Find and load the CUDA libraries dnnbind binds to: cuDNN, cuBLAS, cuBLASLt, NVRTC, NCCL.
 
 Search order, per library:
 
 1. the override variable (``DNNBIND_CUDNN_PATH``, ``DNNBIND_CUBLAS_PATH``,
-   ``DNNBIND_CUBLASLT_PATH``, ``DNNBIND_NVRTC_PATH``): a file, or a directory
+   ``DNNBIND_CUBLASLT_PATH``, ``DNNBIND_NVRTC_PATH``, ``DNNBIND_NCCL_PATH``): a file, or a directory
    holding the library;
 2. ``cuda.pathfinder.load_nvidia_dynamic_lib``, which covers the pip cu12/cu13
    wheels, conda, ``CUDA_HOME``/``CUDA_PATH`` and the system loader.
@@ -73,6 +73,11 @@ _SPECS: dict[str, _Spec] = {
         'pip install "dnnbind[cu12]"  (or: pip install nvidia-cuda-nvrtc-cu12; for CUDA 13: '
         'pip install "dnnbind[cu13]" / nvidia-cuda-nvrtc)',
     ),
+    # only data-parallel training needs it (dnnbind.distribution); not part of the cu12/cu13 extras
+    "nccl": _Spec(
+        "nccl", "DNNBIND_NCCL_PATH", ("libnccl.so.2", "libnccl.so.*", "libnccl.so"),
+        'pip install "dnnbind[nccl]"  (or: pip install nvidia-nccl-cu12; for CUDA 13: nvidia-nccl-cu13)',
+    ),
 }
 
 LIBRARIES: tuple[str, ...] = tuple(_SPECS)
@@ -85,7 +90,7 @@ class LibraryInfo:
     Attributes
     ----------
     name:
-        ``"cudnn"``, ``"cublas"``, ``"cublasLt"`` or ``"nvrtc"``.
+        ``"cudnn"``, ``"cublas"``, ``"cublasLt"``, ``"nvrtc"`` or ``"nccl"``.
     path:
         Absolute path of the loaded file (``None`` only when the system loader
         had it already and could not say where from).
@@ -94,7 +99,7 @@ class LibraryInfo:
         (``"site-packages"``, ``"conda"``, ``"CUDA_PATH"``, ``"system-search"``...).
     version:
         The library's version: an int for cuDNN (``91900`` = 9.19.0) and cuBLAS /
-        cuBLASLt (``120904`` = 12.9.4), a ``"major.minor"`` string for NVRTC;
+        cuBLASLt (``120904`` = 12.9.4) and NCCL (``23203`` = 2.32.3), a ``"major.minor"`` string for NVRTC;
         ``None`` when the query failed.
     """
 
@@ -200,12 +205,12 @@ def _load_pathfinder(spec: _Spec) -> tuple[ctypes.CDLL, str | None, str]:
 
 
 def load_library(name: str) -> ctypes.CDLL:
-    """Load (once) and return library ``name``: ``"cudnn"``, ``"cublas"``, ``"cublasLt"``, ``"nvrtc"``.
+    """Load (once) and return library ``name``: ``"cudnn"``, ``"cublas"``, ``"cublasLt"``, ``"nvrtc"``, ``"nccl"``.
 
     Raises
     ------
     ValueError
-        ``name`` is not one of those four.
+        ``name`` is not one of those five.
     dnnbind.errors.LibraryNotFoundError
         The library is nowhere to be found; the message lists where it looked and the
         pip command that installs it.
@@ -245,6 +250,13 @@ def _query_version(name: str, lib: ctypes.CDLL) -> int | str | None:
                     return None
                 parts.append(value.value)
             return parts[0] * 10000 + parts[1] * 100 + parts[2]
+        if name == "nccl":
+            # ncclGetVersion needs no GPU and no communicator
+            fn = lib.ncclGetVersion
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+            value = ctypes.c_int()
+            return int(value.value) if fn(ctypes.byref(value)) == 0 else None
         if name == "nvrtc":
             fn = lib.nvrtcVersion
             fn.restype = ctypes.c_int

@@ -33,6 +33,11 @@ pass); ``into(n, xs_dev, ys_dev)`` may then return static buffers (a graph step'
 in the same order) that a shuffled batch of ``n`` rows is gathered straight into. On the NumPy
 backend batches are the host arrays themselves (no copies).
 
+Data parallelism (``shard=(rank, world_size)``, from ``dnnbind.distribution``): the array and
+PyDataset adapters read only this rank's share of each pass, chosen by
+:func:`dnnbind.distribution.planning.shard_order` from the pass's order (the same on every rank:
+the same seed), padded by wrapping so every rank runs the same number of steps.
+
 Sample weights travel as extra entries of ``ys`` (after the targets, one per output with a loss),
 so a CUDA-graph step uploads them into a static buffer like ``x`` and ``y`` and reads them on the
 device.
@@ -50,6 +55,7 @@ import numpy as np
 
 from .. import backend, ops
 from ..backend import Device
+from ..distribution.planning import shard_length, shard_order
 from ..utils import PyDataset
 
 __all__ = ["flatten_structure", "unpack_x_y_sample_weight", "class_weight_to_sample_weights", "data_kind",
@@ -146,16 +152,18 @@ class ArrayDataAdapter:
     samples, in batches of ``batch_size`` (the last one smaller).
 
     ``shuffle``: a new order from ``rng`` at every :meth:`batches` call (one per pass).
+    ``shard``: ``(rank, world_size)``: only this rank's samples of each pass' order (see the module).
     """
 
     def __init__(self, xs: list[np.ndarray], ys: "list[np.ndarray] | None", batch_size: int, *, shuffle: bool,
-                 device: Device) -> None:
+                 device: Device, shard: "tuple[int, int] | None" = None) -> None:
         self.xs = list(xs)
         self.ys = None if ys is None else list(ys)
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.device = device
-        self.num_samples = len(self.xs[0])
+        self.shard = shard
+        self.num_samples = len(self.xs[0]) if shard is None else shard_length(len(self.xs[0]), shard[1])
         self.num_batches = -(-self.num_samples // self.batch_size)
         self._device_data = self._upload_if_small()
 
@@ -184,7 +192,10 @@ class ArrayDataAdapter:
 
     def batches(self, rng: np.random.Generator, into: "Callable[[int, list, list | None], Any] | None" = None
                 ) -> Iterator[Batch]:
-        order = rng.permutation(self.num_samples) if self.shuffle else None
+        total = len(self.xs[0])
+        order = rng.permutation(total) if self.shuffle else None
+        if self.shard is not None:
+            order = shard_order(total if order is None else order, *self.shard)
         if not self.device.is_cuda:
             return self._host_batches(order)
         if self._device_data is not None:
@@ -242,12 +253,14 @@ class PyDatasetAdapter:
 
     ``workers > 1``: up to ``max_queue_size`` batches are fetched ahead by a pool of that many
     threads (in order of use). ``use_multiprocessing=True`` raises NotImplementedError.
+    ``shard``: ``(rank, world_size)``: this rank's batch indices of each pass (each batch is one
+    replica's batch).
     """
 
     batch_size = None
 
     def __init__(self, dataset: Any, prepare: Callable[[Any], Batch], *, shuffle: bool, device: Device,
-                 owner: str = "fit") -> None:
+                 owner: str = "fit", shard: "tuple[int, int] | None" = None) -> None:
         workers = int(getattr(dataset, "workers", 1) or 1)
         if getattr(dataset, "use_multiprocessing", False):
             raise NotImplementedError(f"{owner}: PyDataset(use_multiprocessing=True) is not supported; use "
@@ -261,6 +274,11 @@ class PyDatasetAdapter:
         self.workers = workers
         self.max_queue_size = max(int(getattr(dataset, "max_queue_size", 10) or 10), 1)
         self.num_batches = _py_dataset_length(dataset, owner)
+        # sharded: this rank reads these many of the dataset's batches per pass (see the module)
+        self.shard = shard
+        self._total_batches = self.num_batches
+        if shard is not None:
+            self.num_batches = shard_length(self.num_batches, shard[1])
 
     def on_epoch_begin(self) -> None:
         begin = getattr(self.dataset, "on_epoch_begin", None)
@@ -293,9 +311,11 @@ class PyDatasetAdapter:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def batches(self, rng: np.random.Generator, into: Any = None) -> Iterator[Batch]:
-        order = np.arange(self.num_batches)
+        order = np.arange(self._total_batches)
         if self.shuffle:
-            order = rng.permutation(self.num_batches)
+            order = rng.permutation(self._total_batches)
+        if self.shard is not None:
+            order = shard_order(order, *self.shard)
         return _to_device(map(self.prepare, self._raw_batches(order)), self.device)
 
 

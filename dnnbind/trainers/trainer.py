@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import _validate, backend, ops
 from .. import callbacks as callbacks_module
+from .. import distribution as distribution_module
 from .. import losses as losses_module
 from .. import metrics as metrics_module
 from .. import optimizers as optimizers_module
@@ -187,6 +188,7 @@ class Trainer:
         self._jit_compile: Any = "auto"
         self.run_eagerly = False
         self._step_graphs = StepGraphs()
+        self._replica = None  # dnnbind.distribution's hook while a distribution is set
 
     @property
     def _owner(self) -> str:
@@ -388,7 +390,9 @@ class Trainer:
         optimizer and its state version (bumped whenever its slots are reallocated), the loss scale."""
         opt = self.optimizer
         layers = self._flat_layers()
+        # the replica: a train step captured with (or without) its gradient all-reduces
         return (self.trainable, id(opt), getattr(opt, "_state_version", 0), id(self._loss_scale),
+                id(self.__dict__.get("_replica")),
                 tuple([(layer.trainable, layer.dtype_policy.name) for layer in layers]),
                 tuple([id(w.value) for layer in layers for w in layer._weights]))
 
@@ -465,6 +469,30 @@ class Trainer:
             return None if got is None else (_unpack(got[0]), _unpack(got[1]))
 
         return into if self._graphs_enabled() else None
+
+    # ----- data parallelism (dnnbind.distribution) --------------------------------------------
+    def _replica_for(self, owner: str) -> Any:
+        """The set distribution's hook (checked against this model: the NumPy backend refuses it), or None."""
+        dist = distribution_module.distribution()
+        if dist is None:
+            return None
+        replica = dist.replica()
+        replica.check_model(self, owner)
+        return replica
+
+    def _join_replicas(self, replica: Any, always: bool) -> None:
+        """Train under ``replica`` from now on; rank 0's weights and optimizer state go to every rank
+        (``always``, or when the distribution changed) once the model is built."""
+        changed = self.__dict__.get("_replica") is not replica
+        self._replica = replica
+        if replica is not None and (always or changed) and self.built:
+            replica.broadcast_state(self)
+
+    def _distributed_args(self, replica: Any, kinds: list, batch_size: int, owner: str) -> int:
+        """Refuse what cannot be sharded; the batch each replica reads for the global ``batch_size``."""
+        for kind in kinds:
+            replica.check_generator(kind, owner)
+        return replica.per_replica_batch(batch_size, owner)
 
     # ----- metrics ----------------------------------------------------------------------------
     @property
@@ -652,6 +680,8 @@ class Trainer:
                 layer.grads = {}
         if not params:
             return
+        if self.__dict__.get("_replica") is not None:
+            self._replica.reduce_gradients(grads)  # before the finiteness check: every rank skips alike
         if self._loss_scale is not None:
             skip, finite = self._loss_scale.check(grads)
             # the update divides by this step's scale, so the scale changes only afterwards
@@ -813,6 +843,10 @@ class Trainer:
 
         Every argument is checked before anything runs; ``x`` (and float ``y``) holding NaN or inf
         is refused with the count and the first bad sample (for generators, batch by batch).
+
+        Under :func:`dnnbind.distribution.set_distribution` (one process per GPU) ``batch_size`` is
+        the global batch, the data is sharded over the ranks, gradients are averaged in the step and
+        the History is global (see :mod:`dnnbind.distribution.data_parallel`).
         """
         owner = f"{self._owner}: fit"
         self._require_compiled("fit")
@@ -850,6 +884,17 @@ class Trainer:
                 raise ValueError(f"{owner}: validation_data must be a tuple (x_val, y_val), got {got} (also accepted: "
                                  "(x_val, y_val, sample_weight_val), a generator, a PyDataset)")
         batch_size = batch_size or 32
+        replica = self._replica_for(owner)
+        shard = None
+        if replica is not None:
+            batch_size = self._distributed_args(replica, [kind] + ([data_kind(validation_data)] if validation_data
+                                                                  is not None else []), batch_size, owner)
+            if validation_batch_size is not None:
+                validation_batch_size = replica.per_replica_batch(validation_batch_size, owner, "validation_batch_size")
+            shard = replica.shard
+            if not replica.is_writer:  # rank 0 alone draws the bar and writes files
+                verbose = 0
+                cb_list = replica.writer_callbacks(cb_list)
 
         val_arrays = None
         if kind == "arrays":
@@ -869,16 +914,17 @@ class Trainer:
                 xs, ys, ws = cut(xs, 0), cut(ys, 0), cut(ws, 0)
             if class_weight is not None:
                 ws = self._check_sample_weight(None, len(xs[0]), ys, "fit", class_weight)
-            train_feed = self._array_feed(xs, ys, ws, batch_size, shuffle, steps_per_epoch)
+            train_feed = self._array_feed(xs, ys, ws, batch_size, shuffle, steps_per_epoch, shard)
         else:
             train_feed = self._source_feed(x, y, sample_weight, kind, "fit", targets=True, shuffle=shuffle,
-                                           steps=steps_per_epoch, class_weight=class_weight)
+                                           steps=steps_per_epoch, class_weight=class_weight, shard=shard)
         val_feed = None
         if validation_data is not None:
             val_feed = self._eval_feed(validation_data, None, None, "fit (validation_data)",
-                                       validation_batch_size or batch_size, validation_steps, unpack=True)
+                                       validation_batch_size or batch_size, validation_steps, unpack=True, shard=shard)
         elif val_arrays is not None:
-            val_feed = self._array_feed(*val_arrays, validation_batch_size or batch_size, False, validation_steps)
+            val_feed = self._array_feed(*val_arrays, validation_batch_size or batch_size, False, validation_steps,
+                                        shard)
 
         history = callbacks_module.History()
         if verbose and not any(isinstance(c, callbacks_module.ProgbarLogger) for c in cb_list):
@@ -891,8 +937,11 @@ class Trainer:
         cbs.callbacks = [c for c in cbs.callbacks if c not in progbars] + progbars
         self.history = history
         self.stop_training = False
+        if replica is not None:
+            seed = replica.agree_seed(seed)  # every rank shuffles alike: rank 0's seed
         # seed=None: one seed per fit call from dnnbind's seed generator (utils.set_random_seed fixes it)
         rng = np.random.default_rng(draw_seed() if seed is None else seed)
+        joined = False
         try:
             cbs.on_train_begin()
             for epoch in range(initial_epoch, epochs):
@@ -901,9 +950,14 @@ class Trainer:
                 ran = 0
                 for step, (xb, yb) in enumerate(train_feed.epoch(rng, self._static_inputs("train"))):
                     cbs.on_train_batch_begin(step)
+                    if not joined:  # here the model is built, also when a PyDataset's first batch built it
+                        self._join_replicas(replica, always=True)
+                        joined = True
                     # a batch smaller than the pass's first (its last) runs eagerly rather than holding
                     # a graph of its own
                     self._step("train", _pack(xb), _pack(yb), graph=train_feed.full(xb))
+                    if replica is not None:
+                        replica.after_step()
                     if self._loss_scale is not None:
                         self._after_loss_scaled_step()
                     ran += 1
@@ -915,6 +969,8 @@ class Trainer:
                     if train_feed.ran_out:
                         break  # the warning said so; an epoch without a step has nothing to log
                     raise ValueError(f"{owner}: x gave no batches (an empty generator or PyDataset)")
+                if replica is not None:
+                    replica.reduce_metrics(self._all_metrics())  # every rank's History is global
                 logs = self._logs()
                 if not math.isfinite(logs["loss"]):
                     warnings.warn(f"{self._owner}: epoch {epoch + 1}: the loss is {logs['loss']} "
@@ -932,6 +988,10 @@ class Trainer:
                 if self.stop_training or train_feed.ran_out:
                     break
             cbs.on_train_end()
+        except BaseException as exc:
+            if replica is not None:
+                replica.report_failure(exc)  # the other ranks stop with this message, not a timeout
+            raise
         finally:
             train_feed.close()
             if val_feed is not None:
@@ -950,6 +1010,9 @@ class Trainer:
             if cbs is not None:
                 cbs.on_test_batch_end(step, self._lazy_logs())
         feed.on_epoch_end()
+        replica = self.__dict__.get("_replica")
+        if replica is not None and ran:
+            replica.reduce_metrics(self._all_metrics())
         return ran
 
     def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None, verbose: Any = "auto",
@@ -973,7 +1036,15 @@ class Trainer:
         kind = data_kind(x)
         if kind != "arrays":
             self._check_batch_size_unused(batch_size, kind, owner)
-        feed = self._eval_feed(x, y, sample_weight, "evaluate", batch_size or 32, steps, unpack=False)
+        replica = self._replica_for(owner)
+        batch_size = batch_size or 32
+        if replica is not None:
+            batch_size = self._distributed_args(replica, [kind], batch_size, owner)
+            verbose = verbose if replica.is_writer else 0
+            cb_list = replica.writer_callbacks(cb_list)
+        feed = self._eval_feed(x, y, sample_weight, "evaluate", batch_size, steps, unpack=False,
+                               shard=None if replica is None else replica.shard)
+        self._join_replicas(replica, always=False)
         try:
             cbs = callbacks_module.CallbackList(cb_list, model=self,
                                                 params={"verbose": verbose, "steps": feed.steps_per_epoch})
@@ -1057,12 +1128,14 @@ class Trainer:
                           "batches already have their size", UserWarning, stacklevel=3)
 
     def _array_feed(self, xs: list, ys: "list | None", ws: "list | None", batch_size: int, shuffle: bool,
-                    steps: "int | None") -> EpochIterator:
+                    steps: "int | None", shard: "tuple[int, int] | None" = None) -> EpochIterator:
         targets = None if ys is None else self._step_targets(ys, ws)
-        return EpochIterator(ArrayDataAdapter(xs, targets, batch_size, shuffle=shuffle, device=self.device), steps)
+        return EpochIterator(ArrayDataAdapter(xs, targets, batch_size, shuffle=shuffle, device=self.device,
+                                              shard=shard), steps)
 
     def _source_feed(self, x: Any, y: Any, sample_weight: Any, kind: str, what: str, *, targets: bool,
-                     shuffle: bool, steps: "int | None", class_weight: "dict | None" = None) -> EpochIterator:
+                     shuffle: bool, steps: "int | None", class_weight: "dict | None" = None,
+                     shard: "tuple[int, int] | None" = None) -> EpochIterator:
         """A feed over a generator or PyDataset whose batches are checked one by one (:meth:`_prepare_batch`)."""
         owner = f"{self._owner}: {what}"
         for name, value, part in (("y", y, "the targets"), ("sample_weight", sample_weight, "the sample weights")):
@@ -1074,24 +1147,25 @@ class Trainer:
             return self._prepare_batch(raw, what, targets, class_weight)
 
         if kind == "py_dataset":
-            adapter: Any = PyDatasetAdapter(x, prepare, shuffle=shuffle, device=self.device, owner=owner)
+            adapter: Any = PyDatasetAdapter(x, prepare, shuffle=shuffle, device=self.device, owner=owner, shard=shard)
         else:
             adapter = GeneratorDataAdapter(x, prepare, device=self.device)
         return EpochIterator(adapter, steps)
 
     def _eval_feed(self, x: Any, y: Any, sample_weight: Any, what: str, batch_size: int, steps: "int | None",
-                   unpack: bool) -> EpochIterator:
+                   unpack: bool, shard: "tuple[int, int] | None" = None) -> EpochIterator:
         """The feed of an evaluation (``evaluate``, or ``fit``'s ``validation_data`` when ``unpack``)."""
         kind = data_kind(x)
         if kind != "arrays":
-            return self._source_feed(x, y, sample_weight, kind, what, targets=True, shuffle=False, steps=steps)
+            return self._source_feed(x, y, sample_weight, kind, what, targets=True, shuffle=False, steps=steps,
+                                     shard=shard)
         if unpack:
             x, y, sample_weight = unpack_x_y_sample_weight(tuple(x))
         else:
             x, y, sample_weight = self._split_tuple_x(x, y, sample_weight, targets=True)
         xs, ys = self._check_xy(x, y, what)
         ws = self._check_sample_weight(sample_weight, len(xs[0]), ys, what)
-        return self._array_feed(xs, ys, ws, batch_size, False, steps)
+        return self._array_feed(xs, ys, ws, batch_size, False, steps, shard)
 
     def _prepare_batch(self, raw: Any, what: str, targets: bool, class_weight: "dict | None"
                        ) -> tuple[list, "list | None"]:
@@ -1194,8 +1268,13 @@ class Trainer:
         class_weight = self._check_class_weight(class_weight, owner)
         if y is None:
             raise ValueError(f"{self._owner}: train_on_batch needs targets y")
+        replica = self._replica_for(owner)
         xb, yb = self._device_batch(x, y, "train_on_batch", sample_weight, class_weight)
+        # each rank passes its own batch (as with DDP); gradients are averaged over the ranks
+        self._join_replicas(replica, always=False)
         self._step("train", xb, yb)
+        if replica is not None:
+            replica.after_step()
         if self._loss_scale is not None:
             self._after_loss_scaled_step()
         return self._batch_result(return_dict)

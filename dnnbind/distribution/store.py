@@ -1,0 +1,277 @@
+"""A tiny key-value store over TCP for the rendezvous: rank 0 serves it at ``MASTER_ADDR:MASTER_PORT``,
+every rank (rank 0 included) is a client.
+
+It carries the NCCL unique id from rank 0 to the others, tells who joined (a rank that never
+shows up is named in the timeout error), and is the channel a failing rank uses to tell the
+others why (``report_failure``/``failure``), so every rank stops with the same clear message.
+
+Wire format: one JSON object per line each way (``{"op": "set", "key": ..., "value": <hex>}``).
+Values are bytes (sent as hex); no pickle. Every blocking call has a timeout in seconds.
+
+The server binds to loopback when ``MASTER_ADDR`` is a loopback address (``127.0.0.1``,
+``localhost``, ``::1``), else to every interface (other hosts must reach it), as torchrun's store.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+from ..errors import DistributedError
+
+__all__ = ["TCPStore", "StoreServer", "rendezvous", "FAILURE_KEY"]
+
+FAILURE_KEY = "dnnbind/failure"
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class StoreServer:
+    """The store's server (rank 0): a listening socket and one daemon thread per connection.
+
+    ``port=0`` picks a free port (read it back from :attr:`port`).
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self._data: dict[str, bytes] = {}
+        self._cond = threading.Condition()
+        bind = "127.0.0.1" if _is_loopback(host) else ""
+        family = socket.AF_INET6 if ":" in host and not _is_loopback(host) else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((bind, int(port)))
+        except OSError as exc:
+            self._sock.close()
+            raise DistributedError(f"dnnbind.distribution: rank 0 cannot listen on port {port} for the rendezvous "
+                                   f"({exc}); pick a free MASTER_PORT (--master-port)") from exc
+        self._sock.listen(256)
+        self.port = int(self._sock.getsockname()[1])
+        self._closed = False
+        self._conns: set = set()
+        self._thread = threading.Thread(target=self._serve, name="dnnbind-store", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._cond:
+                if self._closed:  # accepted while closing: serve nothing after close()
+                    conn.close()
+                    return
+                self._conns.add(conn)
+            threading.Thread(target=self._handle, args=(conn,), name="dnnbind-store-conn", daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            reader = conn.makefile("rb")
+            for line in reader:
+                try:
+                    request = json.loads(line)
+                    reply = self._answer(request)
+                except Exception as exc:  # a malformed request: answer it, keep serving the others
+                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                try:
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+                except OSError:
+                    return
+
+    def _answer(self, request: dict) -> dict:
+        op = request.get("op")
+        key = str(request.get("key", ""))
+        with self._cond:
+            if op == "set":
+                self._data[key] = bytes.fromhex(request["value"])
+                self._cond.notify_all()
+                return {"ok": True}
+            if op == "get":
+                deadline = time.monotonic() + float(request.get("timeout", 0.0))
+                while key not in self._data:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return {"ok": False, "error": "timeout"}
+                    self._cond.wait(min(left, 1.0))
+                return {"ok": True, "value": self._data[key].hex()}
+            if op == "check":
+                value = self._data.get(key)
+                return {"ok": True, "value": None if value is None else value.hex()}
+            if op == "add":
+                current = int(self._data.get(key, b"0").decode() or 0) + int(request.get("amount", 1))
+                self._data[key] = str(current).encode()
+                self._cond.notify_all()
+                return {"ok": True, "value": current}
+            if op == "missing":
+                deadline = time.monotonic() + float(request.get("timeout", 0.0))
+                keys = [str(k) for k in request.get("keys", [])]
+                while True:
+                    missing = [k for k in keys if k not in self._data]
+                    left = deadline - time.monotonic()
+                    if not missing or left <= 0:
+                        return {"ok": True, "missing": missing}
+                    self._cond.wait(min(left, 1.0))
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def close(self) -> None:
+        """Stop serving: the clients see the store go away, as when rank 0's process ends."""
+        with self._cond:
+            self._closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        with self._cond:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class TCPStore:
+    """A client of the rendezvous store (and, on rank 0 with ``is_server``, its server too).
+
+    Parameters
+    ----------
+    host, port:
+        ``MASTER_ADDR`` and ``MASTER_PORT``.
+    is_server:
+        Start the server in this process (rank 0).
+    timeout:
+        Seconds to wait for the server to accept a connection, and the default for :meth:`get`.
+    """
+
+    def __init__(self, host: str, port: int, *, is_server: bool = False, timeout: float = 300.0) -> None:
+        self.host = host
+        self.timeout = float(timeout)
+        self.server = StoreServer(host, port) if is_server else None
+        self.port = self.server.port if self.server is not None else int(port)
+        self._lock = threading.Lock()
+        self._sock: "socket.socket | None" = None
+        self._reader: Any = None
+        try:
+            self._connect(self.timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: "Exception | None" = None
+        while True:
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=max(0.1, min(5.0, timeout)))
+                sock.settimeout(None)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._sock, self._reader = sock, sock.makefile("rb")
+                return
+            except OSError as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                raise DistributedError(
+                    f"dnnbind.distribution: could not reach the rendezvous store of rank 0 at {self.host}:{self.port} "
+                    f"within {timeout:g} s ({type(last).__name__}: {last}): rank 0 did not start, died, or is "
+                    "unreachable from here (check MASTER_ADDR/MASTER_PORT and the firewall)")
+            time.sleep(0.1)
+
+    def _request(self, request: dict, wait: float = 0.0) -> dict:
+        with self._lock:
+            if self._sock is None:
+                raise DistributedError("dnnbind.distribution: the rendezvous store is closed")
+            try:
+                # the server answers a blocking request after at most ``wait`` s; a slack covers the network
+                self._sock.settimeout(wait + 30.0)
+                self._sock.sendall(json.dumps(request).encode() + b"\n")
+                line = self._reader.readline()
+            except OSError as exc:
+                raise DistributedError(
+                    f"dnnbind.distribution: lost the rendezvous store at {self.host}:{self.port} ({exc}): "
+                    "rank 0, which serves it, exited or failed") from exc
+            if not line:
+                raise DistributedError(
+                    f"dnnbind.distribution: lost the rendezvous store at {self.host}:{self.port}: rank 0, which "
+                    "serves it, exited or failed")
+        return json.loads(line)
+
+    def set(self, key: str, value: bytes) -> None:
+        self._request({"op": "set", "key": key, "value": bytes(value).hex()})
+
+    def get(self, key: str, timeout: "float | None" = None) -> bytes:
+        """The value of ``key``, waiting up to ``timeout`` s (default: the store's) for a rank to set it."""
+        wait = self.timeout if timeout is None else float(timeout)
+        reply = self._request({"op": "get", "key": key, "timeout": wait}, wait)
+        if not reply.get("ok"):
+            raise DistributedError(f"dnnbind.distribution: no rank set {key!r} in the rendezvous store within "
+                                   f"{wait:g} s")
+        return bytes.fromhex(reply["value"])
+
+    def check(self, key: str) -> "bytes | None":
+        """The value of ``key`` now, or None (never waits)."""
+        value = self._request({"op": "check", "key": key}).get("value")
+        return None if value is None else bytes.fromhex(value)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        return int(self._request({"op": "add", "key": key, "amount": int(amount)})["value"])
+
+    def missing(self, keys: list[str], timeout: float) -> list[str]:
+        """Which of ``keys`` are still unset after waiting up to ``timeout`` s for all of them."""
+        return list(self._request({"op": "missing", "keys": list(keys), "timeout": float(timeout)},
+                                  float(timeout))["missing"])
+
+    def report_failure(self, rank: int, message: str) -> None:
+        """Tell the other ranks why this one stops (the first report wins; never raises)."""
+        try:
+            if self.check(FAILURE_KEY) is None:
+                self.set(FAILURE_KEY, f"rank {rank}: {message}".encode())
+        except Exception:  # the store is gone too: the launcher still reports the exit
+            pass
+
+    def failure(self) -> "str | None":
+        """The failure another rank reported, or None."""
+        value = self.check(FAILURE_KEY)
+        return None if value is None else value.decode(errors="replace")
+
+    def close(self) -> None:
+        """Close the connection (and stop the server on rank 0). Idempotent."""
+        with self._lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
+def rendezvous(store: TCPStore, rank: int, world_size: int, *, timeout: float, tag: str = "join") -> None:
+    """Every rank announces itself and waits until all ``world_size`` have (at most ``timeout`` s).
+
+    Raises DistributedError naming the ranks that did not show up, e.g. ``rank(s) [3] did not join
+    the rendezvous at 127.0.0.1:29500 within 30 s``.
+    """
+    import os
+
+    store.set(f"dnnbind/{tag}/{rank}", f"{socket.gethostname()}:{os.getpid()}".encode())
+    keys = [f"dnnbind/{tag}/{r}" for r in range(world_size)]
+    missing = store.missing(keys, timeout)
+    if missing:
+        ranks = sorted(int(k.rsplit("/", 1)[1]) for k in missing)
+        raise DistributedError(f"dnnbind.distribution: rank(s) {ranks} of {world_size} did not join the rendezvous "
+                               f"at {store.host}:{store.port} within {timeout:g} s (this is rank {rank}); they did "
+                               "not start, crashed early, or use another MASTER_ADDR/MASTER_PORT")

@@ -1,0 +1,529 @@
+"""Data parallelism on the CPU: launcher environments (dnnbind.launch, torchrun, mpirun, Slurm), the
+launcher itself (real child processes meeting in the TCP store on 127.0.0.1), sharding, bucketing,
+the fault paths (a rank that never joins, a child that fails), the NCCL declarations (when libnccl
+is present), and ``fit`` under ``DataParallel`` with a loopback communicator kept in this file: two
+ranks as threads on NumPy models must train exactly like one process on the global batch."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dnnbind as keras
+from dnnbind import callbacks, layers
+from dnnbind import distribution as dd
+from dnnbind.distribution import env as denv
+from dnnbind.distribution import launch as dlaunch
+from dnnbind.distribution.planning import BUCKET_BYTES, FIRST_BUCKET_BYTES
+from dnnbind.errors import DistributedError
+
+MB = 1024 * 1024
+
+
+# ----- launcher environments -----------------------------------------------------------------------
+def test_env_torchrun_and_dnnbind_launch():
+    e = denv.from_environment({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+                               "MASTER_ADDR": "node0", "MASTER_PORT": "29400"})
+    assert e == denv.ProcessEnv(5, 8, 1, 4, "node0", 29400, "env")
+    # without LOCAL_* (a hand-set single host): local rank = rank, defaults for the address
+    e = denv.from_environment({"RANK": "2", "WORLD_SIZE": "3"})
+    assert (e.rank, e.world_size, e.local_rank, e.local_world_size) == (2, 3, 2, 3)
+    assert (e.master_addr, e.master_port) == ("127.0.0.1", 29500)
+
+
+def test_env_mpirun():
+    base = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    e = denv.from_environment(base)
+    assert e == denv.ProcessEnv(3, 4, 1, 2, None, None, "mpirun")  # no address: the id goes through mpi4py
+    e = denv.from_environment({**base, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "1234"})
+    assert (e.master_addr, e.master_port, e.launcher) == ("10.0.0.7", 1234, "mpirun")
+
+
+def test_env_slurm():
+    e = denv.from_environment({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
+                               "SLURM_NTASKS_PER_NODE": "8(x2)", "SLURM_STEP_NODELIST": "gpu[007-008]"})
+    assert e == denv.ProcessEnv(9, 16, 1, 8, "gpu007", 29500, "slurm")
+    e = denv.from_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+                               "SLURM_JOB_NODELIST": "a1,b2", "MASTER_PORT": "4000"})
+    assert (e.master_addr, e.master_port) == ("a1", 4000)
+
+
+def test_env_precedence_and_single_process():
+    # torchrun inside a Slurm allocation: its variables win
+    e = denv.from_environment({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    assert (e.rank, e.world_size, e.launcher) == (1, 2, "env")
+    assert denv.from_environment({}) == denv.ProcessEnv(0, 1, 0, 1, "127.0.0.1", 29500, "none")
+
+
+@pytest.mark.parametrize("nodelist, host", [
+    ("gpu[003-005,9],cpu1", "gpu003"), ("node1", "node1"), ("n[10,2]", "n10"), ("a1,b[1-2]", "a1"),
+    ("rack[1-2]-node[01-04]", "rack1-node01"), ("x[0007]-ib", "x0007-ib")])
+def test_first_slurm_host(nodelist, host):
+    assert denv.first_slurm_host(nodelist) == host
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside [0, 2)"),
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK must be an integer, got 'x'"),
+    ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE must be >= 1, got 0"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "70000"}, "MASTER_PORT must be a TCP port"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "local rank 2 is outside [0, 2)"),
+])
+def test_env_errors_name_the_variable(env, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        denv.from_environment(env)
+
+
+def test_child_environments():
+    envs = dlaunch.child_environments({"NCCL_NVLS_ENABLE": "0", "SLURM_PROCID": "7", "KEEP": "1"}, nproc_per_node=3,
+                                      nnodes=2, node_rank=1, master_addr="h0", master_port=1234)
+    assert [e["RANK"] for e in envs] == ["3", "4", "5"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"6"} and [e["LOCAL_RANK"] for e in envs] == ["0", "1", "2"]
+    for e in envs:
+        assert e["NCCL_NVLS_ENABLE"] == "0" and e["KEEP"] == "1" and "SLURM_PROCID" not in e
+        assert (e["MASTER_ADDR"], e["MASTER_PORT"], e["LOCAL_WORLD_SIZE"]) == ("h0", "1234", "3")
+        # what the child reads back is what the launcher meant
+        parsed = denv.from_environment(e)
+        assert (parsed.rank, parsed.world_size, parsed.local_rank) == (int(e["RANK"]), 6, int(e["LOCAL_RANK"]))
+
+
+# ----- the launcher with real child processes ----------------------------------------------------
+_CHILD_OK = r"""
+import os
+from dnnbind.distribution import TCPStore, from_environment, rendezvous
+env = from_environment()
+store = TCPStore(env.master_addr, env.master_port, is_server=env.rank == 0, timeout=30)
+rendezvous(store, env.rank, env.world_size, timeout=30)
+store.set(f"v/{env.rank}", str(10 * env.rank + 1).encode())
+values = [int(store.get(f"v/{r}", 30)) for r in range(env.world_size)]
+line = f"RESULT {env.rank} {env.world_size} {env.local_rank} {os.environ.get('NCCL_NVLS_ENABLE')} {sum(values)}\n"
+os.write(1, line.encode())  # one write: the ranks share the pipe, and print may split a line
+store.set(f"done/{env.rank}", b"1")
+if env.rank == 0:  # keep serving until every rank read
+    assert not store.missing([f"done/{r}" for r in range(env.world_size)], 30)
+store.close()
+"""
+
+_CHILD_FAIL = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+if rank == 1:
+    time.sleep(0.5)
+    sys.exit(3)
+time.sleep(120)  # the launcher must stop this one
+"""
+
+
+def _launch(tmp_path, body: str, nproc: int, *extra: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(body))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env["NCCL_NVLS_ENABLE"] = "0"
+    env["MASTER_ADDR"] = "127.0.0.1"
+    return subprocess.run([sys.executable, "-m", "dnnbind.launch", "--nproc-per-node", str(nproc),
+                           "--master-port", "0", *extra, str(script)], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_launcher_runs_ranks_that_meet_in_the_store(tmp_path):
+    done = _launch(tmp_path, _CHILD_OK, 3)
+    assert done.returncode == 0, done.stderr
+    rows = sorted(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RESULT"))
+    # rank, world, local rank, NCCL_NVLS_ENABLE passed through, sum of every rank's value (1 + 11 + 21)
+    assert rows == [[str(r), "3", str(r), "0", "33"] for r in range(3)]
+
+
+def test_launcher_stops_the_others_when_one_fails(tmp_path):
+    start = time.monotonic()
+    done = _launch(tmp_path, _CHILD_FAIL, 3, "--grace", "2")
+    elapsed = time.monotonic() - start
+    assert done.returncode == 3
+    assert "rank 1 (pid" in done.stderr and "exited with code 3" in done.stderr
+    assert "stopped ranks [0, 2]" in done.stderr
+    # children sleep 120 s: they were stopped (SIGTERM ends a sleeping Python at once; grace 2 s bounds it)
+    assert elapsed < 30, elapsed
+
+
+def test_launcher_argument_errors():
+    for args, message in ((["--nproc-per-node", "0", "x.py"], "--nproc-per-node must be >= 1"),
+                          (["--nnodes", "2", "--node-rank", "2", "x.py"], "--node-rank must be in [0, --nnodes=2)"),
+                          (["--nnodes", "2", "--master-port", "0", "x.py"], "works on one host only")):
+        done = subprocess.run([sys.executable, "-m", "dnnbind.launch", *args], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+# ----- the store and the rendezvous faults ---------------------------------------------------------
+def test_rendezvous_names_the_rank_that_never_joins():
+    store = dd.TCPStore("127.0.0.1", 0, is_server=True, timeout=5)
+    try:
+        start = time.monotonic()
+        with pytest.raises(DistributedError, match=r"rank\(s\) \[1, 2\] of 3 did not join the rendezvous at "
+                                                   r"127\.0\.0\.1:\d+ within 0\.5 s"):
+            dd.rendezvous(store, 0, 3, timeout=0.5)
+        assert time.monotonic() - start < 5
+    finally:
+        store.close()
+
+
+def test_rendezvous_of_three_ranks_in_threads_and_failure_reports():
+    server = dd.TCPStore("127.0.0.1", 0, is_server=True, timeout=5)
+    errors = []
+
+    def rank(r):
+        try:
+            s = server if r == 0 else dd.TCPStore("127.0.0.1", server.port, timeout=5)
+            dd.rendezvous(s, r, 3, timeout=10)
+            if r == 2:
+                s.report_failure(2, "DeviceOutOfMemoryError: out of memory")
+                s.report_failure(2, "a second report is ignored")
+            if r != 0:
+                s.close()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    try:
+        assert not errors
+        assert server.failure() == "rank 2: DeviceOutOfMemoryError: out of memory"
+        assert server.add("counter", 2) == 2 and server.add("counter", 3) == 5
+        with pytest.raises(DistributedError, match="no rank set 'missing' in the rendezvous store within 0.2 s"):
+            server.get("missing", timeout=0.2)
+    finally:
+        server.close()
+
+
+def test_client_names_rank_0_when_the_store_is_unreachable():
+    port = dlaunch.free_port()
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match=rf"rendezvous store of rank 0 at 127\.0\.0\.1:{port} within 0\.3 s"):
+        dd.TCPStore("127.0.0.1", port, timeout=0.3)
+    assert time.monotonic() - start < 5
+
+
+def test_lost_store_is_reported_as_rank_0_gone():
+    server = dd.TCPStore("127.0.0.1", 0, is_server=True, timeout=5)
+    client = dd.TCPStore("127.0.0.1", server.port, timeout=5)
+    server.close()
+    time.sleep(0.1)
+    with pytest.raises(DistributedError, match="rank 0, which serves it, exited or failed"):
+        client.set("k", b"v")
+    client.close()
+
+
+# ----- sharding -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n, world", [(64, 4), (10, 4), (3, 5), (1, 2), (17, 1)])
+def test_shards_are_disjoint_covering_and_equal(n, world):
+    order = np.random.default_rng(11).permutation(n)
+    shards = [dd.shard_order(order, r, world) for r in range(world)]
+    length = dd.shard_length(n, world)
+    assert all(len(s) == length for s in shards)
+    joined = np.concatenate(shards)
+    assert set(joined.tolist()) == set(range(n))  # covering
+    pad = length * world - n
+    assert len(joined) - len(set(joined.tolist())) == pad  # disjoint but for the padded repeats
+    padded = np.concatenate([order] * (-(-length * world // n)))[:length * world]
+    for r in range(world):  # DistributedSampler: rank r takes positions r, r + world, ...
+        np.testing.assert_array_equal(shards[r], padded[r::world])
+
+
+def test_shards_are_seed_consistent_and_rebuild_the_global_batches():
+    n, world, global_batch = 48, 4, 8
+    orders = [np.random.default_rng(5).permutation(n) for _ in range(world)]  # each rank draws from the same seed
+    shards = [dd.shard_order(orders[r], r, world) for r in range(world)]
+    per = global_batch // world
+    for k in range(n // global_batch):
+        rows = np.concatenate([s[k * per:(k + 1) * per] for s in shards])
+        assert sorted(rows.tolist()) == sorted(orders[0][k * global_batch:(k + 1) * global_batch].tolist())
+    np.testing.assert_array_equal(dd.shard_order(6, 1, 2), [1, 3, 5])  # no shuffle: arange
+    with pytest.raises(ValueError, match=r"rank must be in \[0, 2\), got 2"):
+        dd.shard_order(6, 2, 2)
+
+
+def test_array_adapter_shards_each_pass():
+    from dnnbind.backend import Device
+    from dnnbind.trainers.data_adapters import ArrayDataAdapter
+
+    x = np.arange(10, dtype=np.float32)[:, None] + 1
+    seen = []
+    for r in range(3):
+        a = ArrayDataAdapter([x], None, 2, shuffle=True, device=Device("cpu"), shard=(r, 3))
+        assert (a.num_samples, a.num_batches) == (4, 2)
+        seen.append(np.concatenate([b[0][0][:, 0] for b in a.batches(np.random.default_rng(9))]))
+    order = np.random.default_rng(9).permutation(10)
+    padded = np.concatenate([order, order[:2]])
+    for r in range(3):
+        np.testing.assert_array_equal(seen[r], padded[r::3] + 1)
+
+
+# ----- bucketing ------------------------------------------------------------------------------------
+def test_buckets_follow_reverse_order_with_the_ddp_caps():
+    sizes = [4 * MB, 100, 10 * MB, 10 * MB, 10 * MB, 512 * 1024, 600 * 1024]
+    plan = dd.plan_buckets(sizes, ["float32"] * len(sizes))
+    # reverse order; the first bucket closes at 1 MiB, the others at 25 MiB
+    assert plan == [[6, 5], [4, 3, 2], [1, 0]]
+    assert sorted(i for b in plan for i in b) == list(range(len(sizes)))
+    flat = [i for b in plan for i in b]
+    assert flat == sorted(flat, reverse=True)
+    for b in plan[:-1]:
+        size = sum(sizes[i] for i in b)
+        assert size >= (FIRST_BUCKET_BYTES if b is plan[0] else BUCKET_BYTES)
+        assert size - sizes[b[-1]] < (FIRST_BUCKET_BYTES if b is plan[0] else BUCKET_BYTES)  # closed at once
+
+
+def test_buckets_never_mix_dtypes_and_big_gradients_stand_alone():
+    sizes = [100, 200, 30 * MB, 300, 400]
+    dtypes = ["float32", "float16", "float32", "float16", "float32"]
+    plan = dd.plan_buckets(sizes, dtypes, bucket_bytes=1000, first_bucket_bytes=1000)
+    for b in plan:
+        assert len({dtypes[i] for i in b}) == 1
+    assert [2] in plan or any(b[-1] == 2 for b in plan)  # the 30 MB one closes its bucket
+    assert sorted(i for b in plan for i in b) == list(range(5))
+    assert plan == [[4, 2], [3, 1], [0]]
+    assert dd.plan_buckets([], []) == []
+    with pytest.raises(ValueError, match="3 sizes but 2 dtypes"):
+        dd.plan_buckets([1, 2, 3], ["float32"] * 2)
+
+
+# ----- NCCL declarations (only where libnccl is installed) -------------------------------------------
+def _nccl_or_skip():
+    from dnnbind._lib import loader
+    from dnnbind.errors import LibraryNotFoundError
+
+    try:
+        loader.load_library("nccl")
+    except LibraryNotFoundError as exc:
+        pytest.skip(f"libnccl not installed (pip install 'dnnbind[nccl]'): {str(exc).splitlines()[0]}")
+    from dnnbind._lib import nccl
+
+    return nccl
+
+
+def test_nccl_declarations_resolve_and_errors_carry_words():
+    nccl = _nccl_or_skip()
+    lib = nccl.library()
+    for name in nccl.SIGNATURES:
+        assert getattr(lib, name) is not None
+    assert nccl.version() >= 21000
+    uid = nccl.UniqueId()
+    nccl.call("ncclGetUniqueId", ctypes.byref(uid))  # needs no GPU
+    assert len(uid.to_bytes()) == 128 and uid.to_bytes() != bytes(128)
+    assert nccl.UniqueId.from_bytes(uid.to_bytes()).to_bytes() == uid.to_bytes()
+    with pytest.raises(keras.errors.NcclError, match=r"ncclCommCount failed with ncclInvalidArgument \(4\): "
+                                                     r"invalid argument.*comm argument is NULL"):
+        nccl.call("ncclCommCount", None, None)
+    assert nccl.dtype_of("float32") == 7 and nccl.dtype_of(np.float16) == 6
+    with pytest.raises(ValueError, match="NCCL has no data type for complex64"):
+        nccl.dtype_of(np.complex64)
+
+
+# ----- DataParallel: arguments, and the NumPy backend's refusal ---------------------------------------
+def test_data_parallel_arguments():
+    dp = dd.DataParallel(devices=["gpu:0", "cuda:1", 2])
+    assert dp.devices == ["gpu:0", "gpu:1", "gpu:2"] and dp.auto_shard_dataset
+    for kwargs, error, message in (
+            ({"device_mesh": object()}, NotImplementedError, "device_mesh is not supported"),
+            ({"devices": "gpu:0"}, TypeError, "devices must be a list"),
+            ({"devices": ["tpu:0"]}, ValueError, r"devices\[0\] must look like 'gpu:0'"),
+            ({"devices": []}, ValueError, "devices must not be empty"),
+            ({"timeout": 0}, ValueError, "timeout must be > 0"),
+            ({"auto_shard_dataset": "yes"}, TypeError, "auto_shard_dataset must be True or False"),
+            ({"communicator": object()}, TypeError, "communicator must be a dnnbind.distribution.Communicator")):
+        with pytest.raises(error, match=message):
+            dd.DataParallel(**kwargs)
+    with pytest.raises(TypeError, match="set_distribution: value must be a DataParallel or None"):
+        dd.set_distribution("dp")
+
+
+def test_numpy_backend_refuses_a_distribution(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    m = _model()
+    x, y = _data(16)
+    before = [w.copy() for w in m.get_weights()]
+    with dd.DataParallel().scope():
+        assert dd.distribution() is not None and dd.is_writer()
+        with pytest.raises(ValueError, match=r"fit: a DataParallel distribution needs the CUDA backend .*on cpu"):
+            m.fit(x, y, epochs=1, verbose=0)
+        with pytest.raises(ValueError, match=r"evaluate: a DataParallel distribution needs the CUDA backend"):
+            m.evaluate(x, y, verbose=0)
+    assert dd.distribution() is None
+    assert all(np.array_equal(a, b) for a, b in zip(before, m.get_weights()))  # nothing ran
+
+
+# ----- a loopback communicator: ranks are threads of this process ---------------------------------------
+class LoopbackGroup:
+    """``world`` ranks in threads exchanging NumPy arrays through a barrier (reductions in rank order)."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.barrier = threading.Barrier(world, timeout=60)
+        self.slots: list = [None] * world
+        self.calls: list = []
+
+
+class LoopbackCommunicator(dd.Communicator):
+    supports_host_arrays = True
+
+    def __init__(self, group: LoopbackGroup, rank: int) -> None:
+        self.group, self.rank, self.world_size = group, rank, group.world
+
+    def _exchange(self, value):
+        g = self.group
+        g.slots[self.rank] = value
+        g.barrier.wait()
+        out = list(g.slots)
+        g.barrier.wait()
+        return out
+
+    def all_reduce(self, arrays, op="sum", stream=None):
+        if self.rank == 0:
+            self.group.calls.append(("all_reduce", op, [a.shape for a in arrays]))
+        got = self._exchange([np.array(a, copy=True) for a in arrays])
+        for i, a in enumerate(arrays):
+            total = got[0][i].copy()
+            for r in range(1, self.world_size):
+                total = total + got[r][i]
+            a[...] = total / self.world_size if op == "avg" else total
+
+    def broadcast(self, arrays, root=0, stream=None):
+        got = self._exchange([np.array(a, copy=True) for a in arrays])
+        for a, b in zip(arrays, got[root]):
+            a[...] = b
+
+    def all_gather(self, array, stream=None):
+        return np.stack(self._exchange(np.array(array, copy=True)))
+
+    def all_reduce_host(self, values, op="sum"):
+        values = np.array(values)
+        self.all_reduce([values], op)
+        return values
+
+
+def _data(n=64, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+    y = ((x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int64) + (x[:, 2] > 1)).astype(np.int64)
+    return x, y
+
+
+def _model(seed=3):
+    keras.utils.set_random_seed(seed)
+    m = keras.Sequential([keras.Input((6,)), layers.Dense(8, activation="relu"), layers.Dense(3, activation="softmax")])
+    m.compile(keras.optimizers.SGD(0.1, momentum=0.9), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return m
+
+
+def _run_ranks(world, fn, monkeypatch):
+    """``fn(rank, dist)`` in ``world`` threads, each seeing its own distribution."""
+    group = LoopbackGroup(world)
+    local = threading.local()
+    monkeypatch.setattr(dd, "distribution", lambda: getattr(local, "dist", None))
+    results, errors = [None] * world, []
+
+    def body(rank):
+        local.dist = dd.DataParallel(communicator=LoopbackCommunicator(group, rank))
+        try:
+            results[rank] = fn(rank, local.dist)
+        except BaseException as exc:  # pragma: no cover - re-raised below
+            errors.append(exc)
+            group.barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    return results, group
+
+
+def test_fit_on_two_loopback_ranks_equals_one_process_on_the_global_batch(monkeypatch, tmp_path):
+    x, y = _data(64)
+    reference = _model()
+    start = [w.copy() for w in reference.get_weights()]
+    ref_hist = reference.fit(x, y, batch_size=16, epochs=3, seed=7, verbose=0, validation_data=(x[:32], y[:32]))
+
+    def rank_fit(rank, dist):
+        m = _model(seed=3 if rank == 0 else 99)  # rank 1 starts elsewhere: the broadcast must fix it
+        ck = callbacks.ModelCheckpoint(str(tmp_path / f"w{rank}.weights.safetensors"), save_weights_only=True)
+        hist = m.fit(x, y, batch_size=16, epochs=3, seed=7, verbose=0, callbacks=[ck],
+                     validation_data=(x[:32], y[:32]))
+        return m.get_weights(), hist.history
+
+    results, group = _run_ranks(2, rank_fit, monkeypatch)
+    (w0, h0), (w1, h1) = results
+    assert all(np.array_equal(a, b) for a, b in zip(w0, w1))  # the same averaged update everywhere
+    assert not np.array_equal(w0[0], start[0])
+    for a, b in zip(w0, reference.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    assert h0 == h1  # every rank's History is global
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        np.testing.assert_allclose(h0[key], ref_hist.history[key], rtol=2e-5, atol=2e-6)
+    # rank 0 alone wrote its checkpoint
+    assert (tmp_path / "w0.weights.safetensors").exists() and not (tmp_path / "w1.weights.safetensors").exists()
+    # gradients went in reverse-order buckets as averages (one bucket: the model is far below 1 MiB)
+    grads = [c for c in group.calls if c[0] == "all_reduce" and c[1] == "avg"]
+    assert len(grads) == 3 * 4  # 3 epochs x 4 steps (64 samples, global batch 16: 8 rows per rank)
+    assert grads[0][2] == [(3,), (8, 3), (8,), (6, 8)]
+
+
+def test_fit_arguments_under_a_distribution(monkeypatch):
+    x, y = _data(32)
+
+    def rank_fit(rank, dist):
+        m = _model()
+        with pytest.raises(ValueError, match=r"batch_size=15 must be a multiple of the 2 replicas"):
+            m.fit(x, y, batch_size=15, verbose=0)
+        with pytest.raises(ValueError, match="DataParallel cannot shard a generator over the 2 ranks"):
+            m.fit(iter([(x, y)]), verbose=0)
+        return True
+
+    results, _ = _run_ranks(2, rank_fit, monkeypatch)
+    assert results == [True, True]
+
+
+def test_evaluate_on_two_loopback_ranks_is_global(monkeypatch):
+    x, y = _data(40)
+    reference = _model()
+    expected = reference.evaluate(x, y, batch_size=8, verbose=0, return_dict=True)
+    weights = reference.get_weights()
+
+    def rank_eval(rank, dist):
+        m = _model()
+        m.set_weights(weights)
+        return m.evaluate(x, y, batch_size=8, verbose=0, return_dict=True)
+
+    results, _ = _run_ranks(2, rank_eval, monkeypatch)
+    assert results[0] == results[1]
+    for key in expected:
+        np.testing.assert_allclose(results[0][key], expected[key], rtol=1e-5)
+
+
+def test_a_failing_rank_reports_before_raising():
+    class Reporting(LoopbackCommunicator):
+        reported: list = []
+
+        def report_failure(self, message):
+            self.reported.append(message)
+
+    comm = Reporting(LoopbackGroup(1), 0)
+    replica = dd.DataParallel(communicator=comm).replica()
+    replica.report_failure(MemoryError("device out of memory"))
+    replica.report_failure(DistributedError("from another rank"))  # not echoed back
+    assert comm.reported == ["MemoryError: device out of memory"]
