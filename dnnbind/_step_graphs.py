@@ -7,8 +7,10 @@ loss and metric accumulation) once and replaying it with one ``cudaGraphLaunch``
 Life of a step key ``(kind, stream, x shape/dtype, y shape/dtype, ops.config switches)``:
 
 1. first sight: the step runs eagerly. That warm-up creates everything a capture must not create:
-   cuDNN/cuBLAS handles for the stream, algorithm choices, the workspace, optimizer slots and
-   pointer tables, metric accumulators, dropout states, compiled kernels.
+   cuDNN/cuBLAS handles for the stream, algorithm choices, the workspace, optimizer slots,
+   metric accumulators, dropout states, compiled kernels. (The optimizer's pointer tables are
+   the exception: a capture makes its own, uploaded from the graph's pinned arena, and frees them
+   inside the graph.)
 2. second sight: the step is captured on the current stream, reading *static* input buffers
    owned by the key, then launched.
 3. from then on: the batch is copied into the static buffers (device to device, outside the

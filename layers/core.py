@@ -118,16 +118,25 @@ class Dropout(Layer):
 
     def __init__(self, rate: float, noise_shape: Any = None, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        rate = _validate.number(rate, "rate", f"Dropout '{self.name}'", low=0.0, high=1.0, high_open=True)
+        owner = f"{type(self).__name__} '{self.name}'"
+        rate = _validate.number(rate, "rate", owner, low=0.0, high=1.0, high_open=True)
         if noise_shape is not None:
-            raise NotImplementedError(f"Dropout '{self.name}': noise_shape is not supported")
+            raise NotImplementedError(f"{owner}: noise_shape is not supported")
         self.rate = float(rate)
-        self.seed = seed
-        self._seed = draw_seed() if seed is None else seed
+        self.seed = None if seed is None else _validate.non_negative_int(seed, "seed", owner)
+        self._seed = draw_seed() if seed is None else self.seed
         self._state = None
+        self._reserve = None
 
     def _on_device_change(self) -> None:
         self._state = None
+
+    # What the mask covers: one element here, a whole feature map in SpatialDropout2D.
+    def _drop(self, x):
+        return ops.dropout_forward(x, self._state)
+
+    def _drop_backward(self, dy):
+        return ops.dropout_backward(dy, self._reserve, self._state)
 
     def forward(self, x, training=False):
         if not training or self.rate == 0.0:
@@ -135,13 +144,13 @@ class Dropout(Layer):
             return x
         if self._state is None:
             self._state = ops.DropoutState(self.rate, seed=self._seed)
-        y, self._reserve = ops.dropout_forward(x, self._state)
+        y, self._reserve = self._drop(x)
         return y
 
     def backward(self, dy, need_dx=True):
         if self._reserve is None:
             return dy
-        dx = ops.dropout_backward(dy, self._reserve, self._state)
+        dx = self._drop_backward(dy)
         self._reserve = None
         return dx
 
