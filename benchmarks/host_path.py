@@ -123,7 +123,7 @@ from host_overhead import _time  # noqa: E402
 
 def build_cases(fake: bool):
     """(name, fn) pairs; each fn is one call of the piece being timed."""
-    from dnnbind import cuda, ops
+    from dnnbind import cuda, cudnn, ops
     from dnnbind.backend import is_device_array
     from dnnbind.cuda.array import normalize_shape
     from dnnbind.ops import _dispatch
@@ -162,7 +162,7 @@ def build_cases(fake: bool):
         ("current_device_index()", cuda.current_device_index),
         ("conv geometry + algo key", lambda: cconv._geometry(x.shape, wt.shape, params, "NCHW", x.dtype)
          .key("forward", 0)),
-        ("tensor_desc cache hit", lambda: cm.tensor_desc((n, c, h, w), x.dtype, "NCHW")),
+        ("TensorDescriptor.cached hit", lambda: cudnn.TensorDescriptor.cached((n, c, h, w), x.dtype, "NCHW")),
         ("cudnn get_handle(stream) (cached)", lambda: cm.cudnn_handle(stream)),
         ("kernel args: 3 Pointers + 3 np.int64", lambda: (cm.p(y), cm.p(b), cm.p(y), cm.i64(y.size),
                                                           cm.i64(k), cm.i64(h * w))),

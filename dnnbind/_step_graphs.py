@@ -122,18 +122,15 @@ class CudaGraphBackend:
         It is cached per stream and replaced (the old one freed) when a larger one is needed, so a
         graph keeps a reference to the one it baked in.
         """
-        try:
-            from .ops._cuda import _common as cm  # deferred: CUDA only (class docstring)
-        except Exception:  # pragma: no cover - the CUDA ops always import
-            return None
-        ws = getattr(cm, "_workspaces", {}).get((stream.device_index, stream.handle))
-        return None if ws is None else getattr(ws, "allocation", None)
+        from .cudnn import workspace_buffer  # deferred: CUDA only (class docstring)
+
+        return workspace_buffer(stream)
 
     def release_scratch(self) -> None:
         """Drop cached workspaces (one grew during a capture, so it is the graph's memory now)."""
-        from .ops._cuda import _common as cm  # deferred: CUDA only (class docstring)
+        from .cudnn import release_workspaces  # deferred: CUDA only (class docstring)
 
-        cm.release_workspaces()
+        release_workspaces()
 
 
 class _Entry:

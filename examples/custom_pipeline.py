@@ -8,7 +8,9 @@ This is the "pipeline of your own" way into dnnbind:
 * a ``dnnbind.cudnn.Handle`` bound to a ``dnnbind.cuda.Stream`` runs the activation and
   pooling steps through the raw cuDNN calls (``cudnnActivationForward`` / ``Backward``,
   ``cudnnPoolingForward`` / ``Backward``) with those descriptors;
-* ``dnnbind.ops`` runs the convolution and its two backward passes and the bias gradient;
+* ``dnnbind.ops`` runs the convolution and its two backward passes and the bias gradient, on
+  the same ``dnnbind.cudnn`` descriptors; the script prints the algorithms it chose
+  (``dnnbind.cudnn.algo``) and the stream's workspace;
 * a custom CUDA kernel, compiled at run time with NVRTC (``dnnbind.cuda.Kernel``), adds the
   bias in place (the source is inline below);
 * ``dnnbind.cuda.Event`` times the forward and backward passes.
@@ -152,17 +154,17 @@ def run_gpu(x, w, b, dout, padding, descs, device):
         threads = 256
         kernel(((total + threads - 1) // threads, 1, 1), (threads, 1, 1),
                (pre, bd, np.int32(k), np.int32(h * wdt), np.int64(total)), stream=stream)
-        capi.call("cudnnActivationForward", handle.handle, descs["act"].handle, alpha,
-                  descs["y"].handle, pre.ptr, beta, descs["y"].handle, act.ptr)
-        capi.call("cudnnPoolingForward", handle.handle, descs["pool"].handle, alpha,
-                  descs["y"].handle, act.ptr, beta, descs["p"].handle, out.ptr)
+        capi.cudnnActivationForward(handle.handle, descs["act"].handle, alpha, descs["y"].handle, pre.ptr, beta,
+                                    descs["y"].handle, act.ptr)
+        capi.cudnnPoolingForward(handle.handle, descs["pool"].handle, alpha, descs["y"].handle, act.ptr, beta,
+                                 descs["p"].handle, out.ptr)
         middle.record(stream)
-        capi.call("cudnnPoolingBackward", handle.handle, descs["pool"].handle, alpha,
-                  descs["p"].handle, out.ptr, descs["p"].handle, doutd.ptr,
-                  descs["y"].handle, act.ptr, beta, descs["y"].handle, d_act.ptr)
-        capi.call("cudnnActivationBackward", handle.handle, descs["act"].handle, alpha,
-                  descs["y"].handle, act.ptr, descs["y"].handle, d_act.ptr,
-                  descs["y"].handle, pre.ptr, beta, descs["y"].handle, d_pre.ptr)
+        capi.cudnnPoolingBackward(handle.handle, descs["pool"].handle, alpha, descs["p"].handle, out.ptr,
+                                  descs["p"].handle, doutd.ptr, descs["y"].handle, act.ptr, beta,
+                                  descs["y"].handle, d_act.ptr)
+        capi.cudnnActivationBackward(handle.handle, descs["act"].handle, alpha, descs["y"].handle, act.ptr,
+                                     descs["y"].handle, d_act.ptr, descs["y"].handle, pre.ptr, beta,
+                                     descs["y"].handle, d_pre.ptr)
         db = ops.bias_backward(d_pre, stream=stream)
         dw = ops.conv2d_backward_filter(xd, d_pre, w.shape, padding=padding, stream=stream)
         dx = ops.conv2d_backward_data(d_pre, wd, x.shape, padding=padding, stream=stream)
@@ -170,6 +172,12 @@ def run_gpu(x, w, b, dout, padding, descs, device):
     end.synchronize()
     print(f"gpu: forward {start.elapsed_time(middle):.3f} ms, backward {middle.elapsed_time(end):.3f} ms "
           f"(first call: includes cuDNN algorithm selection)")
+    # What dnnbind.ops chose for the convolutions, from the same room as the descriptors above.
+    for key, choice in cudnn.algo.cache_info().items():
+        if key.x_dims == tuple(x.shape) and key.w_dims == tuple(w.shape):
+            print(f"  conv {key.direction}: {choice.name} ({choice.source}, {choice.workspace} B of workspace)")
+    scratch = cudnn.workspace_buffer(stream)
+    print(f"  cuDNN workspace of the stream: {0 if scratch is None else scratch.nbytes} B")
     result = {name: arr.to_host(stream=stream) for name, arr in
               (("out", out), ("dx", dx), ("dw", dw), ("db", db))}
     handle.close()

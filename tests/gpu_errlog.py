@@ -42,6 +42,15 @@ def dev(x, dtype=None):
     return to_device(a)
 
 
+def dev_offset(x, items: int, dtype=None):
+    """Like :func:`dev`, but the copy starts ``items`` elements past its (16-byte aligned)
+    allocation: a view whose address breaks vector alignment for ``items`` not a multiple of
+    16 bytes' worth, so kernels must take their scalar paths."""
+    a = np.asarray(x if dtype is None else np.asarray(x).astype(dtype))
+    flat = np.concatenate([np.zeros(items, a.dtype), a.reshape(-1)])
+    return dev(flat)[items:].reshape(*a.shape)
+
+
 def poisoned(shape, dtype):
     """An output buffer full of NaN (0xFF bytes), so unwritten elements cannot pass."""
     from dnnbind.cuda import empty

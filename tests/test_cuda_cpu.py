@@ -1,23 +1,36 @@
-"""dnnbind.cuda without a GPU: the probe, argument validation, views and the DLPack ABI."""
+"""dnnbind.cuda without a GPU: the probe, argument validation, views, the DLPack ABI and ownership."""
 
 from __future__ import annotations
 
 import ctypes
 import gc
+import subprocess
+import sys
+import textwrap
 import types
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from dnnbind import cuda
+from dnnbind import _lib, cuda
 from dnnbind.cuda import device as devmod
 from dnnbind.cuda import _dlpack, interop
+from dnnbind.cuda import graph as gmod
+from dnnbind.cuda import kernel as kmod
+from dnnbind.cuda import memory as mmod
+from dnnbind.cuda import stream as smod
 from dnnbind.cuda.array import DeviceArray
-from dnnbind.errors import NoDeviceError
+from dnnbind.errors import CudaError, NoDeviceError
 
 no_gpu = pytest.mark.skipif(cuda.is_available(), reason="checks the behaviour without a GPU")
 BF16 = np.dtype(ml_dtypes.bfloat16)
+SAXPY_SRC = r"""
+extern "C" __global__ void saxpy(float a, const float* x, float* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
 
 
 def fake(shape, dtype=np.float32, ptr=0x10000, strides=None, stream=None):
@@ -261,3 +274,216 @@ def test_the_gpu_class_and_the_placement_class_have_different_names():
     assert cuda.Device is cuda.CudaDevice and cuda.CudaDevice.__name__ == "CudaDevice"  # the public alias
     assert backend.Device is not cuda.CudaDevice and backend.Device.__name__ == "Device"
     assert str(backend.Device("gpu:1")) == "cuda:1"
+
+
+# --------------------------------------------------------------------------- ownership (fake handles)
+# One record and one policy for every owned C pointer (dnnbind._lib.OwnedPointer). The destroy
+# functions are counted, never run for real: every pointer here is made up.
+
+class _Counted(_lib.OwnedPointer):
+    def __init__(self, ptr, destroyed, owned=True):
+        self._adopt(ptr, destroyed.append, owned=owned)
+
+
+def test_owned_pointer_close_is_idempotent_and_borrowed_is_never_destroyed():
+    destroyed = []
+    owner = _Counted(0x10, destroyed)
+    assert owner.handle == 0x10 and owner.owned and not owner.closed
+    owner.close()
+    owner.close()
+    assert destroyed == [0x10] and owner.closed
+    with pytest.raises(ValueError, match="_Counted is closed"):
+        owner.handle
+    borrowed = _Counted(0x20, destroyed, owned=False)
+    assert not borrowed.owned
+    borrowed.close()
+    del borrowed
+    assert destroyed == [0x10]
+
+
+def test_owned_pointer_is_destroyed_once_when_collected_and_never_at_exit():
+    destroyed = []
+    owner = _Counted(0x30, destroyed)
+    finalizer = owner._finalizer
+    assert finalizer.alive and finalizer.atexit is False  # the exit policy: nothing at exit
+    del owner  # no cycle through the record: reference counting is enough
+    assert destroyed == [0x30] and not finalizer.alive
+    closed = _Counted(0x40, destroyed)
+    closed.close()
+    del closed
+    assert destroyed == [0x30, 0x40]  # close() then collection: still once
+
+
+def test_nothing_is_destroyed_from_interpreter_exit_on():
+    # A module global and a member of a reference cycle are both alive when the interpreter exits.
+    script = textwrap.dedent("""
+        import gc, sys
+        from dnnbind._lib import OwnedPointer
+
+        class Owner(OwnedPointer):
+            def __init__(self, ptr):
+                self._adopt(ptr, lambda p: sys.stdout.write(f"destroyed {p:#x}\\n"))
+
+        kept = Owner(0x1)
+        cycle = Owner(0x2)
+        cycle.me = cycle
+        Owner(0x3)  # collected at once: destroyed
+        gc.disable()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "destroyed 0x3\n"
+
+
+def test_destroys_wait_for_a_capture_in_progress():
+    destroyed = []
+    by_gc, by_close = _Counted(0x50, destroyed), _Counted(0x60, destroyed)
+    mmod.capture_began()  # what dnnbind.cuda.capture() does around the capture
+    try:
+        assert mmod.capture_in_progress()
+        del by_gc
+        by_close.close()
+        assert by_close.closed and destroyed == []  # closed at once, destroyed later
+        mmod.flush_deferred_frees()
+        assert destroyed == []  # still capturing
+    finally:
+        mmod.capture_ended()
+    mmod.flush_deferred_frees()
+    assert sorted(destroyed) == [0x50, 0x60]
+
+
+def test_stream_owns_its_handle_through_the_record(monkeypatch):
+    monkeypatch.setattr(devmod, "_probe", (1, ""))  # one (pretend) device, so device=0 is valid
+    destroyed = []
+    monkeypatch.setattr(smod.rt, "cudaStreamDestroy",
+                        lambda h: destroyed.append(h) or (smod.rt.cudaError_t.cudaSuccess,))
+    owned = cuda.Stream.from_handle(0x5000, owned=True, device=0)
+    assert type(owned) is cuda.Stream and owned._handle == 0x5000 and owned._device == 0  # the hot reads
+    assert owned.handle == 0x5000 and owned.owned and "owned" in repr(owned)
+    key = hash(owned)
+    owned.close()
+    owned.close()
+    assert destroyed == [0x5000] and owned.closed and "closed" in repr(owned)
+    assert hash(owned) == key and owned._handle == 0x5000  # cache keys stay stable
+    with pytest.raises(ValueError, match="Stream 0x5000 is closed"):
+        owned.handle
+    borrowed = cuda.Stream.from_handle(0x6000, device=0)
+    assert not borrowed.owned and "borrowed" in repr(borrowed)
+    borrowed.close()
+    del borrowed
+    collected = cuda.Stream.from_handle(0x7000, owned=True, device=0)
+    del collected
+    assert destroyed == [0x5000, 0x7000]
+
+
+def test_stream_close_raises_a_failed_destroy(monkeypatch):
+    monkeypatch.setattr(devmod, "_probe", (1, ""))
+    err = smod.rt.cudaError_t.cudaErrorInvalidResourceHandle
+    monkeypatch.setattr(smod.rt, "cudaStreamDestroy", lambda h: (err,))
+    s = cuda.Stream.from_handle(0x5100, owned=True, device=0)
+    with pytest.raises(CudaError, match="cudaStreamDestroy"):
+        s.close()
+    assert s.closed
+    s.close()  # once: not retried
+
+
+def test_graph_owns_its_graph_and_executable_one_record_each(monkeypatch):
+    destroyed = []
+    ok = (gmod.rt.cudaError_t.cudaSuccess,)
+    monkeypatch.setattr(gmod.rt, "cudaGraphDestroy", lambda p: destroyed.append(("graph", p)) or ok)
+    monkeypatch.setattr(gmod.rt, "cudaGraphExecDestroy", lambda p: destroyed.append(("exec", p)) or ok)
+    g = cuda.Graph()
+    assert not g.captured and repr(g) == "Graph(empty)"
+    g.close()  # nothing to destroy yet
+    g._graph = gmod._GraphPart(0x900, gmod._destroy_graph, "cudaGraphDestroy")
+    g._exec = gmod._GraphPart(0x901, gmod._destroy_exec, "cudaGraphExecDestroy")
+    assert g.captured and repr(g) == "Graph(instantiated)"
+    g.close()
+    g.close()
+    assert destroyed == [("exec", 0x901), ("graph", 0x900)] and repr(g) == "Graph(closed)"
+    with pytest.raises(RuntimeError, match="closed"):
+        g.launch()
+    g2 = cuda.Graph()
+    g2._graph = gmod._GraphPart(0x902, gmod._destroy_graph, "cudaGraphDestroy")
+    mmod.capture_began()
+    try:
+        del g2  # collected during a capture: the destroy waits for its end
+        assert len(destroyed) == 2
+    finally:
+        mmod.capture_ended()
+    mmod.flush_deferred_frees()
+    assert destroyed[2:] == [("graph", 0x902)]
+
+
+def test_kernel_owns_one_module_record_per_device(monkeypatch):
+    unloaded = []
+    ok = (kmod._driver().CUresult.CUDA_SUCCESS,)
+    monkeypatch.setattr(kmod, "_unload_module", lambda device, module: unloaded.append((device, module)) or ok)
+    k = kmod.Kernel(SAXPY_SRC, "saxpy", arch="sm_90")  # compile-only: no GPU needed
+    k._modules[0] = (kmod._Module(0xA0, 0), "func0", None)
+    k._modules[1] = (kmod._Module(0xA1, 1), "func1", None)
+    k.close()
+    k.close()
+    assert sorted(unloaded) == [(0, 0xA0), (1, 0xA1)] and not k._modules
+    k._modules[0] = (kmod._Module(0xA2, 0), "func0", None)  # loaded again by a later launch
+    del k
+    assert unloaded[-1] == (0, 0xA2) and len(unloaded) == 3
+
+
+def test_pinned_buffer_is_an_owned_pointer(monkeypatch):
+    freed = []
+    success = mmod.rt.cudaError_t.cudaSuccess
+    monkeypatch.setattr(mmod.rt, "cudaHostAlloc", lambda n, flags: (success, 0xB000))
+    monkeypatch.setattr(mmod.rt, "cudaFreeHost", lambda p: freed.append(p) or (success,))
+    buf = mmod.PinnedBuffer(64)
+    assert buf.ptr == 0xB000 and buf.nbytes == 64
+    buf.close()
+    buf.close()
+    assert freed == [0xB000]
+    with pytest.raises(ValueError, match="closed"):
+        buf.ptr
+    mmod.capture_began()
+    try:
+        during = mmod.PinnedBuffer(64)
+        del during  # cudaFreeHost synchronises: it waits for the capture's end
+        assert freed == [0xB000]
+    finally:
+        mmod.capture_ended()
+    mmod.flush_deferred_frees()
+    assert freed == [0xB000, 0xB000]
+
+
+def test_dlpack_owner_runs_the_deleter_once_and_borrows_without_one():
+    deleted = []
+    owner = interop._DLPackOwner("producer", 0xC000, deleted.append)
+    assert owner.owned and owner.producer == "producer"
+    del owner
+    assert deleted == [0xC000]
+    assert not interop._DLPackOwner(None, 0xC100, None).owned
+
+
+def test_handle_cache_never_returns_a_closed_streams_handle(monkeypatch):
+    # CUDA reuses a destroyed stream's handle: a new stream with the same raw handle must get a
+    # library handle of its own, while wrappers of a live stream share one
+    monkeypatch.setattr(devmod, "_probe", (1, ""))
+    monkeypatch.setattr(smod, "is_available", lambda: True)
+    monkeypatch.setattr(smod.Stream, "is_capturing", lambda self: False)
+    monkeypatch.setattr(smod.rt, "cudaStreamDestroy", lambda h: (smod.rt.cudaError_t.cudaSuccess,))
+
+    class _Handle:
+        closed = False
+
+        def __init__(self, stream):
+            self.stream = stream
+
+    made = []
+    cache = smod.PerStreamCache("test", lambda index, stream: made.append(_Handle(stream)) or made[-1])
+    first = cuda.Stream.from_handle(0x5200, owned=True, device=0)
+    h1 = cache.get(first)
+    assert cache.get(first) is h1 and len(made) == 1  # hot path
+    assert cache.get(cuda.Stream.from_handle(0x5200, device=0)) is h1  # a borrowed wrapper of the live stream
+    first.close()
+    second = cuda.Stream.from_handle(0x5200, owned=True, device=0)  # the same raw handle, reused
+    h2 = cache.get(second)
+    assert h2 is not h1 and h2.stream is second and len(made) == 2
+    assert cache.get(second) is h2

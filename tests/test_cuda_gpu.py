@@ -1,4 +1,4 @@
-"""dnnbind.cuda on a real GPU: memory, transfers, streams/events, OOM, interop, graphs."""
+"""dnnbind.cuda on a real GPU: memory, transfers, streams/events, OOM, interop, graphs, ownership."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from dnnbind import cuda
+from dnnbind.cuda import kernel as kmod
+from dnnbind.cuda._util import rt
 from dnnbind.errors import DeviceOutOfMemoryError
 
 pytestmark = pytest.mark.gpu
@@ -301,3 +303,133 @@ def test_backend_asarray_moves_but_never_casts_a_device_array():
     assert y.dtype == np.float16 and np.array_equal(y.to_host(), host.astype(np.float16))
     dev = cuda.CudaDevice(0)
     assert dev is cuda.Device(0) and x.device is dev and str(dev) == "cuda:0"
+
+
+# ------------------------------------------------------------------------------- ownership
+# Every owned C pointer is a dnnbind._lib.OwnedPointer. The destroy functions are wrapped to record
+# the pointers they were given (and then really called), so the tests count destroys, per pointer.
+
+def _record_calls(monkeypatch, owner, name, arg=0):
+    real = getattr(owner, name)
+    calls = []
+
+    def recording(*args):
+        calls.append(int(args[arg]))
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, recording)
+    return calls
+
+
+@pytest.fixture
+def destroys(monkeypatch):
+    gc.collect()  # owners left by earlier tests die now, before the recording starts
+    return {
+        "stream": _record_calls(monkeypatch, rt, "cudaStreamDestroy"),
+        "event": _record_calls(monkeypatch, rt, "cudaEventDestroy"),
+        "graph": _record_calls(monkeypatch, rt, "cudaGraphDestroy"),
+        "exec": _record_calls(monkeypatch, rt, "cudaGraphExecDestroy"),
+        "module": _record_calls(monkeypatch, kmod, "_unload_module", arg=1),
+    }
+
+
+def test_stream_and_event_close_once_and_are_destroyed_when_collected(destroys):
+    s, e = cuda.Stream(), cuda.Event()
+    h, eh = s.handle, e.handle
+    s.close()
+    s.close()
+    e.close()
+    e.close()
+    assert destroys["stream"] == [h] and destroys["event"] == [eh]
+    assert s.closed and e.closed
+    with pytest.raises(ValueError, match="closed"):
+        s.handle
+    s2, e2 = cuda.Stream(), cuda.Event()
+    h2, eh2 = s2.handle, e2.handle
+    del s2, e2  # no cycle: reference counting destroys them
+    assert destroys["stream"] == [h, h2] and destroys["event"] == [eh, eh2]
+
+
+def test_borrowed_stream_is_never_destroyed(destroys, rng):
+    owner = cuda.Stream()
+    borrowed = cuda.Stream.from_handle(owner.handle)
+    assert not borrowed.owned and borrowed.device_index == owner.device_index
+    borrowed.close()
+    del borrowed
+    collected = cuda.as_stream(owner.handle)  # a raw handle is wrapped as a borrowed Stream
+    assert collected is not owner and collected == owner and not collected.owned
+    del collected
+    assert destroys["stream"] == []
+    host = rng.standard_normal(256).astype(np.float32)
+    x = cuda.to_device(host, stream=owner)  # the owner's stream still works
+    np.testing.assert_array_equal(x.to_host(stream=owner), host)
+    del x
+    h = owner.handle
+    owner.close()
+    assert destroys["stream"] == [h]
+
+
+def test_graph_close_once_and_collection_destroy_graph_and_executable(destroys):
+    k = cuda.Kernel(KERNELS, "add_one")
+    s = cuda.Stream()
+    x = cuda.zeros(64, np.float32, stream=s)
+    s.synchronize()
+    with cuda.capture(s) as g:
+        k(1, 64, (x, np.int32(64)))
+    g.launch(s)
+    graph, graph_exec = g._graph.handle, g._exec.handle
+    s.synchronize()
+    g.close()
+    g.close()
+    assert destroys["graph"] == [graph] and destroys["exec"] == [graph_exec] and not g.captured
+    with pytest.raises(RuntimeError, match="closed"):
+        g.launch(s)
+    with cuda.capture(s) as g2:
+        k(1, 64, (x, np.int32(64)))
+    g2.launch(s)
+    graph2, exec2 = g2._graph.handle, g2._exec.handle
+    s.synchronize()
+    del g2
+    assert destroys["graph"] == [graph, graph2] and destroys["exec"] == [graph_exec, exec2]
+    np.testing.assert_array_equal(x.to_host(stream=s), np.full(64, 2, np.float32))  # two replays
+
+
+def test_kernel_close_once_and_collection_unload_its_module(destroys):
+    s = cuda.Stream()
+    x = cuda.zeros(16, np.float32, stream=s)
+    k = cuda.Kernel(KERNELS, "add_one")
+    k(1, 16, (x, np.int32(16)), stream=s)
+    module = k._modules[s.device_index][0].handle
+    s.synchronize()
+    k.close()
+    k.close()
+    assert destroys["module"] == [module] and not k._modules
+    k(1, 16, (x, np.int32(16)), stream=s)  # a launch after close() loads the module again
+    module2 = k._modules[s.device_index][0].handle
+    s.synchronize()
+    del k
+    assert destroys["module"] == [module, module2]
+    np.testing.assert_array_equal(x.to_host(stream=s), np.full(16, 2, np.float32))
+
+
+def test_destroys_requested_during_a_capture_wait_for_its_end(destroys):
+    s = cuda.Stream()
+    y = cuda.zeros(16, np.float32, stream=s)
+    k, spare = cuda.Kernel(KERNELS, "add_one"), cuda.Kernel(KERNELS, "add_one")
+    k(1, 16, (y, np.int32(16)), stream=s)
+    spare(1, 16, (y, np.int32(16)), stream=s)
+    dropped, closed, event = cuda.Stream(), cuda.Stream(), cuda.Event()
+    expected = {"stream": [dropped.handle, closed.handle], "event": [event.handle],
+                "module": [spare._modules[s.device_index][0].handle]}
+    s.synchronize()
+    with cuda.capture(s) as g:
+        del dropped, event, spare  # collected inside the capture
+        closed.close()
+        assert closed.closed
+        k(1, 16, (y, np.int32(16)))
+        assert all(destroys[kind] == [] for kind in expected)  # nothing destroyed yet
+    for kind, pointers in expected.items():
+        assert sorted(destroys[kind]) == sorted(pointers), kind
+    g.launch(s)  # the capture was not invalidated
+    np.testing.assert_array_equal(y.to_host(stream=s), np.full(16, 3, np.float32))
+    g.close()

@@ -18,6 +18,9 @@ import itertools
 import numpy as np
 import pytest
 
+from dnnbind import cudnn
+from dnnbind._lib import cudnn as C
+from dnnbind.cudnn import algo
 from dnnbind.ops import config
 from dnnbind.ops._cuda import _common as cm
 from dnnbind.ops._params import ConvParams, PoolParams, resolve_padding
@@ -29,7 +32,8 @@ ALL = FLOATS + ("i32", "i64", "u8", "i8", "bool")
 def _expected_kernels() -> dict[str, list[str]]:
     act = [f"act_{d}_{t}" for d in ("fwd", "bwd") for t in FLOATS]
     layout = [f"{k}_{t}" for k in ("pad2d", "crop2d", "scale_hw", "bias_add", "bias_add_f32bias", "channel_sum",
-                                   "channel_sum_rows", "channel_sum_partials", "broadcast_hw", "maxpool2d_bwd_nhwc")
+                                   "channel_sum_rows", "channel_sum_partials", "channel_sum_last", "broadcast_hw",
+                                   "maxpool2d_bwd_nhwc")
               for t in FLOATS]
     elem = [f"{k}_{t}" for k in ("binary", "scale", "axpy", "reduce_rows", "reduce_mid", "argmax", "all_finite",
                                  "random_crop_flip") for t in FLOATS]
@@ -76,58 +80,53 @@ def test_compile_error_in_a_kernel_source_carries_the_log():
 # ------------------------------------------------------------------------------ descriptors
 
 def _tensor_readback(handle: int) -> tuple[int, tuple, tuple]:
-    from dnnbind._lib import cudnn as C
-
     dtype, nb = ctypes.c_int(), ctypes.c_int()
     dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-    C.call("cudnnGetTensorNdDescriptor", handle, 8, ctypes.byref(dtype), ctypes.byref(nb), dims, strides)
+    C.cudnnGetTensorNdDescriptor(handle, 8, ctypes.byref(dtype), ctypes.byref(nb), dims, strides)
     return dtype.value, tuple(dims[: nb.value]), tuple(strides[: nb.value])
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype, code", [(np.float32, 0), (np.float16, 2), (cm.BF16, 9), (np.float64, 1)])
-def test_tensor_descriptor_reads_back_dims_and_layout_strides(layout, dtype, code):
-    dims = (3, 5, 7, 9)
-    h = cm.tensor_desc(dims, np.dtype(dtype), layout)
-    assert cm.tensor_desc(dims, np.dtype(dtype), layout) == h  # cached, not rebuilt
-    got_dtype, got_dims, got_strides = _tensor_readback(h)
-    assert got_dtype == code and got_dims == dims
+def test_conv_geometry_descriptors_read_back_dims_and_layout_strides(layout, dtype, code):
+    """The ops describe tensors with the public dnnbind.cudnn descriptors, shared through their caches."""
+    from dnnbind.ops._cuda import conv
+
+    params = ConvParams(stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+    x_shape = (3, 5, 7, 9) if layout == "NCHW" else (3, 7, 9, 5)
+    w_shape = (8, 5, 3, 2) if layout == "NCHW" else (8, 3, 2, 5)
+    g = conv._geometry(x_shape, w_shape, params, layout, np.dtype(dtype))
+    assert conv._geometry(x_shape, w_shape, params, layout, np.dtype(dtype)) is g  # cached, not rebuilt
+    got_dtype, got_dims, got_strides = _tensor_readback(g.x_desc.handle)
+    assert got_dtype == code and got_dims == (3, 5, 7, 9)
     want = (315, 63, 9, 1) if layout == "NCHW" else (315, 1, 45, 5)
     assert got_strides == want
-
-
-@pytest.mark.parametrize("layout, fmt", [("NCHW", 0), ("NHWC", 1)])
-def test_filter_descriptor_reads_back_kcrs_and_format(layout, fmt):
-    from dnnbind._lib import cudnn as C
-
-    h = cm.filter_desc((8, 3, 5, 2), cm.F16, layout)
     vals = [ctypes.c_int() for _ in range(6)]
-    C.call("cudnnGetFilter4dDescriptor", h, *[ctypes.byref(v) for v in vals])
-    assert [v.value for v in vals] == [2, fmt, 8, 3, 5, 2]
+    C.cudnnGetFilter4dDescriptor(g.w_desc.handle, *[ctypes.byref(v) for v in vals])
+    assert [v.value for v in vals] == [code, int(C.TensorFormat[layout]), 8, 5, 3, 2]  # (K, C, R, S) always
+    # A descriptor of the same arguments made elsewhere is the same object (one cache per class).
+    assert cudnn.TensorDescriptor.cached(x_shape, np.dtype(dtype), layout) is g.x_desc
 
 
-@pytest.mark.parametrize("math", [0, 1, 3])
-def test_convolution_descriptor_carries_padding_stride_dilation_groups_math(math):
-    from dnnbind._lib import cudnn as C
-    from dnnbind.ops._cuda import algo
+@pytest.mark.parametrize("math, name", [(C.MathType.DEFAULT_MATH, "default"), (C.MathType.TENSOR_OP_MATH, "tensor_op"),
+                                        (C.MathType.FMA_MATH, "fma")])
+def test_algorithm_descriptor_carries_padding_stride_dilation_groups_math(math, name):
+    key = algo.ConvKey("forward", 0, (1, 4, 8, 8), (4, 1, 3, 3), (1, 4, 4, 3), "float32", "NCHW", (1, 2), (2, 3),
+                       (1, 2), 4, C.MathType.DEFAULT_MATH, None, False, False)
+    info = algo.conv_desc(key, math).get()
+    assert (info.pad, info.stride, info.dilation, info.groups) == ((1, 2), (2, 3), (1, 2), 4)
+    assert (info.mode, info.compute_dtype, info.math) == ("cross_correlation", np.dtype(np.float32), name)
+    assert algo.conv_desc(key, math) is algo.conv_desc(key, int(math))
 
-    h = algo.conv_desc((1, 2), (2, 3), (1, 2), 4, cm.F32, math)
+
+def test_pooling_plan_descriptor_reads_back():
+    from dnnbind.ops._cuda import pooling
+
+    params = PoolParams(mode="avg", window=(3, 2), stride=(2, 1), pad=(1, 1, 0, 0))
+    plan = pooling._plan((2, 4, 9, 9), params, "NCHW", np.float32)
     vals = [ctypes.c_int() for _ in range(8)]
-    C.call("cudnnGetConvolution2dDescriptor", h, *[ctypes.byref(v) for v in vals])
-    assert [v.value for v in vals] == [1, 2, 2, 3, 1, 2, 1, 0]  # ..., CROSS_CORRELATION, FLOAT
-    groups, got_math = ctypes.c_int(), ctypes.c_int()
-    C.call("cudnnGetConvolutionGroupCount", h, ctypes.byref(groups))
-    C.call("cudnnGetConvolutionMathType", h, ctypes.byref(got_math))
-    assert (groups.value, got_math.value) == (4, math)
-
-
-def test_pooling_descriptor_reads_back():
-    from dnnbind._lib import cudnn as C
-    from dnnbind.ops._cuda.pooling import _pool_desc
-
-    h = _pool_desc(2, (3, 2), (1, 0), (2, 1))
-    vals = [ctypes.c_int() for _ in range(8)]
-    C.call("cudnnGetPooling2dDescriptor", h, *[ctypes.byref(v) for v in vals])
+    C.cudnnGetPooling2dDescriptor(plan.pool_desc.handle, *[ctypes.byref(v) for v in vals])
+    # AVERAGE_COUNT_EXCLUDE_PADDING, PROPAGATE_NAN, window, pad, stride
     assert [v.value for v in vals] == [2, 1, 3, 2, 1, 0, 2, 1]
 
 
@@ -148,9 +147,8 @@ CASES = [
 @pytest.mark.parametrize("x_shape, w_shape, stride, padding, dilation, groups", CASES)
 def test_conv_geometry_matches_cudnn_output_dims_and_reference(layout, x_shape, w_shape, stride, padding, dilation,
                                                                groups):
-    from dnnbind._lib import cudnn as C
     from dnnbind.ops import conv as public
-    from dnnbind.ops._cuda import algo, conv
+    from dnnbind.ops._cuda import conv
 
     pad = resolve_padding(padding, x_shape[2:], w_shape[2:], stride, dilation)
     params = ConvParams(stride=stride, pad=pad, dilation=dilation, groups=groups)
@@ -160,10 +158,8 @@ def test_conv_geometry_matches_cudnn_output_dims_and_reference(layout, x_shape, 
     ws = w_shape if layout == "NCHW" else (k, r, s, cg)
     g = conv._geometry(xs, ws, params, layout, cm.F32)
     assert (g.explicit is None) == params.symmetric
-    cdesc = algo.conv_desc(g.desc_pad, stride, dilation, groups, cm.F32, 0)
-    out = [ctypes.c_int() for _ in range(4)]
-    C.call("cudnnGetConvolution2dForwardOutputDim", cdesc, g.x_desc, g.w_desc, *[ctypes.byref(v) for v in out])
-    assert tuple(v.value for v in out) == g.y_dims
+    cdesc = cudnn.ConvolutionDescriptor.cached(g.desc_pad, stride, dilation, groups)
+    assert cdesc.forward_output_dim(g.x_desc, g.w_desc) == g.layout_shape(g.y_dims)
     # The public op's output shape (NumPy reference geometry) is what the CUDA path allocates.
     _, y_shape = public.conv_params("test", xs, ws, stride=stride, padding=padding, dilation=dilation, groups=groups,
                                     layout=layout)
@@ -198,18 +194,20 @@ def test_algorithm_key_covers_every_setting_that_changes_the_choice():
 
 
 def test_strict_fp32_refuses_tensor_op_algorithms():
-    from dnnbind.ops._cuda import algo, conv
+    from dnnbind.ops._cuda import conv
 
+    M = C.MathType
     params = ConvParams(stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1)
     g = conv._geometry((1, 1, 4, 4), (1, 1, 3, 3), params, "NCHW", cm.F32)
     with config.override(allow_tf32=False):
         key = g.key("forward", 0)
-    assert not algo.is_acceptable(algo.MATH_TENSOR_OP, key)
-    assert not algo.is_acceptable(algo.MATH_TENSOR_OP_ALLOW_CONVERSION, key)
-    assert algo.is_acceptable(algo.MATH_DEFAULT, key) and algo.exec_math(algo.MATH_DEFAULT, key) == algo.MATH_FMA
+    assert key.math is M.FMA_MATH
+    assert not algo.is_acceptable(M.TENSOR_OP_MATH, key)
+    assert not algo.is_acceptable(M.TENSOR_OP_MATH_ALLOW_CONVERSION, key)
+    assert algo.is_acceptable(M.DEFAULT_MATH, key) and algo.exec_math(M.DEFAULT_MATH, key) is M.FMA_MATH
     with config.override(allow_tf32=True):
         key = g.key("forward", 0)
-    assert algo.is_acceptable(algo.MATH_TENSOR_OP, key) and algo.exec_math(algo.MATH_TENSOR_OP, key) == 1
+    assert algo.is_acceptable(M.TENSOR_OP_MATH, key) and algo.exec_math(1, key) is M.TENSOR_OP_MATH
 
 
 # ------------------------------------------------------------------------------ host helpers
@@ -242,9 +240,9 @@ def test_reduction_axis_runs_merge():
 
 def test_dtype_tables():
     assert [cm.suffix(d) for d in (cm.F32, cm.F64, cm.F16, cm.BF16)] == list(FLOATS)
-    assert [cm.cudnn_dtype(d) for d in (cm.F32, cm.F64, cm.F16, cm.BF16)] == [0, 1, 2, 9]
+    assert [cudnn.data_type(d) for d in (cm.F32, cm.F64, cm.F16, cm.BF16)] == [0, 1, 2, 9]
     with pytest.raises(TypeError):
-        cm.cudnn_dtype(np.complex64)
+        cudnn.data_type(np.complex64)
     assert cm.ONE.of(cm.F64)._obj.value == 1.0 and isinstance(cm.ONE.of(cm.F32)._obj, ctypes.c_float)
 
 

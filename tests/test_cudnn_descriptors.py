@@ -298,18 +298,58 @@ def test_finalizer_destroys_without_owner_and_without_cycles():
     assert not finalizer.alive and record.ptr == 0
 
 
-def test_cached_is_lru_bounded(monkeypatch):
-    monkeypatch.setattr(cd.ActivationDescriptor, "CACHE_SIZE", 3)
-    cd.ActivationDescriptor.clear_cache()
+def test_cached_is_bounded_and_keeps_what_is_used(monkeypatch):
+    monkeypatch.setattr(cd.ActivationDescriptor, "_cache", cd.LRUCache(4, "test"))
     first = cd.ActivationDescriptor.cached("elu", 0.1)
     assert cd.ActivationDescriptor.cached("elu", 0.1) is first
     assert cd.ActivationDescriptor.cached(mode="elu", coef=0.2) is not first
-    for coef in (0.3, 0.4, 0.5):
+    for coef in (0.3, 0.4, 0.5, 0.6, 0.7):
         cd.ActivationDescriptor.cached("elu", coef)
-    assert len(cd.ActivationDescriptor._cache) == 3
-    assert cd.ActivationDescriptor.cached("elu", 0.1) is not first  # evicted, rebuilt
+        assert cd.ActivationDescriptor.cached("elu", 0.1) is first  # used all along: never evicted
+        assert len(cd.ActivationDescriptor._cache) <= 4
+    for coef in (0.8, 0.9, 1.0, 1.1):  # 0.1 unused for maxsize inserts: evicted
+        cd.ActivationDescriptor.cached("elu", coef)
+    assert cd.ActivationDescriptor.cached("elu", 0.1) is not first  # rebuilt
     assert first.get().coef == 0.1  # an evicted descriptor stays valid while someone holds it
-    cd.ActivationDescriptor.clear_cache()
+
+
+def test_cached_hit_takes_no_lock(monkeypatch):
+    a = cd.TensorDescriptor.cached((1, 2, 3, 5), np.dtype(np.float32), "NHWC")
+
+    class NoLock:
+        def __enter__(self):
+            raise AssertionError("a cache hit took the lock")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(cd.TensorDescriptor._cache, "_lock", NoLock())
+    assert cd.TensorDescriptor.cached((1, 2, 3, 5), np.dtype(np.float32), "NHWC") is a
+
+
+def test_cached_rebuilds_a_closed_descriptor():
+    a = cd.PoolingDescriptor.cached("avg", 3, 1, 2)
+    a.close()
+    b = cd.PoolingDescriptor.cached("avg", 3, 1, 2)
+    assert b is not a and not b.closed and b.get().window == (3, 3)
+
+
+def test_lru_cache_two_generations():
+    cache = cd.LRUCache(4, "test")
+    for key in "ab":
+        cache.put(key, key.upper())
+    assert len(cache) == 2 and cache.get("a") == "A" and "b" in cache
+    cache.put("c", "C")  # recent {a, b} is full (maxsize // 2): it ages, c starts a new one
+    assert cache.get("a") == "A"  # a hit in the older generation moves it back
+    cache.put("d", "D")  # ages {c, a}: b, unused since, is dropped
+    assert cache.get("b") is None and cache.get("missing", 7) == 7
+    assert sorted(k for k, _ in cache.items()) == ["a", "c", "d"] and len(cache) <= 4
+    with pytest.raises(ValueError, match="None cannot be cached"):
+        cache.put("e", None)
+    with pytest.raises(ValueError, match="maxsize must be an int >= 2"):
+        cd.LRUCache(1)
+    cache.clear()
+    assert len(cache) == 0 and cache.get("a") is None
 
 
 def test_cached_keys_normalise_dtypes():
@@ -363,3 +403,67 @@ def test_borrowed_handle_is_never_destroyed(monkeypatch):
     owned.close()
     owned.close()
     assert calls.count("cudnnDestroy") == 1
+
+
+# ------------------------------------------------------------------------------------ workspace (allocation faked)
+
+
+@pytest.fixture
+def fake_workspace(monkeypatch):
+    """dnnbind.cudnn's workspace with a pretend device 0 and a fake pool: returns the allocation log."""
+    import dnnbind.cuda.device as dev
+    from dnnbind.cudnn import _workspace
+
+    monkeypatch.setattr(dev, "_probe", (1, ""))
+    made = []
+
+    class FakeAllocation:
+        def __init__(self, nbytes, stream, what=""):
+            self.ptr, self.nbytes, self.stream = 0x10000 * (len(made) + 1), nbytes, stream
+            made.append(self)
+
+    monkeypatch.setattr(_workspace, "alloc", FakeAllocation)
+    monkeypatch.setattr(_workspace, "_buffers", {})
+    return made
+
+
+def _fake_stream(handle, owned):
+    from dnnbind.cuda.stream import Stream
+
+    stream = Stream.from_handle(handle, owned=False, device=0)
+    if owned:  # as if dnnbind had made it; closing it destroys nothing here
+        stream._adopt(handle, lambda ptr: (0,))  # cudaStreamDestroy's (cudaSuccess,)
+    return stream
+
+
+def test_workspace_grows_in_mib_per_stream_and_is_released(fake_workspace):
+    a, b = _fake_stream(0xA0, True), _fake_stream(0xB0, True)
+    ptr = cd.workspace(a, 100)
+    assert ptr and fake_workspace[-1].nbytes == 1 << 20 and cd.workspace(a, 1 << 20) == ptr  # within the MiB
+    assert cd.workspace(a, 0) == 0 and len(fake_workspace) == 1
+    assert cd.workspace(b, 10) != ptr and len(fake_workspace) == 2  # one buffer per stream
+    grown = cd.workspace(a, (1 << 20) + 1)
+    assert grown != ptr and fake_workspace[-1].nbytes == 2 << 20 and cd.workspace_buffer(a) is fake_workspace[-1]
+    cd.release_workspaces()
+    assert cd.workspace_buffer(a) is None and cd.workspace_buffer(b) is None
+
+
+def test_workspace_of_a_closed_stream_never_reaches_a_new_stream_with_its_handle(fake_workspace):
+    old = _fake_stream(0xC0, True)
+    old_ptr = cd.workspace(old, 4096)
+    old.close()
+    new = _fake_stream(0xC0, True)  # the runtime handed the same handle to a new stream
+    assert new == old  # streams compare by handle: the cache must check the object itself
+    assert cd.workspace_buffer(new) is None
+    new_ptr = cd.workspace(new, 4096)
+    assert new_ptr != old_ptr and fake_workspace[-1].stream is new
+    from dnnbind.cudnn import _workspace
+
+    assert list(_workspace._buffers) == [new] and next(iter(_workspace._buffers)) is new  # the closed one pruned
+
+
+def test_borrowed_wrappers_of_one_handle_share_its_workspace(fake_workspace):
+    ptr = cd.workspace(_fake_stream(0xD0, False), 4096)
+    assert cd.workspace(_fake_stream(0xD0, False), 4096) == ptr and len(fake_workspace) == 1
+    owned = _fake_stream(0xD0, True)  # an owned stream never takes a borrowed wrapper's buffer
+    assert cd.workspace(owned, 4096) != ptr

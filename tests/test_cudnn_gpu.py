@@ -129,13 +129,79 @@ def test_conv_forward_fma_matches_numpy(rng):
     C.cudnnConvolutionForward(handle.handle, _scalar(1.0), x_desc.handle, d_x.ptr, w_desc.handle, d_w.ptr,
                               conv.handle, algo, ws.ptr, size.value, _scalar(0.0), y_desc.handle, d_y.ptr)
     got = d_y.to_host()
+    np.testing.assert_allclose(got, _conv_pad1x0_stride2x1(x, w, y_shape), rtol=1e-5, atol=1e-5)
+
+
+def _conv_pad1x0_stride2x1(x, w, y_shape):
+    """float64 cross-correlation of NCHW x with KCRS w, padding (1, 0), stride (2, 1)."""
+    r, s = w.shape[2:]
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (0, 0)))
     want = np.zeros(y_shape)
     for i in range(y_shape[2]):
         for j in range(y_shape[3]):
-            patch = xp[:, :, 2 * i:2 * i + 3, j:j + 2]
+            patch = xp[:, :, 2 * i:2 * i + r, j:j + s]
             want[:, :, i, j] = np.einsum("nchw,kchw->nk", patch, w)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    return want
+
+
+def test_algorithm_choice_runs_a_convolution_on_the_public_objects(rng):
+    """dnnbind.cudnn.algo: choose (cached per key), then run with the stream's workspace."""
+    cuda = _cuda()
+    stream = cuda.Stream()
+    handle = cd.get_handle(stream)
+    x = rng.standard_normal((2, 3, 9, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    x_desc, w_desc = cd.TensorDescriptor.cached(x.shape, "float32"), cd.FilterDescriptor.cached(w.shape, "float32")
+    y_shape = cd.ConvolutionDescriptor(pad=(1, 0), stride=(2, 1)).forward_output_dim(x_desc, w_desc)
+    y_desc = cd.TensorDescriptor.cached(y_shape, "float32")
+    key = cd.algo.ConvKey("forward", stream.device_index, x.shape, w.shape, y_shape, "float32", "NCHW", (1, 0),
+                          (2, 1), (1, 1), 1, C.MathType.FMA_MATH, None, False, False)  # strict fp32
+    choice = cd.algo.choose(key, handle, x_desc, w_desc, y_desc, stream)
+    assert cd.algo.choose(key, handle, x_desc, w_desc, y_desc, stream) is choice
+    assert cd.algo.cache_info()[key] is choice and choice.math is C.MathType.FMA_MATH
+    info = choice.conv_desc.get()
+    assert (info.pad, info.stride, info.math) == ((1, 0), (2, 1), "fma")
+    assert choice.workspace == cd.algo.workspace_size("forward", handle, x_desc, w_desc, y_desc, choice.conv_desc,
+                                                      choice.algo)
+    d_x, d_w = cuda.to_device(x, stream=stream), cuda.to_device(w, stream=stream)
+    d_y = cuda.to_device(np.full(y_shape, np.nan, np.float32), stream=stream)
+    ran = []
+
+    def call(ch, ws):
+        ran.append((ch, ws))
+        C.cudnnConvolutionForward(handle.handle, _scalar(1.0), x_desc.handle, d_x.ptr, w_desc.handle, d_w.ptr,
+                                  ch.conv, ch.algo, ws, ch.workspace, _scalar(0.0), y_desc.handle, d_y.ptr)
+
+    assert cd.algo.run_with_workspace(key, choice, stream, handle, x_desc, w_desc, y_desc, call) is choice
+    assert ran[0][0] is choice and (ran[0][1] != 0) == (choice.workspace > 0)
+    if choice.workspace:
+        assert cd.workspace_buffer(stream).nbytes >= choice.workspace
+    got = d_y.to_host(stream=stream)
+    np.testing.assert_allclose(got, _conv_pad1x0_stride2x1(x, w, y_shape), rtol=1e-5, atol=1e-5)
+
+
+def test_workspace_is_per_stream_object_and_grow_only():
+    cuda = _cuda()
+    s1, s2 = cuda.Stream(), cuda.Stream()
+    p1 = cd.workspace(s1, 1000)
+    assert p1 and cd.workspace(s1, 1 << 20) == p1 and cd.workspace(s1, 0) == 0
+    first = cd.workspace_buffer(s1)
+    assert first.ptr == p1 and first.nbytes == 1 << 20 and first.stream is s1
+    p2 = cd.workspace(s2, 1000)
+    assert p2 and p2 != p1 and cd.workspace_buffer(s2).stream is s2
+    cd.workspace(s1, (2 << 20) + 1)
+    assert cd.workspace_buffer(s1).nbytes == 3 << 20 and cd.workspace_buffer(s1) is not first
+    assert first.ptr == p1  # the old buffer lives on while someone (a captured graph) holds it
+    handle = s1.handle
+    s1.close()
+    s3 = cuda.Stream()  # may get s1's handle back: it must not get s1's buffer
+    assert cd.workspace_buffer(s3) is None
+    assert cd.workspace(s3, 10) and cd.workspace_buffer(s3).stream is s3
+    assert s3.handle != handle or cd.workspace_buffer(s3).nbytes == 1 << 20
+    cd.release_workspaces()
+    assert cd.workspace_buffer(s2) is None and cd.workspace_buffer(s3) is None
+    for s in (s2, s3):
+        s.synchronize()
 
 
 def test_find_algorithm_perf_struct():

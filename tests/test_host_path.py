@@ -165,8 +165,9 @@ def test_launch_plan_packs_the_same_bytes_as_the_general_path(monkeypatch, known
 
 
 def test_conv_key_memo_follows_the_config():
+    from dnnbind._lib import cudnn as C
+    from dnnbind.cudnn import algo
     from dnnbind.ops import config
-    from dnnbind.ops._cuda import algo
     from dnnbind.ops._cuda import conv as cconv
     from dnnbind.ops._params import ConvParams
 
@@ -180,7 +181,7 @@ def test_conv_key_memo_follows_the_config():
         f: getattr(k1, f) for f in k1.__dataclass_fields__}))
     with config.override(allow_tf32=False):
         k2 = g.key("forward", 0)
-    assert k2 != k1 and k2.math == algo.MATH_FMA
+    assert k2 != k1 and k2.math == C.MathType.FMA_MATH
     with config.override(deterministic=True):
         assert g.key("forward", 0).deterministic
     assert g.key("forward", 0) is k1

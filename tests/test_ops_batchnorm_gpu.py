@@ -211,12 +211,13 @@ def test_ex_path_switches(monkeypatch):
     assert not bn._ex_eligible(nhwc, "spatial", "NHWC")
 
 
-def _readback(handle: int):
+def _readback(desc):
     from dnnbind._lib import cudnn as C
 
+    handle = desc.handle  # a dnnbind.cudnn.TensorDescriptor
     dtype, nb = ctypes.c_int(), ctypes.c_int()
     dims, strides = (ctypes.c_int * 8)(), (ctypes.c_int * 8)()
-    C.call("cudnnGetTensorNdDescriptor", handle, 8, ctypes.byref(dtype), ctypes.byref(nb), dims, strides)
+    C.cudnnGetTensorNdDescriptor(handle, 8, ctypes.byref(dtype), ctypes.byref(nb), dims, strides)
     return dtype.value, tuple(dims[: nb.value]), tuple(strides[: nb.value])
 
 
@@ -262,28 +263,37 @@ def _ctypes_check(name: str, args: tuple) -> None:
 
 @pytest.fixture
 def fake_cudnn(monkeypatch):
-    """Route the CUDA implementation to recorders: every cuDNN call is checked against the
-    ctypes declaration (argument count and types) instead of being made."""
+    """Route the CUDA implementation to recorders: every cuDNN batch-norm call is checked against
+    the ctypes declaration (argument count and types) instead of being made (descriptors are real)."""
+    from dnnbind import cudnn
+    from dnnbind._lib import cudnn as C
+
     calls: list[tuple[str, tuple]] = []
     ptrs = iter(range(0x100000, 0x10000000, 0x1000))
-    real_call = cm.cudnn_call
 
-    def call(name, *args, **context):
-        if "BatchNormalization" not in name:  # descriptors are real (and cached for later tests)
-            return real_call(name, *args, **context)
-        _ctypes_check(name, args)
-        calls.append((name, args))
-        if name.startswith("cudnnGet") and name.endswith("Size"):
-            args[-1]._obj.value = 512  # a non-zero workspace / reserve: the table must carry it
+    def recorder(name):
+        def call(*args):
+            _ctypes_check(name, args)
+            calls.append((name, args))
+            if name.startswith("cudnnGet") and name.endswith("Size"):
+                args[-1]._obj.value = 512  # a non-zero workspace / reserve: the table must carry it
+        return call
+
+    for name in C.SIGNATURES:
+        if "BatchNormalization" in name:
+            monkeypatch.setattr(C, name, recorder(name))
 
     def empty(shape, dtype, stream):
         return _FakeArray(shape, dtype, ptr=next(ptrs))
 
-    for attr, value in (("stream_of", lambda s: _FakeStream()), ("cudnn_handle", lambda s: 0x99),
-                        ("cudnn_call", call), ("empty", empty), ("workspace", lambda s, n: 0x5000 if n else 0)):
+    handle = cudnn.Handle.__new__(cudnn.Handle)  # borrowed, around a made-up pointer: never reaches cuDNN
+    handle._adopt(0x99, lambda ptr: 0, owned=False)
+    for attr, value in (("stream_of", lambda s: _FakeStream()), ("cudnn_handle", lambda s: handle),
+                        ("empty", empty)):
         monkeypatch.setattr(cm, attr, value)
-    monkeypatch.setattr(bn, "_fwd_sizes", {})
-    monkeypatch.setattr(bn, "_bwd_sizes", {})
+    monkeypatch.setattr(cudnn, "workspace", lambda s, n: 0x5000 if n else 0)
+    monkeypatch.setattr(bn, "_fwd_sizes", cudnn.LRUCache(8))
+    monkeypatch.setattr(bn, "_bwd_sizes", cudnn.LRUCache(8))
     return calls
 
 
@@ -300,13 +310,13 @@ def test_ex_calls_match_the_ctypes_declarations_and_carry_the_reserve(fake_cudnn
     assert reserve_ptr and saved.reserve.ptr == reserve_ptr and saved.reserve.nbytes == 512
     assert saved.path == bn.PERSISTENT and saved.x_shape == x.shape and saved.x_dtype == x.dtype
     # the size queries are cached by what the descriptors describe, never by their handles
-    assert list(bn._fwd_sizes) == [(0, (8, 64, 4, 4), np.dtype(np.float32))]
+    assert [key for key, _ in bn._fwd_sizes.items()] == [(0, (8, 64, 4, 4), np.dtype(np.float32))]
     dy = _FakeArray(x.shape, ptr=0x3000)
     bn.batchnorm_backward(dy, x, p[0], saved, epsilon=1e-3, layout="NHWC")
     bwd = dict(fake_cudnn)["cudnnBatchNormalizationBackwardEx"]
     assert bwd[1:3] == (2, 0) and bwd[8] == x.ptr and bwd[12] == dy.ptr and bwd[18] == p[0].ptr
     assert bwd[23:25] == (mean.ptr, inv.ptr) and bwd[28:30] == (reserve_ptr, 512)
-    assert list(bn._bwd_sizes) == [(0, (8, 64, 4, 4), np.dtype(np.float32))]
+    assert [key for key, _ in bn._bwd_sizes.items()] == [(0, (8, 64, 4, 4), np.dtype(np.float32))]
     # A record without the reserve (built by hand): the legacy backward, never a NULL reserve.
     fake_cudnn.clear()
     bn.batchnorm_backward(dy, x, p[0], ops.BatchNormSaved(_FakeArray((64,), ptr=0x9000), inv), epsilon=1e-3,
@@ -325,17 +335,15 @@ def test_legacy_calls_match_the_ctypes_declarations(fake_cudnn):
 
 
 def test_ex_refusal_falls_back_to_legacy_once_with_a_warning(fake_cudnn, monkeypatch):
+    from dnnbind._lib import cudnn as C
     from dnnbind.errors import CudnnError
 
     monkeypatch.setattr(bn, "_ex_refused", set())
-    recorder = cm.cudnn_call
 
-    def refuse_ex(name, *args, **context):
-        if name == "cudnnBatchNormalizationForwardTrainingEx":
-            raise CudnnError(3000, "CUDNN_STATUS_NOT_SUPPORTED", name)
-        return recorder(name, *args, **context)
+    def refuse_ex(*args):
+        raise CudnnError(3000, "CUDNN_STATUS_NOT_SUPPORTED", "cudnnBatchNormalizationForwardTrainingEx")
 
-    monkeypatch.setattr(cm, "cudnn_call", refuse_ex)
+    monkeypatch.setattr(C, "cudnnBatchNormalizationForwardTrainingEx", refuse_ex)
     x = _FakeArray((4, 3, 3, 5), np.float16, ptr=0x1000)
     p = [_FakeArray((5,), ptr=0x2000 + i * 0x100) for i in range(4)]
     with pytest.warns(RuntimeWarning, match="refused"):

@@ -208,10 +208,20 @@ class _Dev:
         self.shape, self.dtype, self.ptr = tuple(shape), np.dtype(dtype), ptr
 
 
+def fake_handle(raw: int = 0x99):
+    """A borrowed dnnbind.cudnn.Handle around a made-up pointer (these tests never pass it to cuDNN)."""
+    from dnnbind import cudnn
+
+    handle = cudnn.Handle.__new__(cudnn.Handle)
+    handle._adopt(raw, lambda ptr: 0, owned=False)
+    return handle
+
+
 @pytest.fixture
 def fused(monkeypatch):
     """The CUDA fused op with the stream, buffers and unfused calls faked (descriptors are real):
     returns the log of what ran."""
+    from dnnbind import cudnn
     from dnnbind.ops._cuda import _common as cm
     from dnnbind.ops._cuda import conv as cconv
 
@@ -221,9 +231,9 @@ def fused(monkeypatch):
         device_index = 0
 
     monkeypatch.setattr(cm, "stream_of", lambda s: Stream())
-    monkeypatch.setattr(cm, "cudnn_handle", lambda s: 0x99)
+    monkeypatch.setattr(cm, "cudnn_handle", lambda s: fake_handle())
     monkeypatch.setattr(cm, "output", lambda out, shape, dtype, s: _Dev(shape, 0x5000))
-    monkeypatch.setattr(cm, "workspace", lambda s, n: 0)
+    monkeypatch.setattr(cudnn, "workspace", lambda s, n: 0)
     monkeypatch.setattr(cconv, "_FUSED_UNSUPPORTED", set())
     monkeypatch.setattr(cconv, "conv2d_forward", lambda x, w, **kw: log.append("conv2d_forward") or _Dev((1,)))
     monkeypatch.setattr(cconv, "bias_add", lambda y, b, **kw: log.append("bias_add"))
@@ -237,7 +247,7 @@ def _fused_call(cconv, activation):
 
 
 def test_fused_linear_without_its_algorithm_runs_unfused_without_an_error(fused, monkeypatch):
-    from dnnbind.ops._cuda import algo
+    from dnnbind.cudnn import algo
     from dnnbind.ops._cuda import conv as cconv
 
     queries = []
@@ -250,44 +260,52 @@ def test_fused_linear_without_its_algorithm_runs_unfused_without_an_error(fused,
 
 
 def test_fused_call_refused_by_cudnn_runs_unfused_and_other_errors_raise(fused, monkeypatch):
+    from dnnbind import cudnn
+    from dnnbind._lib import cudnn as C
+    from dnnbind.cudnn import algo
     from dnnbind.errors import CudnnError
-    from dnnbind.ops._cuda import _common as cm
-    from dnnbind.ops._cuda import activation, algo
+    from dnnbind.ops._cuda import activation
     from dnnbind.ops._cuda import conv as cconv
 
-    choice = algo.AlgoChoice(1, 0, 0, 0x77, True, "fixed")
+    conv_desc = cudnn.ConvolutionDescriptor(1)
+    choice = algo.AlgoChoice(C.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM, C.MathType.DEFAULT_MATH, 0, conv_desc, True,
+                             "fixed")
     monkeypatch.setattr(algo, "choose", lambda *args: choice)
     status = {"value": (3000, "CUDNN_STATUS_NOT_SUPPORTED")}
     made = []
-    real_call = cm.cudnn_call
 
-    def call(name, *args, **context):
-        if name != "cudnnConvolutionBiasActivationForward":
-            return real_call(name, *args, **context)  # descriptors are real
+    def call(*args):
         made.append((args[6], args[7]))  # the convolution descriptor and algorithm chosen
-        raise CudnnError(*status["value"], name)
+        raise CudnnError(*status["value"], "cudnnConvolutionBiasActivationForward")
 
-    monkeypatch.setattr(cm, "cudnn_call", call)
+    monkeypatch.setattr(C, "cudnnConvolutionBiasActivationForward", call)
     monkeypatch.setattr(activation, "activation_forward", lambda y, kind, **kw: fused.append(kind))
     _fused_call(cconv, "relu")
-    assert made == [(0x77, 1)] and fused == ["conv2d_forward", "bias_add", "relu"]
+    assert made == [(conv_desc.handle, 1)] and fused == ["conv2d_forward", "bias_add", "relu"]
     assert len(cconv._FUSED_UNSUPPORTED) == 1
     cconv._FUSED_UNSUPPORTED.clear()
     status["value"] = (5000, "CUDNN_STATUS_EXECUTION_FAILED")
     with pytest.raises(CudnnError, match="CUDNN_STATUS_EXECUTION_FAILED") as info:
         _fused_call(cconv, "relu")
     assert info.value.context["x shape (N,C,H,W)"] == (2, 3, 6, 6) and not cconv._FUSED_UNSUPPORTED
+    assert info.value.context["x strides (elements)"] == (108, 36, 6, 1)  # read back from the descriptor
 
 
 def test_conv_geometry_equality_ignores_descriptor_handles():
     """_FUSED_UNSUPPORTED is keyed by geometries: by their shapes and parameters, never by the
-    descriptor addresses they carry."""
+    descriptors they carry."""
     import dataclasses
 
     from dnnbind.ops._cuda import conv as cconv
 
     params = ops.ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
     g = cconv._geometry((2, 3, 6, 6), (4, 3, 3, 3), params, "NCHW", np.float32)
-    other = dataclasses.replace(g, x_desc=1, w_desc=2, y_desc=3)
+    from dnnbind import cudnn
+
+    # Other descriptor objects (not cached ones): other handles, same geometry.
+    other = dataclasses.replace(g, x_desc=cudnn.TensorDescriptor((2, 3, 6, 6), "float32"),
+                                w_desc=cudnn.FilterDescriptor((4, 3, 3, 3), "float32"),
+                                y_desc=cudnn.TensorDescriptor((2, 4, 6, 6), "float32"))
+    assert other.x != g.x and other.w != g.w and other.y != g.y
     assert other == g and hash(other) == hash(g) and other in {g}
     assert dataclasses.replace(g, y_dims=(2, 4, 5, 5)) != g

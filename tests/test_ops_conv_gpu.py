@@ -10,7 +10,7 @@ import pytest
 from dnnbind import ops
 from dnnbind.ops import config
 from cases import CONV_CASES
-from gpu_errlog import PRECISIONS, check, dev, host, poisoned, quantize
+from gpu_errlog import PRECISIONS, check, dev, dev_offset, host, poisoned, quantize
 from testutil import random
 
 pytestmark = pytest.mark.gpu
@@ -70,6 +70,24 @@ def test_bias_add_and_bias_backward(rng, label, dtype, overrides, layout, shape)
     check("bias_add", label, yd, ref, "in place")
 
 
+@pytest.mark.parametrize("label, dtype, overrides", PRECISIONS[:1] + PRECISIONS[2:])
+@pytest.mark.parametrize("shape", [
+    (300, 24), (7, 5), (16, 9, 11, 24),   # one launch (<= 256 rows); two: 6 (f32) / 3 (bf16) vectors of C
+    (130, 32, 33, 8),                     # 137280 rows: 512 row blocks of 269 rows
+    (64, 9, 9, 1032),                     # C over 256 vectors: two column tiles (f32), one (16-bit)
+    (40, 13, 13, 7), (3, 5, 5, 2048)])    # odd C: scalar; large C
+@pytest.mark.parametrize("offset", [0, 1])
+def test_bias_backward_channels_last_vectors_tails_and_misaligned_input(rng, label, dtype, overrides, shape,
+                                                                       offset):
+    """Channels-last bias gradients (column sums) against the reference, with dy one item past a
+    16-byte boundary for offset 1; two calls give the same bits."""
+    y = quantize(random(rng, shape), dtype)
+    yd = dev_offset(y, offset, dtype)
+    got = ops.bias_backward(yd, layout="NHWC")
+    check("bias_backward", label, got, ops.bias_backward(y, layout="NHWC"), f"{shape} offset {offset}")
+    assert np.array_equal(np.asarray(got.to_host()), np.asarray(ops.bias_backward(yd, layout="NHWC").to_host()))
+
+
 @pytest.mark.parametrize("label, dtype, overrides", PRECISIONS)
 @pytest.mark.parametrize("activation", ["relu", "linear", "gelu"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -94,7 +112,7 @@ def test_deterministic_mode_gives_bitwise_equal_backward(rng, layout):
                  host(ops.conv2d_backward_data(dyd, wd, x.shape, **kw))) for _ in range(3)]
     for dw, dx in runs[1:]:
         assert np.array_equal(dw, runs[0][0]) and np.array_equal(dx, runs[0][1])
-    from dnnbind.ops._cuda import algo
+    from dnnbind.cudnn import algo
 
     chosen = [c for k, c in algo.cache_info().items() if k.deterministic and k.x_dims[0] == 8]
     assert chosen and all(c.deterministic for c in chosen)
@@ -107,7 +125,7 @@ def test_benchmark_mode_runs_and_matches(rng):
         y = ops.conv2d_forward(dev(x, np.float32), dev(w, np.float32), **kw)
         dw = ops.conv2d_backward_filter(dev(x, np.float32), dev(dy, np.float32), w.shape, **kw)
         dx = ops.conv2d_backward_data(dev(dy, np.float32), dev(w, np.float32), x.shape, **kw)
-    from dnnbind.ops._cuda import algo
+    from dnnbind.cudnn import algo
 
     assert any(k.benchmark and c.source == "benchmark" for k, c in algo.cache_info().items())
     check("conv2d_forward", "float32", y, ops.conv2d_forward(x, w, **kw), "benchmark")
@@ -119,25 +137,25 @@ def test_workspace_limit_zero_picks_algorithms_without_workspace(rng):
     x, w, _ = _data(rng, (4, 8, 12, 12), (16, 8, 5, 5), 1, 2, 1, 1, "NCHW", np.float32)
     with config.override(workspace_limit=0, allow_tf32=False):
         y = ops.conv2d_forward(dev(x, np.float32), dev(w, np.float32), stride=1, padding=2)
-    from dnnbind.ops._cuda import algo
+    from dnnbind.cudnn import algo
 
     assert all(c.workspace == 0 for k, c in algo.cache_info().items() if k.workspace_limit == 0)
     check("conv2d_forward", "float32", y, ops.conv2d_forward(x, w, stride=1, padding=2), "workspace_limit=0")
 
 
 def test_workspace_out_of_memory_falls_back_with_a_warning(rng, monkeypatch):
+    from dnnbind.cudnn import algo
     from dnnbind.errors import DeviceOutOfMemoryError
-    from dnnbind.ops._cuda import _common, algo
 
     x, w, _ = _data(rng, (4, 16, 20, 20), (32, 16, 5, 5), 1, 2, 1, 1, "NCHW", np.float32)
-    real = _common.workspace
+    real = algo.workspace
 
     def starved(stream, nbytes):
         if nbytes > 0:
             raise DeviceOutOfMemoryError(nbytes, 0, 0, 0, "the cuDNN workspace (test)")
         return real(stream, nbytes)
 
-    monkeypatch.setattr(_common, "workspace", starved)
+    monkeypatch.setattr(algo, "workspace", starved)  # what the algorithm choice asks for scratch
     algo.clear_cache()
     with config.override(allow_tf32=False, workspace_limit=None, benchmark=False, deterministic=False):
         # Force a choice that needs workspace first, as heuristics would on a big conv.

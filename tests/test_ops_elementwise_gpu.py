@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dnnbind import ops
-from gpu_errlog import BF16, DTYPES, check, dev, host, poisoned, quantize
+from gpu_errlog import BF16, DTYPES, check, dev, dev_offset, host, poisoned, quantize
 from testutil import random
 
 pytestmark = pytest.mark.gpu
@@ -69,6 +69,23 @@ def test_cast_every_pair(rng, src, dst):
     x[:3] = [0, 1, 100]
     xs = x.astype(src)
     got = ops.cast(dev(xs), dst, out=poisoned(x.shape, np.dtype(dst)))
+    assert np.array_equal(np.asarray(got.to_host()).astype(np.float64), xs.astype(dst).astype(np.float64))
+
+
+@pytest.mark.parametrize("src, dst", [(np.float32, BF16), (BF16, np.float32), (np.float32, np.float16),
+                                      (np.float64, np.float32), (np.uint8, np.float32), (np.float32, np.int64),
+                                      (np.int8, np.bool_)])
+@pytest.mark.parametrize("n, src_offset, out_offset", [(1 << 20, 0, 0), ((1 << 20) + 13, 0, 0), (1003, 1, 0),
+                                                       (1003, 0, 3), (5, 0, 0)])
+def test_cast_vector_path_tails_and_misaligned_arrays(rng, src, dst, n, src_offset, out_offset):
+    """Vectorised casts (16-byte accesses, then the n % VW tail) and the scalar path taken when
+    either array starts off a vector boundary (an item past it)."""
+    x = rng.uniform(0, 100, size=(n,)).round(1)
+    x[:3] = [0, 1, 100]
+    xs = x.astype(src)
+    out = dev_offset(np.full(n, 255.0).astype(dst), out_offset)  # outside the data's range: unwritten shows
+    got = ops.cast(dev_offset(xs, src_offset), dst, out=out)
+    assert got.ptr == out.ptr
     assert np.array_equal(np.asarray(got.to_host()).astype(np.float64), xs.astype(dst).astype(np.float64))
 
 

@@ -248,14 +248,17 @@ def test_update_tables_keep_the_most_recent_and_validate():
 def test_cuda_tables_are_kept_by_their_owner_and_keyed_by_their_content(uploads):
     from dnnbind.ops._cuda import optim
 
-    params, grads = [_Array(0x1000, 3), _Array(0x2000, 70000)], [_Array(0x3000, 3), _Array(0x4000, 70000)]
-    slots = [_Array(0x5000, 3), _Array(0x6000, 70000)]
+    # the second gradient sits 4 bytes past a 16-byte boundary: that tensor takes the scalar path
+    params, grads = [_Array(0x1000, 3), _Array(0x2000, 2100)], [_Array(0x3000, 3), _Array(0x4004, 2100)]
+    slots = [_Array(0x5000, 3), _Array(0x6000, 2100)]
     tables = ops.UpdateTables()
     (group, (_, _, _, entry)), = optim._prepare(params, grads, [slots], _Stream(), tables).items()
-    assert group == ("f32", "f32") and entry == (("device table", 1), 2, 3)  # 70000 items: 2 chunks of 65536
-    # per tensor: param, grad, state, two unused state columns, size; then (tensor, start) per chunk
-    assert uploads[0].tolist() == [0x1000, 0x3000, 0x5000, 0, 0, 3, 0x2000, 0x4000, 0x6000, 0, 0, 70000,
-                                   0, 0, 1, 0, 1, optim.CHUNK]
+    assert optim.chunk_items(2103) == optim.MIN_CHUNK == 1024
+    assert group == ("f32", "f32") and entry == (("device table", 1), 2, 4, 1024)  # 2100 items: 3 chunks
+    # per tensor: param, grad, state, two unused state columns, size, first chunk, vectorised;
+    # then (tensor, start) per chunk
+    assert uploads[0].tolist() == [0x1000, 0x3000, 0x5000, 0, 0, 3, 0, 1, 0x2000, 0x4004, 0x6000, 0, 0, 2100, 1, 0,
+                                   0, 0, 1, 0, 1, 1024, 1, 2048]
     assert len(tables) == 1
     optim._prepare(params, grads, [slots], _Stream(), tables)
     assert len(uploads) == 1  # kept: uploaded once
@@ -273,7 +276,29 @@ def test_cuda_tables_made_or_needed_during_a_capture_are_neither_kept_nor_reused
     (_, (_, _, _, entry)), = optim._prepare(params, grads, [None], _Stream(capturing=True), tables).items()
     # the captured update got its own table (graph memory, dying with the step), the same content
     assert len(uploads) == 2 and entry[0] == ("device table", 2) and uploads[1].tolist() == uploads[0].tolist()
-    assert len(tables) == 1 and tables._get(next(iter(tables._entries))) == (("device table", 1), 1, 1)
+    assert len(tables) == 1 and tables._get(next(iter(tables._entries))) == (("device table", 1), 1, 1, 1024)
+
+
+@pytest.mark.parametrize("total, chunk", [(0, 1024), (35_000, 1024), (524_289, 2048), (2_000_000, 4096),
+                                          (25_000_000, 65536), (10**9, 65536)])
+def test_chunks_spread_a_group_over_about_target_blocks(total, chunk):
+    from dnnbind.ops._cuda import optim
+
+    assert optim.chunk_items(total) == chunk
+    assert chunk % 8 == 0  # a multiple of every vector width: only a tensor's last chunk has a tail
+
+
+def test_vector_flag_follows_each_arrays_alignment_for_its_vector_size():
+    from dnnbind.ops._cuda import optim
+
+    # float16 params: 8 items a vector; an 8-byte-aligned float16 array fails, a 16-byte one passes;
+    # bfloat16-sized 2-byte gradients need 16 bytes too, float64 ones 16 (two 16-byte pieces)
+    assert optim._vectorisable([_Array(0x1000, 8, np.float16), None], 8)
+    assert not optim._vectorisable([_Array(0x1008, 8, np.float16)], 8)
+    assert optim._vectorisable([_Array(0x1010, 8, np.float64)], 8)
+    # float32 params with float16 gradients: 4 items, the gradients need 8-byte alignment only
+    assert optim._vectorisable([_Array(0x1000, 4), _Array(0x2008, 4, np.float16)], 4)
+    assert not optim._vectorisable([_Array(0x1000, 4), _Array(0x2004, 4, np.float16)], 4)
 
 
 def test_cuda_tables_without_an_owner_live_with_the_first_parameter(uploads):

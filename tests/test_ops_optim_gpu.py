@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dnnbind import ops
-from gpu_errlog import check, dev, host
+from gpu_errlog import BF16, check, dev, dev_offset, host
 from testutil import random
 
 pytestmark = pytest.mark.gpu
@@ -149,3 +149,79 @@ def test_owner_tables_with_new_gradient_arrays_every_step(rng):
         del dgs  # freed stream-ordered after the update: the next step's may reuse the addresses
     assert 1 <= len(tables) <= 3
     _compare("sgd_update", [ps, vs], [dps, dvs], "owner tables, new gradients each step")
+
+
+# Lengths that are not multiples of any vector width, one tensor over many chunks (70001 items
+# in ~90k: 1024-item chunks), a tensor shorter than one vector.
+ODD_SHAPES = [(8191,), (3,), (16, 3, 3, 7), (70001,), (1,), (4096,)]
+
+
+def _grads(step, shapes, dtype):
+    return [random(np.random.default_rng(100 + step), s).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adam_amsgrad", "rmsprop"])
+@pytest.mark.parametrize("grad_dtype", [np.float32, BF16])
+def test_vector_and_scalar_paths_follow_the_reference(rng, name, grad_dtype):
+    """Offset 0: every array 16-byte aligned (vector loads, scalar tails); offsets 1 and 2 items
+    (4 and 8 bytes) break the alignment, so every tensor takes the scalar path. All three follow
+    the reference, and repeating a run gives the same bits."""
+    update = _updater(name)
+    ps = [random(rng, s).astype(np.float32) for s in ODD_SHAPES]
+    hst = [[np.zeros(s, np.float32) for s in ODD_SHAPES] for _ in range(3)]
+    runs = {}
+    for offset, repeat in ((0, 0), (0, 1), (1, 0), (2, 0)):
+        dps = [dev_offset(p, offset) for p in ps]
+        dst = [[dev_offset(a, offset) for a in col] for col in hst]
+        for step in (1, 2, 3):
+            update(dps, [dev_offset(g, offset) for g in _grads(step, ODD_SHAPES, grad_dtype)], dst, step, None)
+        runs[offset, repeat] = [np.asarray(a.to_host()) for a in dps + [x for col in dst for x in col]]
+    for step in (1, 2, 3):
+        update(ps, _grads(step, ODD_SHAPES, grad_dtype), hst, step, None)
+    used = {"sgd": 1, "adam": 2, "adam_amsgrad": 3, "rmsprop": 3}[name]
+    want = ps + [a for col in hst[:used] for a in col]
+    for (offset, repeat), got in runs.items():
+        for i, (g, w) in enumerate(zip(got, want)):
+            check(f"{name}_update", "float32", g, w.astype(np.float64),
+                  f"offset {offset} grads {np.dtype(grad_dtype)} array {i}", tol=2e-6)
+    assert all(np.array_equal(a, b) for a, b in zip(runs[0, 0], runs[0, 1])), f"{name}: two runs differ"
+
+
+@pytest.mark.parametrize("grad_dtype", [np.float16, BF16, np.float32])
+@pytest.mark.parametrize("offset", [0, 3])
+def test_float16_params_with_eight_item_vectors(rng, grad_dtype, offset):
+    """float16 parameters and slots (8-item vectors) against the float32 reference on the same
+    inputs, its parameters and slots rounded to float16 after each step as the kernel stores them."""
+    shapes = [(8195,), (17,), (4104,), (7,)]
+    p16 = [random(rng, s).astype(np.float16) for s in shapes]
+    ps = [p.astype(np.float32) for p in p16]
+    m, v = [np.zeros(s, np.float32) for s in shapes], [np.zeros(s, np.float32) for s in shapes]
+    dps = [dev_offset(p, offset) for p in p16]
+    dm = [dev_offset(np.zeros(s, np.float16), offset) for s in shapes]
+    dv = [dev_offset(np.zeros(s, np.float16), offset) for s in shapes]
+    for step in (1, 2, 3):
+        gs = _grads(step, shapes, grad_dtype)
+        ops.adam_update(ps, gs, m, v, lr=1e-2, step=step, weight_decay=0.004)
+        ps, m, v = ([a.astype(np.float16).astype(np.float32) for a in col] for col in (ps, m, v))
+        ops.adam_update(dps, [dev_offset(g, offset) for g in gs], dm, dv, lr=1e-2, step=step, weight_decay=0.004)
+    for i, (d, h) in enumerate(zip(dps, ps)):
+        check("adam_update", "float16", d, h.astype(np.float64), f"offset {offset} params[{i}]")
+
+
+@pytest.mark.parametrize("clip", [{"clipnorm": 0.5}, {"global_clipnorm": 1.0}])
+def test_clipping_sums_follow_the_reference_on_both_paths(rng, clip):
+    """The clipping norms are summed per chunk in runs of the vector width on both paths."""
+    ps = [random(rng, s).astype(np.float32) for s in ODD_SHAPES]
+    got = {}
+    for offset in (0, 1):
+        dps = [dev_offset(p, offset) for p in ps]
+        dm = [dev_offset(np.zeros(s, np.float32), offset) for s in ODD_SHAPES]
+        dv = [dev_offset(np.zeros(s, np.float32), offset) for s in ODD_SHAPES]
+        gs = [dev_offset(g, offset) for g in _grads(1, ODD_SHAPES, np.float32)]
+        ops.adam_update(dps, gs, dm, dv, lr=1e-2, step=1, **clip)
+        got[offset] = dps
+    m, v = [np.zeros(s, np.float32) for s in ODD_SHAPES], [np.zeros(s, np.float32) for s in ODD_SHAPES]
+    ops.adam_update(ps, _grads(1, ODD_SHAPES, np.float32), m, v, lr=1e-2, step=1, **clip)
+    for offset, dps in got.items():
+        for i, (d, h) in enumerate(zip(dps, ps)):
+            check("adam_update", "float32", d, h.astype(np.float64), f"{clip} offset {offset} params[{i}]", tol=2e-6)

@@ -131,6 +131,12 @@ class Handle(OwnedPointer):
             raise ValueError(f"cublas.Handle.set_math: math must be one of {sorted(_MATH)}, got {math!r}")
         B.cublasSetMathMode(self.handle, _MATH[math])
 
+    def close(self) -> None:
+        """Destroy the handle, then drop its workspace (idempotent; the library's ownership policy:
+        during a CUDA graph capture both wait for its end, in that order)."""
+        super().close()
+        self.workspace = None
+
     def _check_destroy(self, status: int) -> None:
         B.check(status, "cublasDestroy_v2")
 

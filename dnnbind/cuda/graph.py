@@ -20,19 +20,23 @@ Host-to-device uploads of constants during a capture (:func:`dnnbind.cuda.consta
 for the optimizers' pointer tables) cannot allocate pinned memory (``cudaHostAlloc`` is
 refused while capturing), so each capture reserves a pinned upload arena before it starts;
 the graph owns it, and every replay re-reads the same bytes.
+
+A :class:`Graph` owns its ``cudaGraph_t`` and its ``cudaGraphExec_t`` through one
+:class:`dnnbind._lib.OwnedPointer` each (the library's ownership policy: a destroy requested
+during a capture, by ``close()`` or by a collection, waits for the capture's end).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import weakref
 from typing import Any, Iterator
 
+from .._lib import OwnedPointer
 from ._util import check, rt
 from ..errors import DnnbindError
-from .memory import (PinnedBuffer, _capture_id, capture_began, capture_ended, capture_in_progress,
-                     defer_until_capture_ends, flush_deferred_frees, track_capture, untrack_capture)
+from .memory import (PinnedBuffer, _capture_id, capture_began, capture_ended, flush_deferred_frees,
+                     track_capture, untrack_capture)
 from .stream import Stream, as_stream
 
 __all__ = ["Graph", "capture", "upload_slot"]
@@ -73,27 +77,37 @@ _MODES = {
 }
 
 
-def _destroy(graph_box: list, exec_box: list) -> None:
-    if capture_in_progress():  # cudaGraphExecDestroy during a capture would invalidate it
-        defer_until_capture_ends(_destroy, graph_box, exec_box)
-        return
-    try:
-        if exec_box[0] is not None:
-            rt.cudaGraphExecDestroy(exec_box[0])
-        if graph_box[0] is not None:
-            rt.cudaGraphDestroy(graph_box[0])
-    except Exception:
-        pass
-    graph_box[0] = exec_box[0] = None
+# Looked up at call time (not bound at creation), so a test can count the destroys.
+def _destroy_graph(ptr: int) -> tuple:
+    return rt.cudaGraphDestroy(ptr)
+
+
+def _destroy_exec(ptr: int) -> tuple:
+    return rt.cudaGraphExecDestroy(ptr)
+
+
+class _GraphPart(OwnedPointer):
+    """One C object of a :class:`Graph`: its ``cudaGraph_t`` or its ``cudaGraphExec_t``.
+
+    The two are independent once instantiated (an executable is a snapshot of its graph), so
+    they may be destroyed in either order; an executable still running is freed by the driver
+    when it completes.
+    """
+
+    def __init__(self, ptr: Any, destroy: Any, destroy_name: str) -> None:
+        self._destroy_name = destroy_name
+        self._adopt(int(ptr), destroy)
+
+    def _check_destroy(self, result: tuple) -> None:
+        check(result, self._destroy_name)
 
 
 class Graph:
     """A captured CUDA graph; :meth:`launch` instantiates it on first use."""
 
     def __init__(self) -> None:
-        self._graph: list = [None]  # boxes shared with the finalizer (no reference to self)
-        self._exec: list = [None]
-        self._finalizer = weakref.finalize(self, _destroy, self._graph, self._exec)
+        self._graph: "_GraphPart | None" = None  # set when the capture ends
+        self._exec: "_GraphPart | None" = None  # set by instantiate()
         self.stream: Stream | None = None
         self._uploads: "_UploadArena | None" = None  # pinned bytes the graph's copies read
         self.outstanding_allocations: "list[tuple[int, str]]" = []
@@ -101,29 +115,39 @@ class Graph:
 
     @property
     def captured(self) -> bool:
-        return self._graph[0] is not None
+        """True from the end of a successful capture until :meth:`close`."""
+        return self._graph is not None and not self._graph.closed
 
     def instantiate(self) -> "Graph":
         """Build the executable graph (AutoFreeOnLaunch); called by :meth:`launch` if needed."""
-        if self._graph[0] is None:
+        if not self.captured:
             raise RuntimeError("Graph.instantiate: nothing was captured (or the graph was closed)")
-        if self._exec[0] is None:
+        if self._exec is None:
             flags = rt.cudaGraphInstantiateFlags.cudaGraphInstantiateFlagAutoFreeOnLaunch
-            self._exec[0] = check(rt.cudaGraphInstantiate(self._graph[0], int(flags)), "cudaGraphInstantiate")
+            graph_exec = check(rt.cudaGraphInstantiate(self._graph.handle, int(flags)), "cudaGraphInstantiate")
+            self._exec = _GraphPart(graph_exec, _destroy_exec, "cudaGraphExecDestroy")
         return self
 
     def launch(self, stream: Any = None) -> None:
         """Replay on ``stream`` (default: the stream it was captured on)."""
-        self.instantiate()
+        graph_exec = self._exec
+        if graph_exec is None or graph_exec.closed:
+            graph_exec = self.instantiate()._exec
         s = as_stream(stream) if stream is not None else (self.stream or as_stream(None))
-        check(rt.cudaGraphLaunch(self._exec[0], s.handle), "cudaGraphLaunch")
+        check(rt.cudaGraphLaunch(graph_exec.handle, s.handle), "cudaGraphLaunch")
 
     def close(self) -> None:
-        """Destroy the graph and its executable (idempotent)."""
-        self._finalizer()
+        """Destroy the executable and the graph (idempotent). During a capture the destroys wait
+        for its end; the upload arena stays with this object until it dies."""
+        for part in (self._exec, self._graph):
+            if part is not None:
+                part.close()
 
     def __repr__(self) -> str:
-        state = "instantiated" if self._exec[0] is not None else ("captured" if self.captured else "empty")
+        if not self.captured:
+            state = "closed" if self._graph is not None else "empty"
+        else:
+            state = "instantiated" if self._exec is not None else "captured"
         return f"Graph({state})"
 
 
@@ -188,5 +212,5 @@ def _capturing(s: Stream, graph: Graph, mode: str) -> Iterator[None]:
     finally:
         graph.outstanding_allocations = untrack_capture(capture_id)
         capture_ended()
-    graph._graph[0] = g
+    graph._graph = _GraphPart(g, _destroy_graph, "cudaGraphDestroy")
     flush_deferred_frees()

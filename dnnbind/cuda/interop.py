@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import ctypes
 import datetime
-import weakref
 from typing import Any
 
 import numpy as np
 
+from .._lib import OwnedPointer
 from .._validate import BFLOAT16, normalize_dtype
 from ._dlpack import (NAME, NAME_VERSIONED, USED_NAME, USED_NAME_VERSIONED, DLManagedTensor,
                       DLManagedTensorVersioned, kDLBfloat, kDLBool, kDLCUDA, kDLCUDAManaged, kDLFloat, kDLInt,
@@ -53,21 +53,17 @@ def _np_dtype(code: int, bits: int, lanes: int) -> np.dtype:
 
 # ------------------------------------------------------------------------------------ import
 
-class _DLPackOwner:
-    """Holds an imported DLPack tensor; calls the producer's deleter when the last view dies."""
+class _DLPackOwner(OwnedPointer):
+    """Holds an imported DLPack tensor (the address of its managed-tensor struct) and the producer.
 
-    __slots__ = ("producer", "_finalizer", "__weakref__")
+    The producer's deleter runs once, when the last view dies (the library's ownership policy:
+    not from interpreter exit on, and after the end of a capture in progress); a tensor without
+    a deleter is borrowed.
+    """
 
     def __init__(self, producer: Any, address: int, deleter: Any) -> None:
         self.producer = producer
-        self._finalizer = weakref.finalize(self, _call_deleter, deleter, address) if deleter else None
-
-
-def _call_deleter(deleter: Any, address: int) -> None:
-    try:
-        deleter(address)
-    except Exception:
-        pass
+        self._adopt(address, deleter, owned=deleter is not None)
 
 
 def _device_of_pointer(ptr: int) -> int:

@@ -14,7 +14,9 @@ found. Code that must work without them should treat bf16/fp16 as ``unsigned sho
 bit patterns.
 
 Modules load lazily, once per device, into the runtime's primary context
-(``cuModuleLoadData``), so kernels and runtime calls share one context.
+(``cuModuleLoadData``), so kernels and runtime calls share one context. Each loaded module
+is a :class:`dnnbind._lib.OwnedPointer` of its own (the library's ownership policy), held by
+the kernel: it is unloaded by :meth:`Kernel.close` or when the kernel is collected.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import os
 import re
 import tempfile
 import threading
-import weakref
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from .._lib import OwnedPointer
 from ..errors import NvrtcError
 from ._util import check, check_driver, driver, rt
 from .array import DeviceArray
@@ -266,14 +268,22 @@ def compile_kernel(source: str, name: str | None = None, *, arch: str, options: 
 
 # ------------------------------------------------------------------------------------------ Kernel
 
-def _unload(modules: dict) -> None:
-    try:
-        drv = driver()
-        for module, _func, _sizes in modules.values():
-            drv.cuModuleUnload(module)
-    except Exception:
-        pass
-    modules.clear()
+def _unload_module(device: int, module: int) -> tuple:
+    # cuModuleUnload acts on the current context: make the module's device (its primary
+    # context) current for the call.
+    with _DeviceGuard(device):
+        return _driver().cuModuleUnload(module)
+
+
+class _Module(OwnedPointer):
+    """One ``CUmodule`` loaded on one device, owned by a :class:`Kernel`."""
+
+    def __init__(self, module: Any, device: int) -> None:
+        self.device = device
+        self._adopt(int(module), lambda ptr: _unload_module(device, ptr))
+
+    def _check_destroy(self, result: tuple) -> None:
+        check_driver(result, "cuModuleUnload", device=self.device)
 
 
 def _dims(value: Any, what: str) -> tuple[int, int, int]:
@@ -407,11 +417,11 @@ class Kernel:
         self.arch = _check_arch(arch)
         self._image, self._names = _compile(source, self.arch, self.options, exprs)
         self.symbol = self._names.get(name, name)
-        self._modules: dict[int, tuple] = {}
+        # device -> (module, function, parameter sizes)
+        self._modules: "dict[int, tuple[_Module, Any, tuple[int, ...] | None]]" = {}
         self._lock = threading.Lock()
         self._plans: "dict[tuple, _LaunchPlan | None]" = {}  # (device, arg types) -> plan (None: general path)
         self._launch_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _unload, self._modules)
 
     @property
     def cubin(self) -> bytes:
@@ -435,8 +445,10 @@ class Kernel:
                 # cudaSetDevice makes the runtime's primary context current (CUDA 12+),
                 # so the module lives in the same context as every runtime call.
                 check(rt.cudaSetDevice(index), "cudaSetDevice", device=index)
-                module = check_driver(drv.cuModuleLoadData(self._image), "cuModuleLoadData", kernel=self.name)
-                func = check_driver(drv.cuModuleGetFunction(module, self.symbol.encode()),
+                # Owned at once, so a failing cuModuleGetFunction cannot leak the module.
+                module = _Module(check_driver(drv.cuModuleLoadData(self._image), "cuModuleLoadData",
+                                              kernel=self.name), index)
+                func = check_driver(drv.cuModuleGetFunction(module.handle, self.symbol.encode()),
                                     "cuModuleGetFunction", kernel=self.symbol)
             entry = (module, func, self._param_sizes(func))
             self._modules[index] = entry
@@ -555,8 +567,12 @@ class Kernel:
     launch = __call__
 
     def close(self) -> None:
-        """Unload the per-device modules (idempotent)."""
-        self._finalizer()
+        """Unload the per-device modules (idempotent). A later launch loads its device's module again."""
+        with self._lock:
+            entries = list(self._modules.values())
+            self._modules.clear()
+        for module, _func, _sizes in entries:
+            module.close()
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, arch={self.arch})"

@@ -6,18 +6,18 @@ captured into CUDA graphs and does not serialise against other libraries.
 ``with stream:`` makes a stream current for the calling thread;
 :func:`current_stream` is what every op uses when ``stream=None``.
 
-Ownership follows cuda.core: a small record holds the raw handle and is
-registered with ``weakref.finalize`` (no cycles, safe at exit); ``close()`` is
-idempotent; borrowed handles (``Stream.from_handle(h)``) are never destroyed.
+Streams and events are :class:`dnnbind._lib.OwnedPointer` objects: the library's one
+ownership record and policy (idempotent ``close()``, collection through a finalizer on an
+inner record, nothing destroyed from interpreter exit on, destroys wait for a running
+capture to end). Borrowed handles (``Stream.from_handle(h)``) are never destroyed.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
-from .._lib import device_index, no_device_message
+from .._lib import OwnedPointer, device_index, no_device_message
 from ..errors import DnnbindError, NoDeviceError
 from ._util import check, rt
 from .device import CudaDevice, _DeviceGuard, _index_of, current_device_index, is_available, unavailable_reason
@@ -25,21 +25,16 @@ from .device import CudaDevice, _DeviceGuard, _index_of, current_device_index, i
 __all__ = ["Stream", "Event", "default_stream", "current_stream", "as_stream"]
 
 
-def _destroy_stream(handle: int) -> None:
-    try:
-        rt.cudaStreamDestroy(handle)
-    except Exception:  # interpreter shutdown: the runtime may already be gone
-        pass
+# Looked up at call time (not bound at creation), so a test can count the destroys.
+def _destroy_stream(handle: int) -> tuple:
+    return rt.cudaStreamDestroy(handle)
 
 
-def _destroy_event(handle: int) -> None:
-    try:
-        rt.cudaEventDestroy(handle)
-    except Exception:
-        pass
+def _destroy_event(handle: int) -> tuple:
+    return rt.cudaEventDestroy(handle)
 
 
-class Stream:
+class Stream(OwnedPointer):
     """A CUDA stream on one device.
 
     Parameters
@@ -51,7 +46,9 @@ class Stream:
         synchronises with the legacy NULL stream.
     """
 
-    __slots__ = ("_handle", "_device", "_owned", "_finalizer", "__weakref__")
+    # Every launch and op reads _handle and _device (after a `type(s) is Stream` check), so they
+    # stay plain slots; the OwnedPointer record, which they copy, is the owner of the handle.
+    __slots__ = ("_handle", "_device")
 
     def __init__(self, device: Any = None, *, non_blocking: bool = True) -> None:
         index = _index_of(device)
@@ -60,8 +57,7 @@ class Stream:
             handle = check(rt.cudaStreamCreateWithFlags(flags), "cudaStreamCreateWithFlags", device=index)
         self._handle = int(handle)
         self._device = index
-        self._owned = True
-        self._finalizer = weakref.finalize(self, _destroy_stream, self._handle)
+        self._adopt(self._handle, _destroy_stream)
 
     @classmethod
     def from_handle(cls, handle: int, *, owned: bool = False, device: Any = None) -> "Stream":
@@ -83,14 +79,16 @@ class Stream:
             self._device = current_device_index() if index is None else index
         else:
             self._device = _index_of(device)
-        self._owned = bool(owned)
-        self._finalizer = (weakref.finalize(self, _destroy_stream, self._handle) if owned else None)
+        self._adopt(self._handle, _destroy_stream, owned=bool(owned))
         return self
 
     @property
     def handle(self) -> int:
-        """The raw ``cudaStream_t`` as an int."""
-        return self._handle
+        """The raw ``cudaStream_t`` as an int. Raises ``ValueError`` once closed."""
+        record = self._record
+        if record is not None and record.ptr:
+            return self._handle
+        raise ValueError(f"Stream 0x{self._handle:x} is closed")
 
     @property
     def device(self) -> CudaDevice:
@@ -99,10 +97,6 @@ class Stream:
     @property
     def device_index(self) -> int:
         return self._device
-
-    @property
-    def closed(self) -> bool:
-        return self._finalizer is not None and not self._finalizer.alive
 
     def synchronize(self) -> None:
         """Block the host until all work queued on this stream has finished."""
@@ -143,12 +137,16 @@ class Stream:
     def close(self) -> None:
         """Destroy the stream (idempotent; a borrowed stream is only forgotten).
 
-        Work already queued still completes (``cudaStreamDestroy`` semantics).
+        Work already queued still completes (``cudaStreamDestroy`` semantics). ``handle`` raises
+        afterwards; a failed destroy raises :class:`~dnnbind.errors.CudaError`.
         """
-        if self._finalizer is not None:
-            self._finalizer()
+        super().close()
+
+    def _check_destroy(self, result: tuple) -> None:
+        check(result, "cudaStreamDestroy")
 
     def __enter__(self) -> "Stream":
+        """Make this stream current for the calling thread (it is not closed on exit)."""
         _stack().append(self)
         return self
 
@@ -168,45 +166,41 @@ class Stream:
         return hash(self._handle)
 
     def __repr__(self) -> str:
-        kind = "owned" if self._owned else "borrowed"
-        return f"Stream(0x{self._handle:x}, device=cuda:{self._device}, {kind})"
+        kind = "owned" if self.owned else "borrowed"
+        state = ", closed" if self.closed else ""
+        return f"Stream(0x{self._handle:x}, device=cuda:{self._device}, {kind}{state})"
 
 
-class Event:
+class Event(OwnedPointer):
     """A CUDA event.
 
     ``timing=True`` (default) allows :meth:`elapsed_time`; ``timing=False`` creates a
     lighter event (``cudaEventDisableTiming``) for pure ordering.
     """
 
-    __slots__ = ("_handle", "_device", "_finalizer", "__weakref__")
+    __slots__ = ("_device",)
 
     def __init__(self, *, timing: bool = True, device: Any = None) -> None:
         index = _index_of(device)
         flags = rt.cudaEventDefault if timing else rt.cudaEventDisableTiming
         with _DeviceGuard(index):
             handle = check(rt.cudaEventCreateWithFlags(flags), "cudaEventCreateWithFlags", device=index)
-        self._handle = int(handle)
         self._device = index
-        self._finalizer = weakref.finalize(self, _destroy_event, self._handle)
-
-    @property
-    def handle(self) -> int:
-        return self._handle
+        self._adopt(int(handle), _destroy_event)
 
     def record(self, stream: "Stream | None" = None) -> "Event":
         """Record on ``stream`` (the current stream when ``None``); returns self."""
         s = as_stream(stream)
-        check(rt.cudaEventRecord(self._handle, s.handle), "cudaEventRecord")
+        check(rt.cudaEventRecord(self.handle, s.handle), "cudaEventRecord")
         return self
 
     def synchronize(self) -> None:
         """Block the host until the recorded work has finished."""
-        check(rt.cudaEventSynchronize(self._handle), "cudaEventSynchronize")
+        check(rt.cudaEventSynchronize(self.handle), "cudaEventSynchronize")
 
     def query(self) -> bool:
         """True when the recorded work has finished (never blocks)."""
-        err = rt.cudaEventQuery(self._handle)[0]
+        err = rt.cudaEventQuery(self.handle)[0]
         if err == rt.cudaError_t.cudaErrorNotReady:
             return False
         check((err,), "cudaEventQuery")
@@ -214,14 +208,15 @@ class Event:
 
     def elapsed_time(self, end: "Event") -> float:
         """Milliseconds between this event and ``end`` (both recorded, ``end`` completed)."""
-        return float(check(rt.cudaEventElapsedTime(self._handle, end.handle), "cudaEventElapsedTime"))
+        return float(check(rt.cudaEventElapsedTime(self.handle, end.handle), "cudaEventElapsedTime"))
 
-    def close(self) -> None:
-        """Destroy the event (idempotent)."""
-        self._finalizer()
+    def _check_destroy(self, result: tuple) -> None:
+        check(result, "cudaEventDestroy")
 
     def __repr__(self) -> str:
-        return f"Event(0x{self._handle:x}, device=cuda:{self._device})"
+        if self.closed:
+            return f"Event(closed, device=cuda:{self._device})"
+        return f"Event(0x{self.handle:x}, device=cuda:{self._device})"
 
 
 _local = threading.local()
@@ -297,6 +292,12 @@ class PerStreamCache:
     stream under graph capture forbids, so asking for a missing handle on a capturing stream is
     a clear error that asks for a warm-up step instead of an allocation failure deep in the
     library.
+
+    The lookup key is (device, raw stream handle), because a live CUDA stream's handle names it
+    uniquely and any wrapper of it (a :class:`Stream`, a borrowed torch/CuPy stream) must find the
+    same handle. Each entry also keeps the :class:`Stream` it was made for, and an entry whose
+    stream was closed is never returned: CUDA reuses a destroyed stream's handle for new
+    streams, which must get a handle of their own (bound to them), not the dead stream's.
     """
 
     def __init__(self, library: str, factory: Any, size: int = 32) -> None:
@@ -304,7 +305,7 @@ class PerStreamCache:
         self._factory = factory
         self._size = size  # handles cost device memory; evicted ones die with their last user
         self._lock = threading.Lock()
-        self._cache: "dict[tuple[int, int], Any]" = {}
+        self._cache: "dict[tuple[int, int], tuple[Stream, Any]]" = {}
 
     def get(self, stream: Any = None, device: Any = None) -> Any:
         if device is None and self._cache:
@@ -313,11 +314,11 @@ class PerStreamCache:
             s = stream if type(stream) is Stream else as_stream(stream)
             key = (s._device, s._handle)
             cache = self._cache
-            handle = cache.get(key)
-            if handle is not None and not handle.closed:
+            entry = cache.get(key)
+            if entry is not None and (entry[0] is s or not entry[0].closed) and not entry[1].closed:
                 try:
                     if next(reversed(cache)) == key:
-                        return handle
+                        return entry[1]
                 except (StopIteration, RuntimeError):  # emptied or resized by another thread
                     pass
         return self._get(stream, device)
@@ -331,15 +332,19 @@ class PerStreamCache:
             index = stream.device_index
         key = (index, stream.handle)
         with self._lock:
-            handle = self._cache.pop(key, None)
-            if handle is None or handle.closed:
+            entry = self._cache.pop(key, None)
+            handle = None
+            if entry is not None and not entry[0].closed and not entry[1].closed:
+                handle = entry[1]
+            else:
                 if stream.is_capturing():
                     raise DnnbindError(
                         f"cannot create a {self._library} handle for stream {stream.handle:#x} while it is "
                         "being captured into a CUDA graph (creating one allocates device memory). Run the "
                         "same work once on this stream before capturing it (a warm-up step).")
                 handle = self._factory(index, stream)
-            self._cache[key] = handle  # re-inserted last: dicts keep insertion order, so this is LRU
+                entry = (stream, handle)
+            self._cache[key] = entry  # re-inserted last: dicts keep insertion order, so this is LRU
             while len(self._cache) > self._size:
                 self._cache.pop(next(iter(self._cache)))
         return handle

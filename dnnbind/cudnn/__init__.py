@@ -1,15 +1,25 @@
-"""Public cuDNN objects: the handle and the descriptors, for ops and for pipelines of your own.
+"""Public cuDNN objects: the room every dnnbind op drives cuDNN through.
+
+* the handle (:class:`Handle`, :func:`get_handle`: one cached handle per stream);
+* the legacy-API descriptors (tensor, filter, convolution, pooling, activation, dropout, ...),
+  with a bounded, lock-free-on-hit ``cached()`` (:class:`LRUCache`);
+* the convolution algorithm choice and its cache (:mod:`dnnbind.cudnn.algo`);
+* the grow-only per-stream workspace (:func:`workspace`, :func:`workspace_buffer`,
+  :func:`release_workspaces`).
 
 Everything here is owned (idempotent ``close()``, context manager, ``weakref.finalize``
-cleanup) and imports without a GPU; the descriptors even work without one. The raw 1:1
+cleanup) and imports without a GPU; the legacy descriptors even work without one. The raw 1:1
 binding is :mod:`dnnbind._lib.cudnn`.
 """
 
 from __future__ import annotations
 
 from .._lib.cudnn import cudart_version, version
-from . import _descriptors
+from . import _descriptors, algo
+from ._cache import LRUCache
 from ._descriptors import *  # noqa: F401,F403  (the descriptors and their records; see its __all__)
 from ._handle import Handle, get_handle
+from ._workspace import release_workspaces, workspace, workspace_buffer
 
-__all__ = ["Handle", "get_handle", "version", "cudart_version", *_descriptors.__all__]
+__all__ = ["Handle", "get_handle", "version", "cudart_version", *_descriptors.__all__,
+           "algo", "LRUCache", "workspace", "workspace_buffer", "release_workspaces"]

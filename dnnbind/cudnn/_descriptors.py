@@ -17,8 +17,6 @@ name the descriptor and the bad value); a failed set call raises
 from __future__ import annotations
 
 import ctypes
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
@@ -29,6 +27,7 @@ from .._lib import OwnedPointer
 from .._lib import cudnn as C
 from .._validate import normalize_dtype
 from ..errors import CudnnError
+from ._cache import LRUCache
 from ._handle import Handle, require_handle
 
 __all__ = [
@@ -181,18 +180,18 @@ def _name_of(value: int, names: dict[str, Any]) -> str:
 
 
 class _Descriptor(OwnedPointer):
-    """Create/destroy plumbing, an LRU ``cached`` factory, and repr via ``get()``."""
+    """Create/destroy plumbing, a bounded ``cached`` factory, and repr via ``get()``."""
 
     _create_fn = ""
     _destroy_fn = ""
-    _cache: "OrderedDict[Hashable, _Descriptor]"
-    _cache_lock: threading.Lock
+    _cache: LRUCache
     CACHE_SIZE = 512
+    """Keys each class's :meth:`cached` keeps (one descriptor reached by two spellings of its
+    arguments, e.g. ``np.float32`` and ``"float32"``, counts twice)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._cache = OrderedDict()
-        cls._cache_lock = threading.Lock()
+        cls._cache = LRUCache(cls.CACHE_SIZE, cls.__name__)
 
     def _create(self) -> int:
         out = ctypes.c_void_p()
@@ -212,30 +211,36 @@ class _Descriptor(OwnedPointer):
 
     @classmethod
     def cached(cls, *args: Any, **kwargs: Any):
-        """A shared descriptor for these arguments (LRU of ``CACHE_SIZE`` per class).
+        """A shared descriptor for these arguments, from a bounded cache per class
+        (:data:`CACHE_SIZE` keys; see :class:`dnnbind.cudnn.LRUCache`).
 
-        Descriptors are immutable once built, so ops can reuse one per shape instead of
-        creating and destroying descriptors on every call. Do not ``close()`` a cached one.
+        Descriptors are immutable once built, so ops reuse one per shape instead of creating
+        and destroying descriptors on every call. A hit is one dict lookup on the arguments as
+        given (no lock); a miss normalises them (lists to tuples, dtypes to names), so every
+        spelling of the same arguments shares one descriptor. An evicted descriptor stays valid
+        for whoever still holds it. Do not ``close()`` a cached one (it would be rebuilt).
         """
-        key = _key(args, kwargs)
-        cache = cls._cache
-        with cls._cache_lock:
-            desc = cache.get(key)
-            if desc is not None and not desc.closed:
-                cache.move_to_end(key)
-                return desc
-        desc = cls(*args, **kwargs)
-        with cls._cache_lock:
-            cache[key] = desc
-            while len(cache) > cls.CACHE_SIZE:
-                cache.popitem(last=False)
+        key = (args, tuple(kwargs.items())) if kwargs else args
+        try:
+            desc = cls._cache.get(key)
+        except TypeError:  # an unhashable argument (a list): only the normalised key finds it
+            key, desc = None, None
+        if desc is not None and desc._record.ptr:
+            return desc
+        canonical = _key(args, kwargs)
+        desc = cls._cache.get(canonical)
+        if desc is None or desc.closed:
+            desc = cls._cache.put(canonical, cls(*args, **kwargs))
+        if key is not None:
+            # Also under the arguments as given, even when they compare equal to the normalised
+            # ones: np.dtype("float32") == "float32", but the two hash differently.
+            cls._cache.put(key, desc)
         return desc
 
     @classmethod
     def clear_cache(cls) -> None:
-        """Drop every cached descriptor of this class (they are destroyed when unused)."""
-        with cls._cache_lock:
-            cls._cache.clear()
+        """Drop every cached descriptor of this class (each is destroyed when its last user lets go)."""
+        cls._cache.clear()
 
     def get(self) -> Any:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
@@ -261,7 +266,7 @@ def _norm(value: Any) -> Hashable:
 
 
 def _key(args: tuple, kwargs: dict) -> Hashable:
-    """A hashable key for descriptor arguments; cheap because ops look one up on every call."""
+    """The normalised key of descriptor arguments (what a cache miss looks up)."""
     key = tuple([_norm(v) for v in args])
     if kwargs:
         key += (tuple(sorted((k, _norm(v)) for k, v in kwargs.items())),)

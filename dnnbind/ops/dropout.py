@@ -2,7 +2,7 @@
 
 A :class:`DropoutState` holds the rate and the random stream. The NumPy backend
 draws from a ``np.random.Generator``; the CUDA backend keeps its cuDNN dropout
-state (seeded from ``seed`` by ``cudnnSetDropoutDescriptor``) per device in
+state (a :class:`dnnbind.cudnn.DropoutDescriptor` seeded from ``seed``) per device in
 ``state.device_states``, so a CUDA graph replays new masks from the same state.
 A state made with ``seed=None`` draws its seed from dnnbind's seed generator
 (:func:`dnnbind.utils.draw_seed`), so :func:`dnnbind.utils.set_random_seed` fixes

@@ -3,12 +3,11 @@
 * streams and library handles (``stream=None`` is the current stream; the cuDNN and
   cuBLAS handles come from the per-(device, stream) caches of :mod:`dnnbind.cudnn` /
   :mod:`dnnbind.cublas`);
-* cuDNN descriptors cached by key (shape, dtype, layout, parameters) and never rebuilt
-  per call; they live as long as the process (a bounded number of distinct shapes);
 * host scalars (alpha/beta) of the right C type for a data type;
-* the grow-only workspace, one buffer per stream;
 * output allocation on the call's stream (stream-ordered pool: no cudaMalloc, capturable);
 * NVRTC kernels from the ``*.cu`` sources next to this file, compiled once per device.
+
+cuDNN itself (descriptors, the algorithm choice, the workspace) is :mod:`dnnbind.cudnn`'s.
 
 Nothing here touches the GPU at import time.
 """
@@ -18,13 +17,11 @@ from __future__ import annotations
 import ctypes
 import threading
 import warnings
-import weakref
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from ..._lib import cudnn as C
 from ..._validate import BFLOAT16
 from ...backend import is_device_array
 from ...cublas import get_handle as _cublas_get_handle
@@ -34,19 +31,16 @@ from ...cuda.array import DeviceArray
 from ...cuda.array import empty as _cuda_empty
 from ...cuda.device import CudaDevice
 from ...cuda.kernel import Pointer
-from ...cuda.memory import alloc
 from ...cuda.stream import Stream, as_stream
-from ...cudnn import data_type
+from ...cudnn import Handle
 from ...cudnn import get_handle as _cudnn_get_handle
 from ...errors import CudnnError, DeviceOutOfMemoryError
 from .. import config as _config
-from .._params import LAYOUTS
 
 __all__ = [
     "BF16", "F16", "F32", "F64", "FLOAT_DTYPES",
-    "stream_of", "cudnn_handle", "cublas_handle", "cudnn_call", "cudnn_dtype", "suffix",
-    "ONE", "ZERO", "tensor_desc", "tensor_desc_nd", "filter_desc",
-    "nchw_dims", "layout_strides", "empty", "output", "workspace", "kernel", "launch",
+    "stream_of", "cudnn_handle", "cublas_handle", "suffix", "ONE", "ZERO",
+    "nchw_dims", "empty", "output", "kernel", "launch",
     "launch_rows", "memset", "memcpy", "config", "size_of", "ptr",
 ]
 
@@ -79,24 +73,14 @@ def stream_of(stream: Any):
     return as_stream(stream)
 
 
-def cudnn_handle(stream) -> int:
-    """Raw cudnnHandle_t bound to ``stream`` (cached per device and stream by dnnbind.cudnn)."""
-    return _cudnn_get_handle(stream).handle
+def cudnn_handle(stream) -> Handle:
+    """The :class:`dnnbind.cudnn.Handle` bound to ``stream`` (cached per device and stream by dnnbind.cudnn)."""
+    return _cudnn_get_handle(stream)
 
 
 def cublas_handle(stream) -> int:
     """Raw cublasHandle_t bound to ``stream`` (workspace set, so graph-capturable)."""
     return _cublas_get_handle(stream).handle
-
-
-def cudnn_call(name: str, *args: Any, **context: Any) -> None:
-    """Call cuDNN function ``name``; a failure raises CudnnError carrying ``context``."""
-    C.call(name, *args, context=context)
-
-
-def cudnn_dtype(dtype: np.dtype) -> int:
-    """The ``cudnnDataType_t`` value of ``dtype`` (:func:`dnnbind.cudnn.data_type`'s table)."""
-    return int(data_type(dtype))
 
 
 def suffix(dtype: np.dtype) -> str:
@@ -144,31 +128,7 @@ ONE = _Scalars(1.0)
 ZERO = _Scalars(0.0)
 
 
-# ------------------------------------------------------------------------------ descriptors
-
-class _Descriptor:
-    """A raw cuDNN descriptor, destroyed by a finalizer (never twice, safe at exit)."""
-
-    __slots__ = ("handle", "__weakref__")
-
-    def __init__(self, create: str, destroy: str) -> None:
-        raw = ctypes.c_void_p()
-        C.call(create, ctypes.byref(raw))
-        self.handle = int(raw.value or 0)
-        weakref.finalize(self, _destroy, destroy, self.handle)
-
-
-def _destroy(destroy: str, handle: int) -> None:
-    try:
-        C.raw(destroy)(handle)
-    except Exception:  # interpreter shutdown: the library may be gone already
-        pass
-
-
-_desc_lock = threading.Lock()
-_tensor_cache: dict[tuple, _Descriptor] = {}
-_filter_cache: dict[tuple, _Descriptor] = {}
-
+# ------------------------------------------------------------------------------- shapes
 
 def nchw_dims(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:
     """(N, C, H, W) of a 4-d shape stored in ``layout``."""
@@ -176,86 +136,6 @@ def nchw_dims(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:
         return tuple(int(v) for v in shape)  # type: ignore[return-value]
     n, h, w, c = (int(v) for v in shape)
     return (n, c, h, w)
-
-
-def layout_strides(dims_nchw: Sequence[int], layout: str) -> tuple[int, int, int, int]:
-    """Element strides (for N, C, H, W) of a packed tensor in ``layout``."""
-    n, c, h, w = dims_nchw
-    if layout == "NCHW":
-        return (c * h * w, h * w, w, 1)
-    return (h * w * c, 1, w * c, c)
-
-
-def tensor_desc_nd(dims: Sequence[int], strides: Sequence[int], dtype: np.dtype) -> int:
-    """A cached cudnnTensorDescriptor_t for ``dims``/``strides`` (elements), N-d (>= 4 dims)."""
-    # The key is (dims, strides, dtype object): NumPy dtypes hash and compare by value
-    # (bfloat16 included), and no dtype->str conversion runs per call.
-    if type(dims) is not tuple:
-        dims = tuple(dims)
-    if type(strides) is not tuple:
-        strides = tuple(strides)
-    if not isinstance(dtype, np.dtype):
-        dtype = np.dtype(dtype)
-    key = (dims, strides, dtype)
-    desc = _tensor_cache.get(key)
-    if desc is not None:
-        return desc.handle
-    dims = tuple(int(d) for d in dims)
-    strides = tuple(int(s) for s in strides)
-    with _desc_lock:
-        desc = _tensor_cache.get(key)
-        if desc is None:
-            desc = _Descriptor("cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor")
-            n = len(dims)
-            cudnn_call("cudnnSetTensorNdDescriptor", desc.handle, cudnn_dtype(dtype), n,
-                       (ctypes.c_int * n)(*dims), (ctypes.c_int * n)(*strides),
-                       dims=dims, strides=strides, dtype=str(np.dtype(dtype)))
-            _tensor_cache[key] = desc
-    return desc.handle
-
-
-def tensor_desc(dims_nchw: Sequence[int], dtype: np.dtype, layout: str = "NCHW") -> int:
-    """A cached descriptor of a packed 4-d tensor; ``dims_nchw`` are (N, C, H, W)."""
-    return tensor_desc_nd(dims_nchw, layout_strides(dims_nchw, layout), dtype)
-
-
-def filter_desc(kcrs: Sequence[int], dtype: np.dtype, layout: str = "NCHW") -> int:
-    """A cached cudnnFilterDescriptor_t; ``kcrs`` = (K, C/groups, R, S) whatever the layout.
-
-    NCHW filters are stored KCRS, NHWC filters KRSC (cuDNN's CUDNN_TENSOR_NHWC format).
-    """
-    if type(kcrs) is not tuple:
-        kcrs = tuple(kcrs)
-    if not isinstance(dtype, np.dtype):
-        dtype = np.dtype(dtype)
-    key = (kcrs, dtype, layout)
-    desc = _filter_cache.get(key)
-    if desc is not None:
-        return desc.handle
-    kcrs = tuple(int(v) for v in kcrs)
-    with _desc_lock:
-        desc = _filter_cache.get(key)
-        if desc is None:
-            desc = _Descriptor("cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor")
-            cudnn_call("cudnnSetFilter4dDescriptor", desc.handle, cudnn_dtype(dtype),
-                       LAYOUTS.index(layout), *kcrs, filter=kcrs, dtype=str(np.dtype(dtype)), layout=layout)
-            _filter_cache[key] = desc
-    return desc.handle
-
-
-def cached_descriptor(cache: dict, key: tuple, create: str, destroy: str,
-                      setup: Callable[[int], None]) -> int:
-    """Get or build (with ``setup(handle)``) a descriptor of another kind, cached by ``key``."""
-    desc = cache.get(key)
-    if desc is not None:
-        return desc.handle
-    with _desc_lock:
-        desc = cache.get(key)
-        if desc is None:
-            desc = _Descriptor(create, destroy)
-            setup(desc.handle)
-            cache[key] = desc
-    return desc.handle
 
 
 # ------------------------------------------------------------------------------- memory
@@ -289,43 +169,6 @@ def memcpy(dst: Any, src: Any, stream, nbytes: "int | None" = None) -> None:
         result = rt.cudaMemcpyAsync(dst.ptr, src.ptr, n, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.handle)
         if result[0]:
             check(result, "cudaMemcpyAsync", nbytes=n)
-
-
-class _Workspace:
-    """One grow-only scratch buffer per stream (cuDNN workspaces)."""
-
-    def __init__(self) -> None:
-        self.allocation = None
-        self.nbytes = 0
-
-
-_workspaces: dict[tuple[int, int], _Workspace] = {}
-_WORKSPACE_GRANULE = 1 << 20  # grow in whole MiB so slightly larger requests do not reallocate
-
-
-def workspace(stream, nbytes: int) -> int:
-    """Pointer to at least ``nbytes`` of scratch on ``stream`` (0 for 0 bytes).
-
-    Grows by allocating the larger buffer first and then dropping the old one (freed
-    stream-ordered, after the work already queued on this stream that uses it). Raises
-    DeviceOutOfMemoryError when the pool cannot grow; the old buffer stays usable.
-    """
-    if nbytes <= 0:
-        return 0
-    key = (stream.device_index, stream.handle)
-    ws = _workspaces.get(key)
-    if ws is None:
-        ws = _workspaces.setdefault(key, _Workspace())
-    if ws.nbytes < nbytes:
-        size = -(-nbytes // _WORKSPACE_GRANULE) * _WORKSPACE_GRANULE
-        allocation = alloc(size, stream, what="the cuDNN workspace")
-        ws.allocation, ws.nbytes = allocation, size
-    return ws.allocation.ptr
-
-
-def release_workspaces() -> None:
-    """Drop every cached workspace (tests, or to give the memory back to the pool)."""
-    _workspaces.clear()
 
 
 # ------------------------------------------------------------------------------- kernels
@@ -440,5 +283,5 @@ def device_scalar_ptr(value: Any, op: str, name: str) -> "tuple[float, int]":
         raise TypeError(f"{op}: {name} must be a number or a 0-d float32 DeviceArray, got {value!r}") from None
 
 
-__all__ += ["cached_descriptor", "release_workspaces", "source", "p", "i64", "i32", "f32", "f64", "u64",
+__all__ += ["source", "p", "i64", "i32", "f32", "f64", "u64",
             "warn_once", "device_scalar_ptr", "BLOCK", "CudnnError", "DeviceOutOfMemoryError"]

@@ -9,30 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import cudnn
+from ..._lib import cudnn as C
 from . import _common as cm
 
 __all__ = ["activation_forward", "activation_backward", "CUDNN_KINDS", "KERNEL_KINDS"]
 
-# cudnnActivationMode_t
-CUDNN_KINDS = {"sigmoid": 0, "relu": 1, "tanh": 2, "clipped_relu": 3, "elu": 4, "swish": 6}
+CUDNN_KINDS = {"sigmoid": C.ActivationMode.SIGMOID, "relu": C.ActivationMode.RELU, "tanh": C.ActivationMode.TANH,
+               "clipped_relu": C.ActivationMode.CLIPPED_RELU, "elu": C.ActivationMode.ELU,
+               "swish": C.ActivationMode.SWISH}
 # `kind` numbers of activation.cu
 KERNEL_KINDS = {"gelu": 0, "gelu_tanh": 1, "leaky_relu": 2, "softplus": 3, "linear": 4, "clipped_relu": 5}
 _DEFAULT_ALPHA = {"elu": 1.0, "clipped_relu": 6.0, "leaky_relu": 0.2}
-_act_descs: dict = {}
 
 
-def _act_desc(kind: str, alpha: "float | None") -> int:
-    mode = CUDNN_KINDS[kind]
-    coef = float(_DEFAULT_ALPHA.get(kind, 0.0) if alpha is None else alpha)
-
-    def setup(handle: int) -> None:
-        # PROPAGATE_NAN: a NaN input gives a NaN output, as NumPy's reference does.
-        cm.cudnn_call("cudnnSetActivationDescriptor", handle, mode, 1, coef, kind=kind, coef=coef)
-        if kind == "swish":
-            cm.cudnn_call("cudnnSetActivationDescriptorSwishBeta", handle, 1.0, kind=kind)
-
-    return cm.cached_descriptor(_act_descs, (mode, coef), "cudnnCreateActivationDescriptor",
-                                "cudnnDestroyActivationDescriptor", setup)
+def _act_desc(kind: str, alpha: "float | None") -> cudnn.ActivationDescriptor:
+    coef = _DEFAULT_ALPHA.get(kind, 0.0) if alpha is None else alpha
+    # PROPAGATE_NAN: a NaN input gives a NaN output, as NumPy's reference does (swish: beta 1).
+    return cudnn.ActivationDescriptor.cached(CUDNN_KINDS[kind], float(coef), None, True)
 
 
 def _uses_cudnn(kind: str, dtype: Any) -> bool:
@@ -41,8 +35,9 @@ def _uses_cudnn(kind: str, dtype: Any) -> bool:
     return kind in CUDNN_KINDS and not (kind == "clipped_relu" and cm.suffix(dtype) == "bf16")
 
 
-def _flat_desc(x: Any) -> int:
-    return cm.tensor_desc((1, max(int(x.size), 1), 1, 1), x.dtype)
+def _flat_desc(x: Any) -> cudnn.TensorDescriptor:
+    """Any shape as (1, size, 1, 1): pointwise work does not care about the shape."""
+    return cudnn.TensorDescriptor.cached((1, x.size, 1, 1), x.dtype)
 
 
 def _context(function: str, kind: str, x: Any) -> dict:
@@ -57,10 +52,12 @@ def activation_forward(x: Any, kind: str, *, alpha: "float | None" = None, out: 
     if x.size == 0:
         return y
     if _uses_cudnn(kind, x.dtype):
-        desc = _flat_desc(x)
+        # Held in locals for the call: a cache may evict them meanwhile (another thread).
+        handle, act, flat = cm.cudnn_handle(s), _act_desc(kind, alpha), _flat_desc(x)
+        desc = flat.handle
         try:
-            cm.cudnn_call("cudnnActivationForward", cm.cudnn_handle(s), _act_desc(kind, alpha),
-                          cm.ONE.of(x.dtype), desc, x.ptr, cm.ZERO.of(x.dtype), desc, y.ptr)
+            C.cudnnActivationForward(handle.handle, act.handle, cm.ONE.of(x.dtype), desc, x.ptr, cm.ZERO.of(x.dtype),
+                                     desc, y.ptr)
         except cm.CudnnError as exc:
             exc.add_context(**_context("cudnnActivationForward", kind, x))
             raise
@@ -82,11 +79,11 @@ def activation_backward(dy: Any, x: Any, y: Any, kind: str, *, alpha: "float | N
     if dy.size == 0:
         return dx
     if _uses_cudnn(kind, dy.dtype):
-        desc = _flat_desc(dy)
+        handle, act, flat = cm.cudnn_handle(s), _act_desc(kind, alpha), _flat_desc(dy)
+        desc = flat.handle
         try:
-            cm.cudnn_call("cudnnActivationBackward", cm.cudnn_handle(s), _act_desc(kind, alpha),
-                          cm.ONE.of(dy.dtype), desc, y.ptr, desc, dy.ptr, desc, x.ptr, cm.ZERO.of(dy.dtype),
-                          desc, dx.ptr)
+            C.cudnnActivationBackward(handle.handle, act.handle, cm.ONE.of(dy.dtype), desc, y.ptr, desc, dy.ptr, desc,
+                                      x.ptr, cm.ZERO.of(dy.dtype), desc, dx.ptr)
         except cm.CudnnError as exc:
             exc.add_context(**_context("cudnnActivationBackward", kind, dy))
             raise

@@ -48,13 +48,16 @@ always runs through float32 copies (the legacy API is not documented for bf16).
 
 from __future__ import annotations
 
-import threading
+import ctypes
 from typing import Any
 
 import numpy as np
 
+from ... import cudnn
+from ..._lib import cudnn as C
 from ..batchnorm import BatchNormSaved
 from . import _common as cm
+from .elementwise import cast
 
 __all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
            "USE_PERSISTENT_NHWC", "BN2D_PATH", "BF16_DIRECT", "INFERENCE_KERNEL"]
@@ -82,14 +85,13 @@ def _switches() -> tuple:
 # They choose which kernels a step launches: a captured step graph must be keyed by them.
 cm.config().register_switches(__name__, _switches)
 
-# cudnnBatchNormMode_t / cudnnBatchNormOps_t (cudnn_ops_v9.h)
-_PER_ACTIVATION, _SPATIAL, _SPATIAL_PERSISTENT = 0, 1, 2
-_OPS_BN = 0
+_PERSISTENT = C.BatchNormMode.SPATIAL_PERSISTENT
+_OPS_BN = C.BatchNormOps.BN
 # PyTorch's cuDNN batch-norm limits (Normalization.cpp: N for spatial training; 32-bit indexing).
 _MAX_N_TRAINING = 880801
 _MAX_ELEMENTS = 2**31 - 1
 # cudnnStatus_t values that mean "this configuration is not available" (bf16 fallback).
-_BAD_PARAM, _NOT_SUPPORTED = 2000, 3000
+_REFUSALS = (C.Status.BAD_PARAM, C.Status.NOT_SUPPORTED)
 
 
 # ------------------------------------------------------------------------------ geometry
@@ -98,17 +100,22 @@ def _param_dtype(x: Any):
     return cm.F64 if x.dtype == cm.F64 else cm.F32
 
 
-def _descs(x: Any, mode: str, layout: str, param_dtype) -> "tuple[int, int, int]":
+def _descs(x: Any, mode: str, layout: str,
+           param_dtype) -> "tuple[C.BatchNormMode, cudnn.TensorDescriptor, cudnn.TensorDescriptor]":
     """Legacy path: (cudnn mode, x descriptor, parameter descriptor)."""
     shape = tuple(int(v) for v in x.shape)
     if x.ndim == 2:
-        cmode = _PER_ACTIVATION if BN2D_PATH == "per_activation" else _SPATIAL
-        dims, lay = (shape[0], shape[1], 1, 1), "NCHW"
+        cmode = C.BatchNormMode.PER_ACTIVATION if BN2D_PATH == "per_activation" else C.BatchNormMode.SPATIAL
+        x_shape, lay, channels = (shape[0], shape[1], 1, 1), "NCHW", shape[1]
     elif mode == "per_activation":
-        dims, lay, cmode = (shape[0], cm.size_of(shape[1:]), 1, 1), "NCHW", _PER_ACTIVATION
+        features = cm.size_of(shape[1:])
+        x_shape, lay, channels = (shape[0], features, 1, 1), "NCHW", features
+        cmode = C.BatchNormMode.PER_ACTIVATION
     else:
-        dims, lay, cmode = cm.nchw_dims(shape, layout), layout, _SPATIAL
-    return cmode, cm.tensor_desc(dims, x.dtype, lay), cm.tensor_desc((1, dims[1], 1, 1), param_dtype, "NCHW")
+        x_shape, lay, cmode = shape, layout, C.BatchNormMode.SPATIAL
+        channels = cm.nchw_dims(shape, layout)[1]
+    return (cmode, cudnn.TensorDescriptor.cached(x_shape, x.dtype, lay),
+            cudnn.TensorDescriptor.cached((1, channels, 1, 1), param_dtype))
 
 
 def _channels_last(x: Any, mode: str, layout: str) -> bool:
@@ -132,26 +139,19 @@ def _ex_eligible(x: Any, mode: str, layout: str) -> bool:
     return 0 < int(x.shape[0]) <= _MAX_N_TRAINING and x.size < _MAX_ELEMENTS
 
 
-def _ex_descs(x: Any) -> "tuple[int, int]":
+def _ex_descs(x: Any) -> "tuple[cudnn.TensorDescriptor, cudnn.TensorDescriptor]":
     """(x descriptor as packed NHWC, float32 parameter descriptor (1, C, 1, 1))."""
-    dims = _nhwc_dims(x)
-    return cm.tensor_desc(dims, x.dtype, "NHWC"), cm.tensor_desc((1, dims[1], 1, 1), cm.F32, "NCHW")
+    n, c, h, w = _nhwc_dims(x)
+    return (cudnn.TensorDescriptor.cached((n, h, w, c), x.dtype, "NHWC"),
+            cudnn.TensorDescriptor.cached((1, c, 1, 1), cm.F32))
 
 
 # Workspace / reserve sizes by (device, x as packed NHWC (N, C, H, W), x dtype): the queries are
 # host calls that would otherwise run on every step. Keyed by what the descriptors describe, not
 # by their handles: a handle is an address, which a destroyed descriptor may pass on.
-_size_lock = threading.Lock()
-_fwd_sizes: dict[tuple, "tuple[int, int]"] = {}
-_bwd_sizes: dict[tuple, int] = {}
-
-
-def _size_query(name: str, *args: Any) -> int:
-    import ctypes
-
-    size = ctypes.c_size_t(0)
-    cm.cudnn_call(name, *args, ctypes.byref(size))
-    return int(size.value)
+SIZE_CACHE_SIZE = 256
+_fwd_sizes = cudnn.LRUCache(SIZE_CACHE_SIZE, "batchnorm Ex forward sizes")
+_bwd_sizes = cudnn.LRUCache(SIZE_CACHE_SIZE, "batchnorm Ex backward workspace sizes")
 
 
 def _size_key(device: int, x: Any) -> tuple:
@@ -159,26 +159,28 @@ def _size_key(device: int, x: Any) -> tuple:
 
 
 def _forward_sizes(handle: int, key: tuple, xd: int, pd: int) -> "tuple[int, int]":
+    """(workspace, reserve) bytes of the Ex training forward; ``xd``/``pd`` are raw descriptors."""
     sizes = _fwd_sizes.get(key)
     if sizes is None:
-        ws = _size_query("cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize", handle, _SPATIAL_PERSISTENT,
-                         _OPS_BN, xd, xd, xd, pd, None)  # x, z (unused with OPS_BN; as PyTorch), y
-        reserve = _size_query("cudnnGetBatchNormalizationTrainingExReserveSpaceSize", handle, _SPATIAL_PERSISTENT,
-                              _OPS_BN, None, xd)
-        with _size_lock:
-            sizes = _fwd_sizes.setdefault(key, (ws, reserve))
+        ws, reserve = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        # x, z (unused with OPS_BN; as PyTorch), y, scale/bias, no activation
+        C.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, _PERSISTENT, _OPS_BN, xd, xd, xd, pd,
+                                                                   None, ctypes.byref(ws))
+        C.cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, _PERSISTENT, _OPS_BN, None, xd,
+                                                               ctypes.byref(reserve))
+        sizes = _fwd_sizes.put(key, (int(ws.value), int(reserve.value)))
     return sizes
 
 
 def _backward_workspace(handle: int, key: tuple, xd: int, pd: int) -> int:
     size = _bwd_sizes.get(key)
     if size is None:
+        out = ctypes.c_size_t(0)
         # Argument order: xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc
         # (yDesc as PyTorch passes it; with CUDNN_BATCHNORM_OPS_BN it is not read).
-        size = _size_query("cudnnGetBatchNormalizationBackwardExWorkspaceSize", handle, _SPATIAL_PERSISTENT,
-                           _OPS_BN, xd, xd, xd, None, xd, pd, None)
-        with _size_lock:
-            size = _bwd_sizes.setdefault(key, size)
+        C.cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, _PERSISTENT, _OPS_BN, xd, xd, xd, None, xd, pd,
+                                                            None, ctypes.byref(out))
+        size = _bwd_sizes.put(key, int(out.value))
     return size
 
 
@@ -199,14 +201,10 @@ def _reserve_for(saved: BatchNormSaved, x: Any, nbytes: int) -> Any:
 # ---------------------------------------------------------------------------- helpers
 
 def _as(a: Any, dtype, s) -> Any:
-    from .elementwise import cast
-
     return a if a is None or a.dtype == dtype else cast(a, dtype, stream=s)
 
 
 def _cast(a: Any, dtype, s, out: Any = None) -> Any:
-    from .elementwise import cast
-
     return cast(a, dtype, out=out, stream=s)
 
 
@@ -231,7 +229,7 @@ def _refuse(x: Any, exc: "cm.CudnnError") -> bool:
     bfloat16 falls back to float32 copies (which take the Ex path as float32), float32 and
     float16 to the legacy SPATIAL path. A warning names the shape once.
     """
-    if exc.status not in (_BAD_PARAM, _NOT_SUPPORTED):
+    if exc.status not in _REFUSALS:
         return False
     _ex_refused.add((x.device_index, tuple(x.shape), str(x.dtype)))
     fallback = "float32 copies" if x.dtype == cm.BF16 else "the legacy CUDNN_BATCHNORM_SPATIAL path"
@@ -246,18 +244,19 @@ def _refuse(x: Any, exc: "cm.CudnnError") -> bool:
 def _forward_training_ex(x: Any, g: Any, b: Any, rm: Any, rv: Any, momentum: float, epsilon: float, y: Any,
                          s: Any, mode: str, layout: str) -> BatchNormSaved:
     """Ex / SPATIAL_PERSISTENT training forward into ``y``; returns the saved state (with the reserve)."""
-    xd, pd = _ex_descs(x)
-    handle = cm.cudnn_handle(s)
+    x_desc, p_desc = _ex_descs(x)  # held for the calls: a cache may evict them meanwhile
+    handle_obj = cm.cudnn_handle(s)
+    handle, xd, pd = handle_obj.handle, x_desc.handle, p_desc.handle
     ws_size, reserve_size = _forward_sizes(handle, _size_key(s.device_index, x), xd, pd)
     pshape = tuple(g.shape)
     save_mean, save_inv = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
     reserve = cm.empty((reserve_size,), np.uint8, s) if reserve_size else None
-    ws = cm.workspace(s, ws_size)
+    ws = cudnn.workspace(s, ws_size)
     try:
-        cm.cudnn_call("cudnnBatchNormalizationForwardTrainingEx", handle, _SPATIAL_PERSISTENT, _OPS_BN,
-                      cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype), xd, x.ptr, None, None, xd, y.ptr, pd, g.ptr, b.ptr,
-                      1.0 - float(momentum), rm.ptr, rv.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None,
-                      ws or None, ws_size, cm.ptr(reserve) or None, reserve_size)
+        C.cudnnBatchNormalizationForwardTrainingEx(
+            handle, _PERSISTENT, _OPS_BN, cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype), xd, x.ptr, None, None, xd, y.ptr,
+            pd, g.ptr, b.ptr, 1.0 - float(momentum), rm.ptr, rv.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None,
+            ws or None, ws_size, cm.ptr(reserve) or None, reserve_size)
     except cm.CudnnError as exc:
         exc.add_context(**_context("cudnnBatchNormalizationForwardTrainingEx", x, mode, layout, epsilon),
                         workspace=ws_size, reserve=reserve_size)
@@ -290,15 +289,16 @@ def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any,
         return _cast(y32, cm.BF16, s, out=out), saved
     pdt = _param_dtype(x)
     y = cm.output(out, x.shape, x.dtype, s)
-    cmode, xd, pd = _descs(x, mode, layout, pdt)
+    cmode, x_desc, p_desc = _descs(x, mode, layout, pdt)
+    handle, xd, pd = cm.cudnn_handle(s), x_desc.handle, p_desc.handle
     g, b = _as(gamma, pdt, s), _as(beta, pdt, s)
     rm, rv = _as(running_mean, pdt, s), _as(running_var, pdt, s)
     pshape = tuple(gamma.shape)
     save_mean, save_inv = cm.empty(pshape, pdt, s), cm.empty(pshape, pdt, s)
     try:
-        cm.cudnn_call("cudnnBatchNormalizationForwardTraining", cm.cudnn_handle(s), cmode, cm.ONE.of(x.dtype),
-                      cm.ZERO.of(x.dtype), xd, x.ptr, xd, y.ptr, pd, g.ptr, b.ptr, 1.0 - float(momentum), rm.ptr,
-                      rv.ptr, float(epsilon), save_mean.ptr, save_inv.ptr)
+        C.cudnnBatchNormalizationForwardTraining(handle.handle, cmode, cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype), xd,
+                                                 x.ptr, xd, y.ptr, pd, g.ptr, b.ptr, 1.0 - float(momentum), rm.ptr,
+                                                 rv.ptr, float(epsilon), save_mean.ptr, save_inv.ptr)
     except cm.CudnnError as exc:
         exc.add_context(**_context("cudnnBatchNormalizationForwardTraining", x, mode, layout, epsilon))
         raise
@@ -328,11 +328,12 @@ def batchnorm_forward_inference(x: Any, gamma: Any, beta: Any, running_mean: Any
         return _cast(y32, cm.BF16, s, out=out)
     pdt = _param_dtype(x)
     y = cm.output(out, x.shape, x.dtype, s)
-    cmode, xd, pd = _descs(x, mode, layout, pdt)
+    cmode, x_desc, p_desc = _descs(x, mode, layout, pdt)
+    handle, xd, pd = cm.cudnn_handle(s), x_desc.handle, p_desc.handle
     g, b, rm, rv = (_as(a, pdt, s) for a in (gamma, beta, running_mean, running_var))
     try:
-        cm.cudnn_call("cudnnBatchNormalizationForwardInference", cm.cudnn_handle(s), cmode, cm.ONE.of(x.dtype),
-                      cm.ZERO.of(x.dtype), xd, x.ptr, xd, y.ptr, pd, g.ptr, b.ptr, rm.ptr, rv.ptr, float(epsilon))
+        C.cudnnBatchNormalizationForwardInference(handle.handle, cmode, cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype), xd,
+                                                  x.ptr, xd, y.ptr, pd, g.ptr, b.ptr, rm.ptr, rv.ptr, float(epsilon))
     except cm.CudnnError as exc:
         exc.add_context(**_context("cudnnBatchNormalizationForwardInference", x, mode, layout, epsilon))
         raise
@@ -344,8 +345,9 @@ def batchnorm_forward_inference(x: Any, gamma: Any, beta: Any, running_mean: Any
 def _backward_ex(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, epsilon: float, s: Any,
                  mode: str, layout: str) -> "tuple[Any, Any, Any] | None":
     """Ex / SPATIAL_PERSISTENT backward, or None when cuDNN needs a reserve that ``saved`` lacks."""
-    xd, pd = _ex_descs(x)
-    handle = cm.cudnn_handle(s)
+    x_desc, p_desc = _ex_descs(x)  # held for the calls: a cache may evict them meanwhile
+    handle_obj = cm.cudnn_handle(s)
+    handle, xd, pd = handle_obj.handle, x_desc.handle, p_desc.handle
     key = _size_key(s.device_index, x)
     _, reserve_size = _forward_sizes(handle, key, xd, pd)
     reserve = _reserve_for(saved, x, reserve_size) if reserve_size else None
@@ -357,13 +359,13 @@ def _backward_ex(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, epsilon: fl
     pshape = tuple(gamma.shape)
     dgamma, dbeta = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
     one, zero = cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype)
-    ws = cm.workspace(s, ws_size)
+    ws = cudnn.workspace(s, ws_size)
     reserve_ptr = cm.ptr(reserve) if reserve is not None else 0
     try:
-        cm.cudnn_call("cudnnBatchNormalizationBackwardEx", handle, _SPATIAL_PERSISTENT, _OPS_BN, one, zero, one, zero,
-                      xd, x.ptr, None, None, xd, dy.ptr, None, None, xd, dx.ptr, pd, gamma.ptr, None, dgamma.ptr,
-                      dbeta.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None, ws or None, ws_size,
-                      reserve_ptr or None, reserve_size)
+        C.cudnnBatchNormalizationBackwardEx(
+            handle, _PERSISTENT, _OPS_BN, one, zero, one, zero, xd, x.ptr, None, None, xd, dy.ptr, None, None, xd,
+            dx.ptr, pd, gamma.ptr, None, dgamma.ptr, dbeta.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None,
+            ws or None, ws_size, reserve_ptr or None, reserve_size)
     except cm.CudnnError as exc:
         exc.add_context(**_context("cudnnBatchNormalizationBackwardEx", x, mode, layout, epsilon),
                         workspace=ws_size, reserve=reserve_size)
@@ -390,14 +392,15 @@ def batchnorm_backward(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, *, ep
                                           epsilon=epsilon, mode=mode, layout=layout, stream=s)
         return _cast(dx32, cm.BF16, s), dg, db
     pdt = _param_dtype(x)
-    cmode, xd, pd = _descs(x, mode, layout, pdt)
+    cmode, x_desc, p_desc = _descs(x, mode, layout, pdt)
+    handle, xd, pd = cm.cudnn_handle(s), x_desc.handle, p_desc.handle
     g, sm, si = (_as(a, pdt, s) for a in (gamma, saved.mean, saved.inv_std))
     dx = cm.empty(x.shape, x.dtype, s)
     dgamma, dbeta = cm.empty(tuple(gamma.shape), pdt, s), cm.empty(tuple(gamma.shape), pdt, s)
     one, zero = cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype)
     try:
-        cm.cudnn_call("cudnnBatchNormalizationBackward", cm.cudnn_handle(s), cmode, one, zero, one, zero, xd, x.ptr,
-                      xd, dy.ptr, xd, dx.ptr, pd, g.ptr, dgamma.ptr, dbeta.ptr, float(epsilon), sm.ptr, si.ptr)
+        C.cudnnBatchNormalizationBackward(handle.handle, cmode, one, zero, one, zero, xd, x.ptr, xd, dy.ptr, xd, dx.ptr,
+                                          pd, g.ptr, dgamma.ptr, dbeta.ptr, float(epsilon), sm.ptr, si.ptr)
     except cm.CudnnError as exc:
         exc.add_context(**_context("cudnnBatchNormalizationBackward", x, mode, layout, epsilon))
         raise

@@ -2,8 +2,9 @@
 conv + bias + activation.
 
 cuDNN calls: cudnnConvolutionForward / BackwardData / BackwardFilter (algorithms from
-:mod:`.algo`), cudnnConvolutionBiasActivationForward; NVRTC kernels from ``layout.cu``
-for explicit padding, cropping and the bias add/reduction.
+:mod:`dnnbind.cudnn.algo`), cudnnConvolutionBiasActivationForward, on the public
+:mod:`dnnbind.cudnn` descriptors; NVRTC kernels from ``layout.cu`` for explicit padding,
+cropping and the bias add/reduction.
 
 Asymmetric padding (Keras ``padding="same"`` with an even window or stride > 1) cannot be
 put in a cuDNN descriptor. It is done exactly instead: the input is copied into a
@@ -24,10 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from ..._lib.cudnn import Status
+from ... import cudnn
+from ..._lib import cudnn as C
+from ...cudnn import algo
 from .._params import ConvParams
 from . import _common as cm
-from . import algo
+from . import activation as act_mod
 
 __all__ = [
     "conv2d_forward",
@@ -37,6 +40,9 @@ __all__ = [
     "bias_backward",
     "conv2d_bias_activation_forward",
 ]
+
+GEOMETRY_CACHE_SIZE = 256
+"""Convolution geometries (shapes, parameters, layout, dtype and their descriptors) kept."""
 
 
 @dataclass(frozen=True)
@@ -51,13 +57,22 @@ class _Geometry:
     y_dims: tuple
     explicit: "tuple[int, int, int, int] | None"  # (top, bottom, left, right) done by pad2d
     desc_pad: tuple  # (pad_h, pad_w) in the descriptor
-    # Descriptor handles are addresses: they stay out of eq/hash, which the fields above decide.
-    x_desc: int = field(compare=False)  # describes xp_dims
-    w_desc: int = field(compare=False)
-    y_desc: int = field(compare=False)
     params: ConvParams
+    # The descriptors stay out of eq/hash, which the fields above decide.
+    x_desc: cudnn.TensorDescriptor = field(compare=False)  # describes xp_dims
+    w_desc: cudnn.FilterDescriptor = field(compare=False)
+    y_desc: cudnn.TensorDescriptor = field(compare=False)
+    # Their raw handles, read once (each call passes them; the objects above own them and live as
+    # long as this geometry).
+    x: int = field(init=False, compare=False, repr=False)
+    w: int = field(init=False, compare=False, repr=False)
+    y: int = field(init=False, compare=False, repr=False)
     # ConvKeys built so far, by (direction, device, config switches); not part of eq/hash.
     keys: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("x", "w", "y"):
+            object.__setattr__(self, name, getattr(self, f"{name}_desc").handle)
 
     def layout_shape(self, dims: tuple) -> tuple:
         n, c, h, w = dims
@@ -77,20 +92,20 @@ class _Geometry:
         return algo.ConvKey(
             direction=direction, device=device, x_dims=self.xp_dims, w_dims=self.w_kcrs, y_dims=self.y_dims,
             dtype=str(self.dtype), layout=self.layout, pad=self.desc_pad, stride=self.params.stride,
-            dilation=self.params.dilation, groups=self.params.groups, math=algo.math_for(self.dtype),
-            workspace_limit=cfg.workspace_limit, deterministic=bool(cfg.deterministic),
-            benchmark=bool(cfg.benchmark),
+            dilation=self.params.dilation, groups=self.params.groups,
+            math=algo.math_for(self.dtype, cfg.allow_tf32), workspace_limit=cfg.workspace_limit,
+            deterministic=bool(cfg.deterministic), benchmark=bool(cfg.benchmark),
         )
 
-    def context(self, function: str, choice: "algo.AlgoChoice | None" = None, direction: str = "forward") -> dict:
+    def context(self, function: str, choice: "algo.AlgoChoice | None" = None) -> dict:
         ctx = {
             "function": function,
             "x shape (N,C,H,W)": self.x_dims,
             "padded x shape" if self.explicit else "x shape seen by cuDNN": self.xp_dims,
-            "x strides (elements)": cm.layout_strides(self.xp_dims, self.layout),
+            "x strides (elements)": self.x_desc.get().strides,
             "w shape (K,C/g,R,S)": self.w_kcrs,
             "y shape (N,K,P,Q)": self.y_dims,
-            "y strides (elements)": cm.layout_strides(self.y_dims, self.layout),
+            "y strides (elements)": self.y_desc.get().strides,
             "layout": self.layout,
             "dtype": str(self.dtype),
             "stride": self.params.stride,
@@ -99,12 +114,12 @@ class _Geometry:
             "groups": self.params.groups,
         }
         if choice is not None:
-            ctx["algorithm"] = f"{choice.name(direction)} ({choice.source}, workspace {choice.workspace} B, " \
-                               f"math {choice.math})"
+            ctx["algorithm"] = f"{choice.name} ({choice.source}, workspace {choice.workspace} B, " \
+                               f"math {choice.math.name})"
         return ctx
 
 
-_geometries: dict[tuple, _Geometry] = {}
+_geometries = cudnn.LRUCache(GEOMETRY_CACHE_SIZE, "conv2d geometries")
 
 
 def _kcrs(w_shape, layout: str) -> tuple:
@@ -134,12 +149,22 @@ def _geometry(x_shape, w_shape, params: ConvParams, layout: str, dtype) -> _Geom
     y_dims = (x_dims[0], w_kcrs[0], oh, ow)
     g = _Geometry(
         layout=layout, dtype=dtype, x_dims=x_dims, xp_dims=xp_dims, w_kcrs=w_kcrs, y_dims=y_dims,
-        explicit=explicit, desc_pad=desc_pad,
-        x_desc=cm.tensor_desc(xp_dims, dtype, layout), w_desc=cm.filter_desc(w_kcrs, dtype, layout),
-        y_desc=cm.tensor_desc(y_dims, dtype, layout), params=params,
+        explicit=explicit, desc_pad=desc_pad, params=params,
+        x_desc=_tensor(xp_dims, dtype, layout), w_desc=cudnn.FilterDescriptor.cached(_layout_order(w_kcrs, layout),
+                                                                                    dtype, layout),
+        y_desc=_tensor(y_dims, dtype, layout),
     )
-    _geometries[key] = g
-    return g
+    return _geometries.put(key, g)
+
+
+def _layout_order(dims_nchw: tuple, layout: str) -> tuple:
+    """(N, C, H, W) (or (K, C, R, S)) in ``layout``'s axis order, what the descriptors take."""
+    n, c, h, w = dims_nchw
+    return dims_nchw if layout == "NCHW" else (n, h, w, c)
+
+
+def _tensor(dims_nchw: tuple, dtype: np.dtype, layout: str) -> cudnn.TensorDescriptor:
+    return cudnn.TensorDescriptor.cached(_layout_order(dims_nchw, layout), dtype, layout)
 
 
 # ------------------------------------------------------------------------- explicit padding
@@ -178,10 +203,11 @@ def _run(direction: str, g: _Geometry, stream, buffers: tuple, function: str, ca
     choice = None
     try:
         choice = algo.choose(key, handle, g.x_desc, g.w_desc, g.y_desc, stream, buffers)
+        raw = handle.handle
         algo.run_with_workspace(key, choice, stream, handle, g.x_desc, g.w_desc, g.y_desc,
-                                lambda ch, ws: call(handle, ch, ws))
+                                lambda ch, ws: call(raw, ch, ws))
     except cm.CudnnError as exc:
-        for name, value in g.context(function, choice, direction).items():
+        for name, value in g.context(function, choice).items():
             exc.context.setdefault(name, value)
         exc.add_context()
         raise
@@ -199,8 +225,8 @@ def conv2d_forward(x: Any, w: Any, *, params: ConvParams, layout: str = "NCHW", 
     one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
 
     def call(handle, choice, ws):
-        cm.cudnn_call("cudnnConvolutionForward", handle, one, g.x_desc, xin.ptr, g.w_desc, w.ptr,
-                      choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.y_desc, y.ptr)
+        C.cudnnConvolutionForward(handle, one, g.x, xin.ptr, g.w, w.ptr, choice.conv, choice.algo, ws,
+                                  choice.workspace, zero, g.y, y.ptr)
 
     _run("forward", g, s, (xin.ptr, w.ptr, y.ptr), "cudnnConvolutionForward", call)
     return y
@@ -216,8 +242,8 @@ def conv2d_backward_data(dy: Any, w: Any, x_shape, *, params: ConvParams, layout
     one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
 
     def call(handle, choice, ws):
-        cm.cudnn_call("cudnnConvolutionBackwardData", handle, one, g.w_desc, w.ptr, g.y_desc, dy.ptr,
-                      choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.x_desc, dxp.ptr)
+        C.cudnnConvolutionBackwardData(handle, one, g.w, w.ptr, g.y, dy.ptr, choice.conv, choice.algo, ws,
+                                       choice.workspace, zero, g.x, dxp.ptr)
 
     _run("backward_data", g, s, (dxp.ptr, w.ptr, dy.ptr), "cudnnConvolutionBackwardData", call)
     if g.explicit is not None:
@@ -235,8 +261,8 @@ def conv2d_backward_filter(x: Any, dy: Any, w_shape, *, params: ConvParams, layo
     one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
 
     def call(handle, choice, ws):
-        cm.cudnn_call("cudnnConvolutionBackwardFilter", handle, one, g.x_desc, xin.ptr, g.y_desc, dy.ptr,
-                      choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.w_desc, dw.ptr)
+        C.cudnnConvolutionBackwardFilter(handle, one, g.x, xin.ptr, g.y, dy.ptr, choice.conv, choice.algo, ws,
+                                         choice.workspace, zero, g.w, dw.ptr)
 
     _run("backward_filter", g, s, (xin.ptr, dw.ptr, dy.ptr), "cudnnConvolutionBackwardFilter", call)
     return dw
@@ -268,22 +294,43 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
 def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
     """``db[c] = sum of dy over every axis but the channel axis``, dtype of dy, shape (C,).
 
-    Every sum runs in a fixed order, so the result is deterministic. Channels-last data (NHWC,
-    or 2-d (rows, C)) takes two coalesced passes over row blocks; NCHW, whose channel planes
-    are contiguous, takes one block per channel.
+    Every sum runs in a fixed order set by the shape alone, so the result is deterministic.
+    Channels-last data (NHWC, or 2-d (rows, C)) is read once with 16-byte loads where C and the
+    address allow (``layout.cu``'s column sums): up to 512 row blocks write float32 (float64)
+    partial sums, which a second launch adds; 256 rows or fewer take one launch. NCHW, whose
+    channel planes are contiguous, takes one block per channel.
     """
     s = cm.stream_of(stream)
     outer, c, inner = _channel_split(dy.shape, layout)
     db = cm.empty((c,), dy.dtype, s)
     sfx = cm.suffix(dy.dtype)
-    if inner == 1 and outer >= 256:
-        rows_per_block = max(64, -(-outer // 1024))  # at most 1024 partial rows
+    if inner == 1 and outer > 0 and c > 0:
+        acc = cm.F64 if dy.dtype == cm.F64 else cm.F32
+
+        def tiles(dtype: np.dtype, aligned: bool) -> "tuple[int, int, int]":
+            """(vectorised, column lanes per block (a power of two), column blocks) for 256 threads."""
+            vw = 16 // dtype.itemsize
+            vec = aligned and c % vw == 0
+            vectors = -(-c // (vw if vec else 1))
+            lanes = min(256, 1 << (vectors - 1).bit_length())
+            return int(vec), lanes, -(-vectors // lanes)
+
+        rows_per_block = max(256, -(-outer // 512))
         blocks = -(-outer // rows_per_block)
-        partial = cm.empty((blocks, c), cm.F64 if dy.dtype == cm.F64 else cm.F32, s)
-        cm.launch_rows("layout.cu", f"channel_sum_rows_{sfx}", blocks,
-                       (cm.p(dy), cm.p(partial), cm.i64(outer), cm.i64(c), cm.i64(rows_per_block)), s, block=256)
-        cm.launch("layout.cu", f"channel_sum_partials_{sfx}", c,
-                  (cm.p(partial), cm.p(db), cm.i64(blocks), cm.i64(c), cm.f64(1.0)), s)
+        vec, lanes, col_blocks = tiles(dy.dtype, dy.ptr % 16 == 0)
+        if blocks == 1:
+            cm.kernel("layout.cu", f"channel_sum_last_{sfx}", s.device_index)(
+                (1, col_blocks, 1), (256, 1, 1), (cm.p(dy), cm.p(db), cm.i64(outer), cm.i64(c), cm.i32(lanes),
+                                                  cm.i32(vec), cm.f64(1.0)), stream=s)
+            return db
+        partial = cm.empty((blocks, c), acc, s)
+        cm.kernel("layout.cu", f"channel_sum_rows_{sfx}", s.device_index)(
+            (blocks, col_blocks, 1), (256, 1, 1), (cm.p(dy), cm.p(partial), cm.i64(outer), cm.i64(c),
+                                                   cm.i64(rows_per_block), cm.i32(lanes), cm.i32(vec)), stream=s)
+        vec, lanes, col_blocks = tiles(acc, True)
+        cm.kernel("layout.cu", f"channel_sum_partials_{sfx}", s.device_index)(
+            (1, col_blocks, 1), (256, 1, 1), (cm.p(partial), cm.p(db), cm.i64(blocks), cm.i64(c), cm.i32(lanes),
+                                              cm.i32(vec), cm.f64(1.0)), stream=s)
         return db
     cm.launch_rows("layout.cu", f"channel_sum_{sfx}", c,
                    (cm.p(dy), cm.p(db), cm.i64(outer), cm.i64(c), cm.i64(inner), cm.f64(1.0)), s)
@@ -293,54 +340,47 @@ def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
 # --------------------------------------------------------------------- fused conv+bias+act
 
 _FUSED_UNSUPPORTED: set = set()  # geometries where cuDNN refused the fused call
-_act_descs: dict = {}
-_IMPLICIT_PRECOMP_GEMM = 1
 # Statuses with which cuDNN declines a fused configuration it cannot run (the separate calls can).
-_FUSED_REFUSALS = (Status.NOT_SUPPORTED, Status.BAD_PARAM)
+_FUSED_REFUSALS = (C.Status.NOT_SUPPORTED, C.Status.BAD_PARAM)
+_FUSED_MODES = {"relu": C.ActivationMode.RELU, "linear": C.ActivationMode.IDENTITY}
 
 
-def _relu_desc(mode: int) -> int:
-    def setup(handle: int) -> None:
-        cm.cudnn_call("cudnnSetActivationDescriptor", handle, mode, 1, 0.0)  # 1: CUDNN_PROPAGATE_NAN
-
-    return cm.cached_descriptor(_act_descs, (mode,), "cudnnCreateActivationDescriptor",
-                                "cudnnDestroyActivationDescriptor", setup)
-
-
-def _fused_choice(activation: str, g: _Geometry, params: ConvParams, handle: int, s: Any,
+def _fused_choice(activation: str, g: _Geometry, handle: cudnn.Handle, s: Any,
                   buffers: tuple) -> "algo.AlgoChoice | None":
     """The algorithm of the fused call, or None when cuDNN cannot run it for this geometry.
 
     relu takes the usual choice; linear (identity) must use IMPLICIT_PRECOMP_GEMM, the only
     algorithm cuDNN allows with it, and is None when that algorithm cannot run this geometry.
     """
+    key = g.key("forward", s.device_index)
     if activation == "relu":
-        return algo.choose(g.key("forward", s.device_index), handle, g.x_desc, g.w_desc, g.y_desc, s, buffers)
-    cdesc = algo.conv_desc(g.desc_pad, params.stride, params.dilation, params.groups, cm.F32, algo.math_for(g.dtype))
-    size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, cdesc, _IMPLICIT_PRECOMP_GEMM)
+        return algo.choose(key, handle, g.x_desc, g.w_desc, g.y_desc, s, buffers)
+    fixed = C.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
+    conv = algo.conv_desc(key, key.math)
+    size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, conv, fixed)
     if size is None:
         return None
-    return algo.AlgoChoice(_IMPLICIT_PRECOMP_GEMM, algo.math_for(g.dtype), size, cdesc, True, "fixed")
+    return algo.AlgoChoice(fixed, key.math, size, conv, True, "fixed")
 
 
-def _fused_forward(x: Any, w: Any, b: Any, y: Any, activation: str, params: ConvParams, g: _Geometry,
-                   s: Any) -> bool:
+def _fused_forward(x: Any, w: Any, b: Any, y: Any, activation: str, g: _Geometry, s: Any) -> bool:
     """cudnnConvolutionBiasActivationForward into ``y``: True when it ran, False when cuDNN cannot
     fuse this geometry (no algorithm, or the call refused with NOT_SUPPORTED / BAD_PARAM)."""
     xin = _padded_input(x, g, s)
-    b_desc = cm.tensor_desc((1, g.w_kcrs[0], 1, 1), g.dtype, "NCHW")
-    act = _relu_desc(1 if activation == "relu" else 5)  # CUDNN_ACTIVATION_RELU / IDENTITY
+    b_desc = cudnn.TensorDescriptor.cached((1, g.w_kcrs[0], 1, 1), g.dtype)
+    # PROPAGATE_NAN: a NaN input gives a NaN output, as NumPy's reference does.
+    act = cudnn.ActivationDescriptor.cached(_FUSED_MODES[activation], 0.0, None, True)
     one, zero = cm.ONE.of(g.dtype), cm.ZERO.of(g.dtype)
     handle = cm.cudnn_handle(s)
     try:
-        choice = _fused_choice(activation, g, params, handle, s, (xin.ptr, w.ptr, y.ptr))
+        choice = _fused_choice(activation, g, handle, s, (xin.ptr, w.ptr, y.ptr))
         if choice is None:
             return False
-        ws = cm.workspace(s, choice.workspace)
+        ws = cudnn.workspace(s, choice.workspace)
         # z = y with alpha2 = 0: cuDNN requires a z operand; y is never read for alpha2 == 0.
-        cm.cudnn_call("cudnnConvolutionBiasActivationForward", handle, one, g.x_desc, xin.ptr, g.w_desc,
-                      w.ptr, choice.conv_desc, choice.algo, ws, choice.workspace, zero, g.y_desc, y.ptr, b_desc,
-                      b.ptr, act, g.y_desc, y.ptr)
+        C.cudnnConvolutionBiasActivationForward(
+            handle.handle, one, g.x, xin.ptr, g.w, w.ptr, choice.conv, choice.algo, ws, choice.workspace, zero, g.y,
+            y.ptr, b_desc.handle, b.ptr, act.handle, g.y, y.ptr)
     except cm.CudnnError as exc:
         if exc.status not in _FUSED_REFUSALS:
             for name, value in g.context("cudnnConvolutionBiasActivationForward").items():
@@ -364,16 +404,14 @@ def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = 
     """
     s = cm.stream_of(stream)
     g = _geometry(x.shape, w.shape, params, layout, x.dtype)
-    fusable = activation in ("relu", "linear") and g.dtype in (cm.F32, cm.F16) and g not in _FUSED_UNSUPPORTED
+    fusable = activation in _FUSED_MODES and g.dtype in (cm.F32, cm.F16) and g not in _FUSED_UNSUPPORTED
     if fusable:
         y = cm.output(out, g.layout_shape(g.y_dims), x.dtype, s)
-        if _fused_forward(x, w, b, y, activation, params, g, s):
+        if _fused_forward(x, w, b, y, activation, g, s):
             return y
         # Not a failure: cuDNN's fused kernels cover fewer configurations than the separate
         # calls. Remembered, so the refusal costs one call per geometry; the numbers match.
         _FUSED_UNSUPPORTED.add(g)
-    from . import activation as act_mod
-
     y = conv2d_forward(x, w, params=params, layout=layout, out=out, stream=s)
     bias_add(y, b, layout=layout, out=y, stream=s)
     if activation != "linear":

@@ -1,8 +1,9 @@
 """Dropout on cuDNN (cudnnDropoutForward / cudnnDropoutBackward).
 
-Each :class:`dnnbind.ops.DropoutState` gets, per device, a cuDNN dropout descriptor and its
-random-states buffer (``cudnnSetDropoutDescriptor`` seeds it from ``state.seed`` once, on the
-stream of the first call), kept in ``state.device_states[device]``.
+Each :class:`dnnbind.ops.DropoutState` gets, per device, a public
+:class:`dnnbind.cudnn.DropoutDescriptor` owning its random-states buffer
+(seeded from ``state.seed`` once, when the descriptor is made, on the stream of the first call),
+kept in ``state.device_states[device]``.
 
 RNG advance: cudnnDropoutForward reads the generator states from the buffer and writes the
 advanced states back, so each forward (eager, or a replay of a captured CUDA graph, which
@@ -16,12 +17,11 @@ bfloat16 tensors go through float32 copies: cast, drop out, cast back.
 
 from __future__ import annotations
 
-import ctypes
-import weakref
 from typing import Any
 
 import numpy as np
 
+from ... import cudnn
 from ..._lib import cudnn as C
 from . import _common as cm
 from .elementwise import cast
@@ -29,43 +29,19 @@ from .elementwise import cast
 __all__ = ["dropout_forward", "dropout_backward", "device_state"]
 
 
-class _CudaDropout:
-    """The cuDNN dropout descriptor of one DropoutState on one device, and its states buffer."""
-
-    def __init__(self, rate: float, seed: int, stream) -> None:
-        handle = cm.cudnn_handle(stream)
-        raw = ctypes.c_void_p()
-        C.call("cudnnCreateDropoutDescriptor", ctypes.byref(raw))
-        self.desc = int(raw.value or 0)
-        self._finalizer = weakref.finalize(self, _destroy, self.desc)
-        size = ctypes.c_size_t()
-        C.call("cudnnDropoutGetStatesSize", handle, ctypes.byref(size))
-        self.states_size = int(size.value)
-        self.states = cm.empty((self.states_size,), np.uint8, stream)
-        C.call("cudnnSetDropoutDescriptor", self.desc, handle, ctypes.c_float(rate), self.states.ptr,
-               self.states_size, ctypes.c_ulonglong(seed & (2**64 - 1)),
-               context={"rate": rate, "seed": seed, "states bytes": self.states_size})
-        self.rate = rate
-
-
-def _destroy(desc: int) -> None:
-    try:
-        C.raw("cudnnDestroyDropoutDescriptor")(desc)
-    except Exception:
-        pass
-
-
-def device_state(state: Any, stream) -> _CudaDropout:
-    """The per-device cuDNN state of ``state`` (created on first use, on ``stream``)."""
+def device_state(state: Any, stream) -> cudnn.DropoutDescriptor:
+    """The cuDNN dropout descriptor of ``state`` on ``stream``'s device (created on first use, on ``stream``)."""
     device = stream.device_index
-    cuda_state = state.device_states.get(device)
-    if cuda_state is None or cuda_state.rate != state.rate:
-        cuda_state = state.device_states[device] = _CudaDropout(float(state.rate), int(state.seed), stream)
-    return cuda_state
+    desc = state.device_states.get(device)
+    if desc is None or desc.rate != state.rate:
+        desc = cudnn.DropoutDescriptor(cm.cudnn_handle(stream), float(state.rate), int(state.seed) & (2**64 - 1))
+        state.device_states[device] = desc
+    return desc
 
 
-def _desc(x: Any) -> int:
-    return cm.tensor_desc((1, max(int(x.size), 1), 1, 1), x.dtype)
+def _desc(x: Any) -> cudnn.TensorDescriptor:
+    """Any shape as (1, size, 1, 1): dropout is pointwise."""
+    return cudnn.TensorDescriptor.cached((1, x.size, 1, 1), x.dtype)
 
 
 _CUDNN_DTYPES = (cm.F32, cm.F16, cm.F64)
@@ -86,14 +62,11 @@ def dropout_forward(x: Any, state: Any, *, out: Any = None, stream: Any = None) 
         y32, reserve = dropout_forward(_via_float32(x, s), state, stream=s)
         cast(y32, x.dtype, out=y, stream=s)
         return y, reserve
-    ds = device_state(state, s)
-    desc = _desc(x)
-    size = ctypes.c_size_t()
-    cm.cudnn_call("cudnnDropoutGetReserveSpaceSize", desc, ctypes.byref(size))
-    reserve = cm.empty((int(size.value),), np.uint8, s)
+    dropout, desc, handle = device_state(state, s), _desc(x), cm.cudnn_handle(s)  # held for the call
+    reserve = cm.empty((cudnn.DropoutDescriptor.reserve_space_size(desc),), np.uint8, s)
+    d = desc.handle
     try:
-        cm.cudnn_call("cudnnDropoutForward", cm.cudnn_handle(s), ds.desc, desc, x.ptr, desc, y.ptr, reserve.ptr,
-                      reserve.nbytes)
+        C.cudnnDropoutForward(handle.handle, dropout.handle, d, x.ptr, d, y.ptr, reserve.ptr, reserve.nbytes)
     except cm.CudnnError as exc:
         exc.add_context(function="cudnnDropoutForward", shape=tuple(x.shape), dtype=str(x.dtype), rate=state.rate)
         raise
@@ -109,11 +82,10 @@ def dropout_backward(dy: Any, reserve: Any, state: Any, *, stream: Any = None) -
         return dx
     if dy.dtype not in _CUDNN_DTYPES:
         return cast(dropout_backward(_via_float32(dy, s), reserve, state, stream=s), dy.dtype, out=dx, stream=s)
-    ds = device_state(state, s)
-    desc = _desc(dy)
+    dropout, desc, handle = device_state(state, s), _desc(dy), cm.cudnn_handle(s)  # held for the call
+    d = desc.handle
     try:
-        cm.cudnn_call("cudnnDropoutBackward", cm.cudnn_handle(s), ds.desc, desc, dy.ptr, desc, dx.ptr, reserve.ptr,
-                      reserve.nbytes)
+        C.cudnnDropoutBackward(handle.handle, dropout.handle, d, dy.ptr, d, dx.ptr, reserve.ptr, reserve.nbytes)
     except cm.CudnnError as exc:
         exc.add_context(function="cudnnDropoutBackward", shape=tuple(dy.shape), dtype=str(dy.dtype),
                         rate=state.rate)

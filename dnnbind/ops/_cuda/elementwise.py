@@ -205,8 +205,12 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     if dt == x.dtype:
         cm.memcpy(res, x, s)
         return res
-    cm.launch(_FILE, f"cast_{cm.suffix(x.dtype)}_{cm.suffix(dt)}", int(x.size),
-              (cm.p(x), cm.p(res), cm.i64(int(x.size))), s)
+    # vectorised (see elementwise.cu) when both addresses suit VW-item accesses
+    vw = 16 // max(x.dtype.itemsize, dt.itemsize)
+    vec = x.ptr % min(16, vw * x.dtype.itemsize) == 0 and res.ptr % min(16, vw * dt.itemsize) == 0
+    n = int(x.size)
+    cm.launch(_FILE, f"cast_{cm.suffix(x.dtype)}_{cm.suffix(dt)}", -(-n // vw) if vec else n,
+              (cm.p(x), cm.p(res), cm.i64(n), cm.i32(vec)), s)
     return res
 
 

@@ -79,72 +79,133 @@
     }
 FOR_FLOAT_TYPES(LAYOUT_KERNELS)
 
-// Channels-last per-channel sums (x is (rows, C), C contiguous) in two deterministic passes.
-// channel_sum_rows: block b sums rows [b*rows_per_block, ...) into partial[b, c]; a 32x8 thread
-// tile reads 32 neighbouring channels of 8 rows at a time, so loads are coalesced whatever C.
-// channel_sum_partials: out[c] = scale * sum over b of partial[b, c], in block order.
-// (One block per channel, as channel_sum does, reads with a stride of C and leaves most of the
-// GPU idle when C is small: 2 ms instead of ~30 us for a 1024x31x31x24 gradient on an H200.)
+// Channels-last per-channel sums (x is (rows, C), C contiguous): the bias gradient.
+// A block is 256 threads: ct column lanes (a power of two) x 256/ct row lanes. Column lane tx
+// of column tile blockIdx.y takes the `VW` neighbouring channels from ((blockIdx.y * ct + tx) * VW);
+// row lane ty adds rows r0 + ty, r0 + ty + 256/ct, ... of row block blockIdx.x (16-byte loads
+// when `vec`: C % VW == 0 and x 16-byte aligned, checked on the host); then the row lanes are
+// added in a fixed tree in shared memory. Every order is fixed by the shape: deterministic.
+// Large inputs take two passes: channel_sum_rows writes one float (double) row of partial sums
+// per row block, channel_sum_partials sums those rows the same way in one row block; a small
+// input takes channel_sum_last alone. (Before: 32 channels x 8 rows per block and one thread
+// per channel adding up to 1024 partial rows serially: 20% of an mnist_cnn step on an H200.)
+template <typename I, typename O, int VW>
+__device__ __forceinline__ void column_sums(const I* x, O* out, i64 rows, i64 C, i64 rows_per_block, int ct,
+                                            double scale, typename Acc<I>::t* red) {
+    typedef typename Acc<I>::t A;
+    const int rt = 256 / ct;
+    const int tx = threadIdx.x % ct, ty = threadIdx.x / ct;
+    const i64 c = ((i64)blockIdx.y * ct + tx) * VW;
+    const i64 r0 = (i64)blockIdx.x * rows_per_block;
+    const i64 r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+    A acc[VW];
+#pragma unroll
+    for (int k = 0; k < VW; ++k) acc[k] = (A)0;
+    if (c < C)
+        for (i64 r = r0 + ty; r < r1; r += rt) {
+            const Pack<I, VW> v = load_pack<I, VW>(x, r * C + c);
+#pragma unroll
+            for (int k = 0; k < VW; ++k) acc[k] += (A)load(v.e, k);
+        }
+#pragma unroll
+    for (int k = 0; k < VW; ++k) red[threadIdx.x * VW + k] = acc[k];
+    __syncthreads();
+    for (int half = rt / 2; half > 0; half >>= 1) {
+        if (ty < half)
+#pragma unroll
+            for (int k = 0; k < VW; ++k) red[threadIdx.x * VW + k] += red[(threadIdx.x + half * ct) * VW + k];
+        __syncthreads();
+    }
+    if (ty == 0 && c < C)
+#pragma unroll
+        for (int k = 0; k < VW; ++k) store(out, (i64)blockIdx.x * C + c + k, red[tx * VW + k] * (A)scale);
+}
+
+#define COLUMN_SUMS(I, O, ...)                                                                     \
+    {                                                                                              \
+        typedef Acc<I>::t A;                                                                       \
+        constexpr int VW = 16 / (int)sizeof(I);                                                    \
+        __shared__ A red[256 * VW];                                                                \
+        if (vec) column_sums<I, O, VW>(__VA_ARGS__, red);                                          \
+        else column_sums<I, O, 1>(__VA_ARGS__, red);                                               \
+    }
 #define CHANNEL_SUM_LAST_KERNELS(T, S)                                                             \
     extern "C" __global__ void channel_sum_rows_##S(const T* x, Acc<T>::t* partial, i64 rows,      \
-                                                    i64 C, i64 rows_per_block) {                   \
-        typedef Acc<T>::t A;                                                                       \
-        __shared__ A tile[8][33];                                                                  \
-        const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;                                    \
-        const i64 r0 = (i64)blockIdx.x * rows_per_block;                                           \
-        const i64 r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;                    \
-        for (i64 c0 = 0; c0 < C; c0 += 32) {                                                       \
-            const i64 c = c0 + tx;                                                                 \
-            A acc = (A)0;                                                                          \
-            if (c < C)                                                                             \
-                for (i64 r = r0 + ty; r < r1; r += 8) acc += load(x, r * C + c);                   \
-            tile[ty][tx] = acc;                                                                    \
-            __syncthreads();                                                                       \
-            if (ty == 0 && c < C) {                                                                \
-                A s = (A)0;                                                                        \
-                for (int k = 0; k < 8; ++k) s += tile[k][tx];                                      \
-                partial[(i64)blockIdx.x * C + c] = s;                                              \
-            }                                                                                      \
-            __syncthreads();                                                                       \
-        }                                                                                          \
+                                                    i64 C, i64 rows_per_block, int ct, int vec) {  \
+        COLUMN_SUMS(T, Acc<T>::t, x, partial, rows, C, rows_per_block, ct, 1.0)                    \
     }                                                                                              \
     extern "C" __global__ void channel_sum_partials_##S(const Acc<T>::t* partial, T* out,          \
-                                                        i64 blocks, i64 C, double scale) {         \
-        typedef Acc<T>::t A;                                                                       \
-        GRID_STRIDE(c, C) {                                                                        \
-            A s = (A)0;                                                                            \
-            for (i64 b = 0; b < blocks; ++b) s += partial[b * C + c];                              \
-            store(out, c, s * (A)scale);                                                           \
-        }                                                                                          \
+                                                        i64 blocks, i64 C, int ct, int vec,        \
+                                                        double scale) {                            \
+        COLUMN_SUMS(Acc<T>::t, T, partial, out, blocks, C, blocks, ct, scale)                      \
+    }                                                                                              \
+    extern "C" __global__ void channel_sum_last_##S(const T* x, T* out, i64 rows, i64 C, int ct,   \
+                                                    int vec, double scale) {                       \
+        COLUMN_SUMS(T, T, x, out, rows, C, rows, ct, scale)                                        \
     }
 FOR_FLOAT_TYPES(CHANNEL_SUM_LAST_KERNELS)
 
 // Max-pooling backward for channels-last tensors with non-overlapping windows (stride ==
-// window, no padding), one thread per pooled element: the whole window is written, dy at the
-// first maximum in top-left-first order (as the NumPy reference), 0 elsewhere. cuDNN's NHWC
-// max-pool backward took 1.1 ms of a 9.4 ms airbench94 step on an H200. Rows and columns past
-// the last full window are zeroed by the caller.
+// window, no padding), one thread per pooled position and VW neighbouring channels (16-byte
+// accesses when `vec`: C % VW == 0 and every pointer 16-byte aligned, checked on the host; else
+// VW = 1): the whole window is written, dy at the first maximum in top-left-first order (as
+// the NumPy reference), 0 elsewhere. Each window is read in full before any of it is written
+// (and 2x2 / 3x3 windows are unrolled), so its loads are in flight together. Rows and columns
+// past the last full window are zeroed by the caller. (cuDNN's NHWC max-pool backward took
+// 1.1 ms of a 9.4 ms airbench94 step on an H200.)
+template <typename T, int VW, int KH_, int KW_>
+__device__ __forceinline__ void maxpool_bwd_nhwc(const T* __restrict__ x, const T* __restrict__ y,
+                                                 const T* __restrict__ dy, T* __restrict__ dx, i64 total, int H,
+                                                 int W, int C, int OH, int OW, int kh_rt, int kw_rt) {
+    typedef typename Acc<T>::t A;
+    const int KH = KH_ ? KH_ : kh_rt, KW = KW_ ? KW_ : kw_rt;
+    const int cv = C / VW;
+    GRID_STRIDE(i, total / VW) {
+        i64 r = i / cv;
+        const int c = (int)(i - r * cv) * VW;
+        const int ow = (int)(r % OW);
+        r /= OW;
+        const int oh = (int)(r % OH);
+        const i64 n = r / OH;
+        const Pack<T, VW> m = load_pack<T, VW>(y, i * VW), g = load_pack<T, VW>(dy, i * VW);
+        const i64 base = ((n * H + (i64)oh * KH) * W + (i64)ow * KW) * C + c;
+        int hit[VW];
+#pragma unroll
+        for (int k = 0; k < VW; ++k) hit[k] = -1;
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                const Pack<T, VW> v = load_pack<T, VW>(x, base + ((i64)kh * W + kw) * C);
+#pragma unroll
+                for (int k = 0; k < VW; ++k)
+                    if (hit[k] < 0 && (A)load(v.e, k) == (A)load(m.e, k)) hit[k] = kh * KW + kw;
+            }
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                Pack<T, VW> out;
+#pragma unroll
+                for (int k = 0; k < VW; ++k) store(out.e, k, hit[k] == kh * KW + kw ? (A)load(g.e, k) : (A)0);
+                store_pack<T, VW>(dx, base + ((i64)kh * W + kw) * C, out);
+            }
+    }
+}
+
+template <typename T, int VW>
+__device__ __forceinline__ void maxpool_bwd_nhwc_windows(const T* x, const T* y, const T* dy, T* dx, i64 total,
+                                                         int H, int W, int C, int OH, int OW, int KH, int KW) {
+    if (KH == 2 && KW == 2) maxpool_bwd_nhwc<T, VW, 2, 2>(x, y, dy, dx, total, H, W, C, OH, OW, KH, KW);
+    else if (KH == 3 && KW == 3) maxpool_bwd_nhwc<T, VW, 3, 3>(x, y, dy, dx, total, H, W, C, OH, OW, KH, KW);
+    else maxpool_bwd_nhwc<T, VW, 0, 0>(x, y, dy, dx, total, H, W, C, OH, OW, KH, KW);
+}
+
 #define MAXPOOL_NHWC_KERNELS(T, S)                                                                 \
     extern "C" __global__ void maxpool2d_bwd_nhwc_##S(const T* x, const T* y, const T* dy, T* dx,  \
                                                       i64 total, int H, int W, int C, int OH,      \
-                                                      int OW, int KH, int KW) {                    \
-        typedef Acc<T>::t A;                                                                       \
-        GRID_STRIDE(i, total) {                                                                    \
-            i64 r = i / C;                                                                         \
-            const int c = (int)(i - r * C);                                                        \
-            const int ow = (int)(r % OW);                                                          \
-            r /= OW;                                                                               \
-            const int oh = (int)(r % OH);                                                          \
-            const i64 n = r / OH;                                                                  \
-            const A m = (A)load(y, i), g = (A)load(dy, i);                                         \
-            bool done = false;                                                                     \
-            for (int kh = 0; kh < KH; ++kh)                                                        \
-                for (int kw = 0; kw < KW; ++kw) {                                                  \
-                    const i64 j = ((n * H + (i64)oh * KH + kh) * W + (i64)ow * KW + kw) * C + c;   \
-                    const bool hit = !done && (A)load(x, j) == m;                                  \
-                    done = done || hit;                                                            \
-                    store(dx, j, hit ? g : (A)0);                                                  \
-                }                                                                                  \
-        }                                                                                          \
+                                                      int OW, int KH, int KW, int vec) {           \
+        if (vec) maxpool_bwd_nhwc_windows<T, 16 / (int)sizeof(T)>(x, y, dy, dx, total, H, W, C, OH, OW, KH, KW); \
+        else maxpool_bwd_nhwc_windows<T, 1>(x, y, dy, dx, total, H, W, C, OH, OW, KH, KW);         \
     }
 FOR_FLOAT_TYPES(MAXPOOL_NHWC_KERNELS)

@@ -2,11 +2,14 @@
 
 All tensors of one (parameter dtype, gradient dtype) group are updated by one launch. The
 launch reads a small device "pointer table" (int64: per tensor the parameter, gradient and
-state pointers and the size, then per chunk of :data:`CHUNK` items the tensor and start). The
-table is built on the host and uploaded once per list of arrays and kept in the caller's
-:class:`dnnbind.ops.UpdateTables` (``tables=``; an Optimizer owns one; None: the one kept with
-``params[0]``), looked up by the addresses and sizes it holds, so a training loop that keeps its
-arrays pays for it once. During a CUDA-graph capture a table is made for the captured update
+state pointers, the size, its first chunk and whether its pointers allow 16-byte vector access;
+then per chunk the tensor and start). Chunks are a power of two between :data:`MIN_CHUNK` and
+:data:`CHUNK` items, picked from the group's total size so that it spreads over about
+:data:`TARGET_CHUNKS` blocks (fixed by the sizes alone: the clipping sums, which run per chunk,
+give the same bits on every GPU). The table is built on the host and uploaded once per list of
+arrays and kept in the caller's :class:`dnnbind.ops.UpdateTables` (``tables=``; an Optimizer
+owns one; None: the one kept with ``params[0]``), looked up by the addresses and sizes it holds,
+so a training loop that keeps its arrays pays for it once. During a CUDA-graph capture a table is made for the captured update
 alone and dies with it (see :class:`~dnnbind.ops.UpdateTables`).
 
 ``lr``, ``step`` and ``grad_scale`` may be numbers (baked into the launch) or 0-d device
@@ -32,10 +35,14 @@ import numpy as np
 from ..optim import UpdateTables
 from . import _common as cm
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "CHUNK"]
+__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "CHUNK", "MIN_CHUNK"]
 
 _FILE = "optim.cu"
-CHUNK = 1 << 16  # items per chunk: enough work per block, few table entries
+CHUNK = 1 << 16  # the most items per chunk: few table entries for large models
+MIN_CHUNK = 1 << 10  # the fewest: one pass of a 256-thread block at 4 items per thread
+TARGET_CHUNKS = 512  # about 4 blocks per SM on an H200 (132 SMs): enough loads in flight
+TABLE_COLS = 8  # per tensor: param, grad, state0..2, size, first chunk, vectorised (optim.cu)
+_VECTOR_BYTES = 16
 # The tables of callers that pass none, kept with their first parameter array (by identity, weakly):
 # they die with it, and an address can never find another array's tables here.
 _tables_of_params: "weakref.WeakKeyDictionary[Any, UpdateTables]" = weakref.WeakKeyDictionary()
@@ -51,33 +58,55 @@ def _tables_for(tables: "UpdateTables | None", params: list) -> UpdateTables:
     return kept
 
 
+def chunk_items(total: int) -> int:
+    """Items per chunk for a group of ``total`` items: a power of two, MIN_CHUNK..CHUNK."""
+    want = -(-int(total) // TARGET_CHUNKS)
+    return min(CHUNK, max(MIN_CHUNK, 1 << max(0, want - 1).bit_length()))
+
+
+def _vectorisable(arrays: Sequence[Any], vw: int) -> bool:
+    """Whether every array (None: unused) allows ``vw``-item vector access at chunk starts: its
+    address aligned to ``min(16, vw * itemsize)`` bytes (what optim.cu's load_pack needs)."""
+    for a in arrays:
+        if a is not None and cm.ptr(a) % min(_VECTOR_BYTES, vw * np.dtype(a.dtype).itemsize):
+            return False
+    return True
+
+
 def _table(params: list, grads: list, states: Sequence["list | None"], stream,
-           tables: UpdateTables) -> "tuple[Any, int, int]":
-    """(device table, ntensors, nchunks) for one dtype group, kept in ``tables`` by pointers and sizes."""
+           tables: UpdateTables) -> "tuple[Any, int, int, int]":
+    """(device table, ntensors, nchunks, chunk items) for one dtype group, kept in ``tables`` by
+    pointers and sizes."""
     cols = [params, grads] + [s if s is not None else [None] * len(params) for s in states]
     cols += [[None] * len(params)] * (5 - len(cols))
     sizes = [int(p.size) for p in params]
     capturing = stream.is_capturing()
     if not capturing:
-        # The key is the table's whole content, so a hit is right even when other arrays now
-        # live at these addresses.
-        key = (stream.device_index,) + tuple(tuple(cm.ptr(a) for a in col) for col in cols) + (tuple(sizes),)
+        # The key is the table's whole content (with the group's dtypes, on which the vector
+        # flags depend), so a hit is right even when other arrays now live at these addresses.
+        key = ((stream.device_index, params[0].dtype, grads[0].dtype)
+               + tuple(tuple(cm.ptr(a) for a in col) for col in cols) + (tuple(sizes),))
         hit = tables._get(key)
         if hit is not None:
             return hit
     n = len(params)
-    chunks = [(t, start) for t, size in enumerate(sizes) for start in range(0, size, CHUNK)]
-    host = np.zeros(6 * n + 2 * len(chunks), dtype=np.int64)
+    chunk = chunk_items(sum(sizes))
+    vw = _VECTOR_BYTES // np.dtype(params[0].dtype).itemsize
+    chunks = [(t, start) for t, size in enumerate(sizes) for start in range(0, size, chunk)]
+    host = np.zeros(TABLE_COLS * n + 2 * len(chunks), dtype=np.int64)
+    first = 0
     for t in range(n):
-        host[6 * t: 6 * t + 5] = [cm.ptr(col[t]) for col in cols]
-        host[6 * t + 5] = sizes[t]
+        row = [col[t] for col in cols]
+        host[TABLE_COLS * t: TABLE_COLS * t + 5] = [cm.ptr(a) for a in row]
+        host[TABLE_COLS * t + 5: TABLE_COLS * (t + 1)] = [sizes[t], first, _vectorisable(row, vw)]
+        first += -(-sizes[t] // chunk)
     if chunks:
-        host[6 * n:] = np.asarray(chunks, dtype=np.int64).reshape(-1)
+        host[TABLE_COLS * n:] = np.asarray(chunks, dtype=np.int64).reshape(-1)
     from ...cuda.array import constant
 
     # constant(), not to_device(): the table may first be needed while a train step is being
     # captured into a CUDA graph (the gradients' addresses are the graph's own then).
-    entry = (constant(host, stream=stream), n, len(chunks))
+    entry = (constant(host, stream=stream), n, len(chunks), chunk)
     if capturing:
         # Made inside a capture, the table is graph memory: it must die inside the capture (the
         # graph frees it after the update and re-uploads it from its own pinned bytes at every
@@ -152,8 +181,8 @@ _CLIP_MODES = {"norm": 1, "global_norm": 2}
 
 
 def _prepare(params: list, grads: list, states: list, stream, tables: "UpdateTables | None") -> dict:
-    """{group key: (params, grads, states, (table, ntensors, nchunks))}: one table per dtype group,
-    shared by the clipping reduction and the update."""
+    """{group key: (params, grads, states, (table, ntensors, nchunks, chunk))}: one table per dtype
+    group, shared by the clipping reduction and the update."""
     tables = _tables_for(tables, params)
     return {key: (ps, gs, sts, _table(ps, gs, sts, stream, tables))
             for key, (ps, gs, sts) in _groups(params, grads, states).items()}
@@ -171,15 +200,16 @@ def _clip_factors(groups: dict, clip: Any, inv: float, gs_ptr: int, skip_ptr: in
     sumsq_ptr, factors_ptr, partial_ptr = scratch.ptr, scratch.ptr + 8 * ntotal, scratch.ptr + 16 * ntotal
     pointers = {}
     tensor_offset = chunk_offset = 0
-    for key, (_, _, _, (table, n, nchunks)) in groups.items():
+    for key, (params, _, _, (table, n, nchunks, chunk)) in groups.items():
         partial = partial_ptr + 8 * chunk_offset
         sumsq = sumsq_ptr + 8 * tensor_offset
         head = (cm.p(table), cm.i64(n), cm.i64(nchunks))
+        vw = _VECTOR_BYTES // np.dtype(params[0].dtype).itemsize
         if nchunks:
-            cm.launch_rows(_FILE, f"grad_sumsq_{key[1]}", nchunks, head + (cm.i64(CHUNK), cm.p(partial)), stream,
-                           max_grid=4096)
+            cm.launch_rows(_FILE, f"grad_sumsq_{key[1]}", nchunks,
+                           head + (cm.i64(chunk), cm.p(partial), cm.i32(vw)), stream, max_grid=4096)
         # also for a group of empty tensors: their sums must read 0, not stale memory
-        cm.launch(_FILE, "tensor_sumsq", 1, head + (cm.p(partial), cm.p(sumsq)), stream, block=32)
+        cm.launch(_FILE, "tensor_sumsq", n, head + (cm.p(partial), cm.p(sumsq)), stream, block=64)
         pointers[key] = factors_ptr + 8 * tensor_offset
         tensor_offset += n
         chunk_offset += nchunks
@@ -190,12 +220,12 @@ def _clip_factors(groups: dict, clip: Any, inv: float, gs_ptr: int, skip_ptr: in
 
 
 def _launch(name: str, group_key: tuple, entry: tuple, args: tuple, clip: Any, clip_ptrs: dict, stream) -> None:
-    table, n, nchunks = entry
+    table, n, nchunks, chunk = entry
     if nchunks == 0:
         return
     clipvalue = clip.value if getattr(clip, "mode", None) == "value" else 0.0
     cm.launch_rows(_FILE, f"{name}_{group_key[0]}_{group_key[1]}", nchunks,
-                   (cm.p(table), cm.i64(n), cm.i64(nchunks), cm.i64(CHUNK)) + args
+                   (cm.p(table), cm.i64(n), cm.i64(nchunks), cm.i64(chunk)) + args
                    + (cm.p(clip_ptrs.get(group_key, 0)), cm.f32(clipvalue)), stream, max_grid=4096)
 
 

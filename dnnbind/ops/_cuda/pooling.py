@@ -14,6 +14,9 @@ Asymmetric padding (Keras ``"same"``) cannot go in the descriptor, so it is made
   same map, runs the include-padding backward and crops.
 
 Global average pooling is a row reduction (``reduce_rows`` / ``reduce_mid``) and a broadcast.
+
+Descriptors are the public :mod:`dnnbind.cudnn` ones (``cached``), held by a bounded cache of
+plans, one per (x shape, parameters, layout, dtype, deterministic).
 """
 
 from __future__ import annotations
@@ -22,26 +25,21 @@ from typing import Any
 
 import numpy as np
 
-from .._params import PoolParams
+from ... import cudnn
+from ..._lib import cudnn as C
 from ...cuda.array import constant
+from .._params import PoolParams
 from . import _common as cm
 from .conv import crop_nchw, pad_nchw
 
 __all__ = ["pool2d_forward", "pool2d_backward", "global_avg_pool2d_forward", "global_avg_pool2d_backward"]
 
-_MAX, _AVG_INCLUDE, _AVG_EXCLUDE, _MAX_DETERMINISTIC = 0, 1, 2, 3
-_pool_descs: dict = {}
+PLAN_CACHE_SIZE = 256
+"""Pooling plans (shapes, parameters and their descriptors) kept."""
+
+# Exclude-padding maps by (device, (H, W), params). Never evicted: a captured step graph
+# addresses the map it was captured with, and nothing tells this module when that graph dies.
 _maps: dict = {}
-
-
-def _pool_desc(mode: int, window: tuple, pad: tuple, stride: tuple) -> int:
-    def setup(handle: int) -> None:
-        # 1: CUDNN_PROPAGATE_NAN, so a NaN in a window shows in the output as in NumPy.
-        cm.cudnn_call("cudnnSetPooling2dDescriptor", handle, mode, 1, window[0], window[1], pad[0], pad[1],
-                      stride[0], stride[1], mode=mode, window=window, pad=pad, stride=stride)
-
-    return cm.cached_descriptor(_pool_descs, (mode, window, pad, stride), "cudnnCreatePoolingDescriptor",
-                                "cudnnDestroyPoolingDescriptor", setup)
 
 
 class _Plan:
@@ -62,16 +60,17 @@ class _Plan:
         else:
             self.xp_dims, desc_pad = (n, c, h + t + b, w + l + r), (0, 0)
         if params.mode == "max":
-            mode = _MAX_DETERMINISTIC if cm.config().deterministic else _MAX
+            mode = C.PoolingMode.MAX_DETERMINISTIC if cm.config().deterministic else C.PoolingMode.MAX
         elif params.mode == "avg_include_pad" or self.explicit is not None:
-            mode = _AVG_INCLUDE
+            mode = C.PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING
         else:
-            mode = _AVG_EXCLUDE
+            mode = C.PoolingMode.AVERAGE_COUNT_EXCLUDE_PADDING
         self.mode = mode
         self.needs_map = params.mode == "avg" and self.explicit is not None
-        self.pool_desc = _pool_desc(mode, params.window, desc_pad, params.stride)
-        self.x_desc = cm.tensor_desc(self.xp_dims, self.dtype, layout)
-        self.y_desc = cm.tensor_desc(self.y_dims, self.dtype, layout)
+        # nan_propagation: a NaN in a window shows in the output, as in NumPy.
+        self.pool_desc = cudnn.PoolingDescriptor.cached(mode, params.window, desc_pad, params.stride, True)
+        self.x_desc = cudnn.TensorDescriptor.cached(self.layout_shape(self.xp_dims), self.dtype, layout)
+        self.y_desc = cudnn.TensorDescriptor.cached(self.layout_shape(self.y_dims), self.dtype, layout)
         self.pad_value = float("-inf") if params.mode == "max" else 0.0
 
     def layout_shape(self, dims: tuple) -> tuple:
@@ -85,7 +84,7 @@ class _Plan:
                 "padding (t,b,l,r)": self.params.pad}
 
 
-_plans: dict = {}
+_plans = cudnn.LRUCache(PLAN_CACHE_SIZE, "pool2d plans")
 
 
 def _plan(x_shape, params: PoolParams, layout: str, dtype) -> _Plan:
@@ -95,7 +94,7 @@ def _plan(x_shape, params: PoolParams, layout: str, dtype) -> _Plan:
     key = (tuple(x_shape), params, layout, dtype, bool(cm.config().deterministic))
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _Plan(x_shape, params, layout, dtype)
+        plan = _plans.put(key, _Plan(x_shape, params, layout, dtype))
     return plan
 
 
@@ -143,9 +142,10 @@ def pool2d_forward(x: Any, *, params: PoolParams, layout: str = "NCHW", out: Any
     plan = _plan(x.shape, params, layout, x.dtype)
     y = cm.output(out, plan.layout_shape(plan.y_dims), x.dtype, s)
     xin = _padded(x, plan, s)
+    handle = cm.cudnn_handle(s)  # held for the call (the plan holds the descriptors)
     try:
-        cm.cudnn_call("cudnnPoolingForward", cm.cudnn_handle(s), plan.pool_desc, cm.ONE.of(plan.dtype), plan.x_desc,
-                      xin.ptr, cm.ZERO.of(plan.dtype), plan.y_desc, y.ptr)
+        C.cudnnPoolingForward(handle.handle, plan.pool_desc.handle, cm.ONE.of(plan.dtype), plan.x_desc.handle, xin.ptr,
+                              cm.ZERO.of(plan.dtype), plan.y_desc.handle, y.ptr)
     except cm.CudnnError as exc:
         exc.add_context(**plan.context("cudnnPoolingForward"))
         raise
@@ -169,10 +169,11 @@ def pool2d_backward(dy: Any, x: Any, y: Any, *, params: PoolParams, layout: str 
     if plan.needs_map:
         g = cm.empty(dy.shape, dy.dtype, s)
         _scale_by_map(dy, g, plan, s)
+    handle = cm.cudnn_handle(s)
+    y_desc, x_desc = plan.y_desc.handle, plan.x_desc.handle
     try:
-        cm.cudnn_call("cudnnPoolingBackward", cm.cudnn_handle(s), plan.pool_desc, cm.ONE.of(plan.dtype),
-                      plan.y_desc, y.ptr, plan.y_desc, g.ptr, plan.x_desc, xin.ptr, cm.ZERO.of(plan.dtype),
-                      plan.x_desc, dxp.ptr)
+        C.cudnnPoolingBackward(handle.handle, plan.pool_desc.handle, cm.ONE.of(plan.dtype), y_desc, y.ptr, y_desc,
+                               g.ptr, x_desc, xin.ptr, cm.ZERO.of(plan.dtype), x_desc, dxp.ptr)
     except cm.CudnnError as exc:
         exc.add_context(**plan.context("cudnnPoolingBackward"))
         raise
@@ -189,9 +190,12 @@ def _maxpool_backward_nhwc(dy: Any, x: Any, y: Any, params: PoolParams, s: Any) 
     dx = cm.empty(x.shape, x.dtype, s)
     if oh * kh != h or ow * kw != w:  # leftover rows/columns get no gradient
         dx.fill_zero(s)
-    cm.launch("layout.cu", f"maxpool2d_bwd_nhwc_{cm.suffix(x.dtype)}", int(dy.size),
+    # 16-byte accesses over channels when whole vectors fit C and every array is aligned
+    vw = 16 // x.dtype.itemsize
+    vec = c % vw == 0 and not any(a.ptr % 16 for a in (x, y, dy, dx))
+    cm.launch("layout.cu", f"maxpool2d_bwd_nhwc_{cm.suffix(x.dtype)}", int(dy.size) // (vw if vec else 1),
               (cm.p(x), cm.p(y), cm.p(dy), cm.p(dx), cm.i64(int(dy.size)), cm.i32(h), cm.i32(w), cm.i32(c),
-               cm.i32(oh), cm.i32(ow), cm.i32(kh), cm.i32(kw)), s)
+               cm.i32(oh), cm.i32(ow), cm.i32(kh), cm.i32(kw), cm.i32(vec)), s)
     return dx
 
 

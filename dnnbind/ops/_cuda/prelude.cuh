@@ -135,3 +135,32 @@ __device__ __forceinline__ u64 splitmix64(u64 z) {
 #define FOR_INDEX_TYPES(M) M(int, i32) M(i64, i64)
 
 
+
+// Vector access: N elements of T at p[i .. i+N) in one load/store of N*sizeof(T) bytes (16-byte
+// pieces beyond that). p + i must be aligned to min(16, N*sizeof(T)) bytes: the callers check
+// the pointers on the host and take a scalar path otherwise.
+template <int BYTES> struct Words;
+template <> struct Words<1> { typedef unsigned char t; enum { n = 1 }; };
+template <> struct Words<2> { typedef unsigned short t; enum { n = 1 }; };
+template <> struct Words<4> { typedef unsigned t; enum { n = 1 }; };
+template <> struct Words<8> { typedef uint2 t; enum { n = 1 }; };
+template <> struct Words<16> { typedef uint4 t; enum { n = 1 }; };
+template <> struct Words<32> { typedef uint4 t; enum { n = 2 }; };
+template <> struct Words<64> { typedef uint4 t; enum { n = 4 }; };
+template <typename T, int N> union Pack {
+    typedef Words<N * (int)sizeof(T)> W;
+    T e[N];
+    typename W::t w[W::n];
+};
+template <typename T, int N> __device__ __forceinline__ Pack<T, N> load_pack(const T* p, i64 i) {
+    Pack<T, N> r;
+    const typename Pack<T, N>::W::t* src = (const typename Pack<T, N>::W::t*)(p + i);
+#pragma unroll
+    for (int k = 0; k < Pack<T, N>::W::n; ++k) r.w[k] = src[k];
+    return r;
+}
+template <typename T, int N> __device__ __forceinline__ void store_pack(T* p, i64 i, const Pack<T, N>& v) {
+    typename Pack<T, N>::W::t* dst = (typename Pack<T, N>::W::t*)(p + i);
+#pragma unroll
+    for (int k = 0; k < Pack<T, N>::W::n; ++k) dst[k] = v.w[k];
+}

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import cudnn
+from ..._lib import cudnn as C
 from . import _common as cm
 
 __all__ = ["softmax_forward", "softmax_backward"]
 
-_ACCURATE, _LOG = 1, 2
-_MODE_INSTANCE = 0
+
+def _algorithm(log: bool) -> C.SoftmaxAlgorithm:
+    return C.SoftmaxAlgorithm.LOG if log else C.SoftmaxAlgorithm.ACCURATE
 
 
-def _desc(x: Any) -> int:
+def _desc(x: Any) -> cudnn.TensorDescriptor:
     c = int(x.shape[-1]) if x.ndim else 1
     rows = int(x.size) // c if c else 0
-    return cm.tensor_desc((rows, c, 1, 1), x.dtype)
+    return cudnn.TensorDescriptor.cached((rows, c, 1, 1), x.dtype)
 
 
 def softmax_forward(x: Any, *, log: bool = False, out: Any = None, stream: Any = None) -> Any:
@@ -29,10 +32,11 @@ def softmax_forward(x: Any, *, log: bool = False, out: Any = None, stream: Any =
     y = cm.output(out, x.shape, x.dtype, s)
     if x.size == 0:
         return y
-    desc = _desc(x)
+    handle, desc = cm.cudnn_handle(s), _desc(x)  # held for the call: a cache may evict them meanwhile
+    d = desc.handle
     try:
-        cm.cudnn_call("cudnnSoftmaxForward", cm.cudnn_handle(s), _LOG if log else _ACCURATE, _MODE_INSTANCE,
-                      cm.ONE.of(x.dtype), desc, x.ptr, cm.ZERO.of(x.dtype), desc, y.ptr)
+        C.cudnnSoftmaxForward(handle.handle, _algorithm(log), C.SoftmaxMode.INSTANCE, cm.ONE.of(x.dtype), d, x.ptr,
+                              cm.ZERO.of(x.dtype), d, y.ptr)
     except cm.CudnnError as exc:
         exc.add_context(function="cudnnSoftmaxForward", shape=tuple(x.shape), dtype=str(x.dtype), log=log)
         raise
@@ -45,10 +49,11 @@ def softmax_backward(dy: Any, y: Any, *, log: bool = False, stream: Any = None) 
     dx = cm.empty(dy.shape, dy.dtype, s)
     if dy.size == 0:
         return dx
-    desc = _desc(dy)
+    handle, desc = cm.cudnn_handle(s), _desc(dy)
+    d = desc.handle
     try:
-        cm.cudnn_call("cudnnSoftmaxBackward", cm.cudnn_handle(s), _LOG if log else _ACCURATE, _MODE_INSTANCE,
-                      cm.ONE.of(dy.dtype), desc, y.ptr, desc, dy.ptr, cm.ZERO.of(dy.dtype), desc, dx.ptr)
+        C.cudnnSoftmaxBackward(handle.handle, _algorithm(log), C.SoftmaxMode.INSTANCE, cm.ONE.of(dy.dtype), d, y.ptr,
+                               d, dy.ptr, cm.ZERO.of(dy.dtype), d, dx.ptr)
     except cm.CudnnError as exc:
         exc.add_context(function="cudnnSoftmaxBackward", shape=tuple(dy.shape), dtype=str(dy.dtype), log=log)
         raise
