@@ -42,7 +42,7 @@ _KERAS_ONLY_KEYS: dict[str, Any] = {
     "beta_regularizer": None, "gamma_regularizer": None,
     "kernel_constraint": None, "bias_constraint": None, "beta_constraint": None, "gamma_constraint": None,
     "quantization_config": None, "lora_rank": None, "lora_alpha": _ANY,
-    "synchronized": False, "renorm": False, "renorm_clipping": None, "renorm_momentum": _ANY,
+    "renorm": False, "renorm_clipping": None, "renorm_momentum": _ANY,
     "autocast": True, "sparse": False, "ragged": False, "optional": False,
 }
 _KERAS_ACTIVATIONS = ("linear", "relu", "relu6", "sigmoid", "tanh", "elu", "gelu", "swish", "silu", "leaky_relu",

@@ -15,7 +15,7 @@ from .conv import (
 )
 from .core import ELU, Activation, Dense, Dropout, Flatten, LeakyReLU, ReLU, Softmax
 from .merging import Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract
-from .normalization import BatchNormalization, LayerNormalization
+from .normalization import BatchNormalization, LayerNormalization, SyncBatchNormalization
 from .pooling import (
     AveragePooling2D,
     AvgPool2D,
@@ -37,7 +37,7 @@ from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, Zer
 __all__ = [
     "Layer", "Weight", "Input", "InputLayer", "ActivationFn", "register", "deserialize", "get_layer_class",
     "Conv2D", "Convolution2D", "Dense", "Dropout", "Flatten", "Activation", "ReLU", "Softmax", "LeakyReLU", "ELU",
-    "BatchNormalization", "MaxPooling2D", "MaxPool2D", "AveragePooling2D", "AvgPool2D",
+    "BatchNormalization", "SyncBatchNormalization", "MaxPooling2D", "MaxPool2D", "AveragePooling2D", "AvgPool2D",
     "GlobalAveragePooling2D", "GlobalAvgPool2D",
     "DepthwiseConv2D", "SeparableConv2D", "SeparableConvolution2D", "Conv1D", "Convolution1D", "LayerNormalization",
     "GlobalMaxPooling2D", "GlobalMaxPool2D", "GlobalMaxPooling1D", "GlobalMaxPool1D", "GlobalAveragePooling1D",

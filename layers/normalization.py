@@ -1,5 +1,7 @@
 """BatchNormalization and LayerNormalization (Keras 3 arguments), computed by ``ops.batchnorm_*`` /
-``ops.layernorm_*`` with float32 statistics (float64 for float64 data)."""
+``ops.layernorm_*`` with float32 statistics (float64 for float64 data); ``SyncBatchNormalization``
+(``BatchNormalization(synchronized=True)``) takes its training statistics over every rank's batch
+under a data-parallel distribution (:mod:`.sync_batchnorm`)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from dnnbind import _validate, backend, ops
+from dnnbind import distribution as _distribution
 from dnnbind import initializers as _init
 
 from .base import Layer, register, split_batch
 from .conv import check_unsupported_none
+from .sync_batchnorm import sync_batchnorm_backward, sync_batchnorm_forward
 
-__all__ = ["BatchNormalization", "LayerNormalization"]
+__all__ = ["BatchNormalization", "SyncBatchNormalization", "LayerNormalization"]
 
 
 @register
@@ -27,14 +31,20 @@ class BatchNormalization(Layer):
     one, a relative difference of 1/(N*H*W - 1)).
     Weights (Keras order): ``gamma`` (if ``scale``), ``beta`` (if ``center``), ``moving_mean``,
     ``moving_variance``; all float32 whatever the dtype policy.
+
+    ``synchronized=True`` (Keras 3; also spelled ``SyncBatchNormalization``, torch's
+    ``SyncBatchNorm``): under a ``dnnbind.distribution.DataParallel`` distribution, training
+    batches are normalised with the mean and variance of the global batch (every rank's rows: the
+    per-channel sums are all-reduced in forward, the two gradient sums in backward; each rank's
+    batch must have the same size). Without a distribution it is exactly BatchNormalization.
     """
 
     def __init__(self, axis: int = -1, momentum: float = 0.99, epsilon: float = 1e-3, center: bool = True,
                  scale: bool = True, beta_initializer: Any = "zeros", gamma_initializer: Any = "ones",
                  moving_mean_initializer: Any = "zeros", moving_variance_initializer: Any = "ones",
-                 **kwargs: Any) -> None:
+                 synchronized: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        owner = f"BatchNormalization '{self.name}'"
+        owner = f"{type(self).__name__} '{self.name}'"
         if isinstance(axis, (list, tuple)):
             if len(axis) != 1:
                 raise NotImplementedError(f"{owner}: only one axis is supported, got {axis}")
@@ -44,6 +54,7 @@ class BatchNormalization(Layer):
         self.epsilon = _validate.number(epsilon, "epsilon", owner, low=0.0, low_open=True)
         self.center = _validate.boolean(center, "center", owner)
         self.scale = _validate.boolean(scale, "scale", owner)
+        self.synchronized = _validate.boolean(synchronized, "synchronized", owner)
         self.beta_initializer = _init.get(beta_initializer)
         self.gamma_initializer = _init.get(gamma_initializer)
         self.moving_mean_initializer = _init.get(moving_mean_initializer)
@@ -94,9 +105,25 @@ class BatchNormalization(Layer):
     def _kwargs(self) -> dict:
         return {"epsilon": self.epsilon, "mode": self._mode, "layout": self.layout}
 
+    def _replica(self) -> Any:
+        """The distribution's replica a synchronised layer reduces its statistics with, or None."""
+        if not self.synchronized:
+            return None
+        dist = _distribution.distribution()
+        return None if dist is None else dist.replica()
+
     def forward(self, x, training=False):
         x = self._cast_input(x)
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
+        replica = self._replica() if training and self.trainable else None
+        self._sync_replica = replica  # what backward follows: this forward's path
+        if replica is not None:
+            y, self._sync_xhat, self._sync_scale = sync_batchnorm_forward(
+                x, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
+                epsilon=self.epsilon, layout=self.layout, world_size=replica.world_size,
+                all_reduce=replica.step_all_reduce)
+            self._training_forward = True
+            return y
         if training and self.trainable:
             y, self._saved = ops.batchnorm_forward_training(
                 x, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
@@ -115,7 +142,14 @@ class BatchNormalization(Layer):
             zeros = self._param(None, 0.0)
             return ops.batchnorm_forward_inference(dy, gamma, zeros, zeros, self.moving_variance.value,
                                                    **self._kwargs())
-        dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._saved, **self._kwargs())
+        replica = self.__dict__.get("_sync_replica")
+        if replica is not None:
+            dx, dgamma, dbeta = sync_batchnorm_backward(dy, self._sync_xhat, self._sync_scale, layout=self.layout,
+                                                        world_size=replica.world_size,
+                                                        all_reduce=replica.step_all_reduce)
+            self._sync_xhat = self._sync_scale = self._sync_replica = None
+        else:
+            dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._saved, **self._kwargs())
         if self.gamma is not None:
             self.grads["gamma"] = dgamma
         if self.beta is not None:
@@ -130,7 +164,19 @@ class BatchNormalization(Layer):
                 "beta_initializer": _init.serialize(self.beta_initializer),
                 "gamma_initializer": _init.serialize(self.gamma_initializer),
                 "moving_mean_initializer": _init.serialize(self.moving_mean_initializer),
-                "moving_variance_initializer": _init.serialize(self.moving_variance_initializer)}
+                "moving_variance_initializer": _init.serialize(self.moving_variance_initializer),
+                "synchronized": self.synchronized}
+
+
+@register
+class SyncBatchNormalization(BatchNormalization):
+    """``BatchNormalization(synchronized=True)`` (torch users know it as ``SyncBatchNorm``): the
+    training statistics of the global batch under a data-parallel distribution. Same arguments and
+    weights; files meant for Keras should use ``BatchNormalization(synchronized=True)`` (Keras has
+    no class of this name, and weights are keyed by the class's snake-case name)."""
+
+    def __init__(self, *args: Any, synchronized: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, synchronized=synchronized, **kwargs)
 
 
 @register

@@ -22,7 +22,7 @@ drops it before returning, so nothing allocated in a (captured) step outlives it
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -124,9 +124,13 @@ class Tape:
         return out
 
     # ----- backward -------------------------------------------------------------------------
-    def backward(self, seeds: Sequence[tuple[Any, Any]]) -> None:
+    def backward(self, seeds: Sequence[tuple[Any, Any]], on_grads: "Callable[[Any], None] | None" = None) -> None:
         """Backpropagate ``(output array, gradient)`` pairs through the recorded applications; fills
-        every applied layer's ``grads`` (summed over the applications of a shared layer)."""
+        every applied layer's ``grads`` (summed over the applications of a shared layer).
+
+        ``on_grads(layer)``, when given, is called as soon as a layer's ``grads`` are final: after
+        its backward, or for a shared layer after the backward of its last application to run (its
+        first in the forward). A layer whose output took no gradient is never reported."""
         grads: dict[int, Any] = {}
         for array, grad in seeds:
             slot = self._slot_of.get(id(array))
@@ -137,6 +141,7 @@ class Tape:
                     "dnnbind Layer with its own backward")
             grads[slot] = grad if slot not in grads else ops.add(grads[slot], grad)
         shared_grads: dict[int, dict[str, Any]] = {}
+        pending = dict(self._uses) if on_grads is not None else None  # id(layer) -> backward runs to come
         for app in reversed(self.applications):
             layer = app.layer
             dy = grads.pop(app.out_slot, None)
@@ -148,6 +153,8 @@ class Tape:
                         "unused, or read by a computation outside any Layer (x * 2, ops.add, a NumPy function), "
                         "which the tape cannot differentiate. Wrap that computation in a dnnbind Layer with "
                         "its own backward (see dnnbind.layers.tape)")
+                if pending is not None:
+                    self._settle(layer, pending, shared_grads, on_grads)
                 continue
             if shared:
                 layer._restore_call_state(app.state)
@@ -159,6 +166,8 @@ class Tape:
                 acc = shared_grads.setdefault(id(layer), {})
                 for name, g in layer.grads.items():
                     acc[name] = g if name not in acc else ops.add(acc[name], g)
+            if pending is not None:
+                self._settle(layer, pending, shared_grads, on_grads, ran=True)
             if not need_dx:
                 continue
             dxs = dx if app.multi else [dx]
@@ -170,6 +179,20 @@ class Tape:
             acc = shared_grads.get(id(app.layer))
             if acc is not None:
                 app.layer.grads = acc
+
+    def _settle(self, layer: Any, pending: dict[int, int], shared_grads: dict[int, dict[str, Any]],
+                on_grads: Callable[[Any], None], ran: bool = False) -> None:
+        """One application of ``layer`` was walked; after its last, report the layer if any of its
+        backward runs happened (a shared layer's ``grads`` become the sum over its applications)."""
+        key = id(layer)
+        pending[key] -= 1
+        if pending[key]:
+            return
+        if key in shared_grads:
+            layer.grads = shared_grads[key]
+        elif not ran:
+            return
+        on_grads(layer)
 
     def clear(self) -> None:
         """Drop every reference the tape holds (the arrays of the step). A layer whose backward did not

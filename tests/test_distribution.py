@@ -24,6 +24,7 @@ from dnnbind.distribution import env as denv
 from dnnbind.distribution import launch as dlaunch
 from dnnbind.distribution.planning import BUCKET_BYTES, FIRST_BUCKET_BYTES
 from dnnbind.errors import DistributedError
+from testutil import numerical_grad, rel_error
 
 MB = 1024 * 1024
 
@@ -428,15 +429,16 @@ def _model(seed=3):
     return m
 
 
-def _run_ranks(world, fn, monkeypatch):
-    """``fn(rank, dist)`` in ``world`` threads, each seeing its own distribution."""
+def _run_ranks(world, fn, monkeypatch, comm=LoopbackCommunicator, **dp_kwargs):
+    """``fn(rank, dist)`` in ``world`` threads, each seeing its own distribution (``DataParallel(
+    communicator=comm(group, rank), **dp_kwargs)``)."""
     group = LoopbackGroup(world)
     local = threading.local()
     monkeypatch.setattr(dd, "distribution", lambda: getattr(local, "dist", None))
     results, errors = [None] * world, []
 
     def body(rank):
-        local.dist = dd.DataParallel(communicator=LoopbackCommunicator(group, rank))
+        local.dist = dd.DataParallel(communicator=comm(group, rank), **dp_kwargs)
         try:
             results[rank] = fn(rank, local.dist)
         except BaseException as exc:  # pragma: no cover - re-raised below
@@ -527,3 +529,300 @@ def test_a_failing_rank_reports_before_raising():
     replica.report_failure(MemoryError("device out of memory"))
     replica.report_failure(DistributedError("from another rank"))  # not echoed back
     assert comm.reported == ["MemoryError: device out of memory"]
+
+
+# ----- gradient buckets overlapping backward ---------------------------------------------------------
+def test_bucket_schedule_issues_complete_buckets_in_plan_order():
+    schedule = dd.BucketSchedule([[5, 4], [3, 2], [1, 0]])
+    assert schedule.deliver(5) == [] and schedule.deliver(4) == [0]
+    assert schedule.deliver(1) == [] and schedule.deliver(0) == []  # bucket 2 complete, bucket 1 not yet
+    assert schedule.deliver(0) == [] and schedule.deliver(99) == []  # twice, or unknown: nothing
+    assert schedule.issued == 1 and not schedule.done
+    assert schedule.deliver(2) == [] and schedule.deliver(3) == [1, 2]  # then both, in plan order
+    assert schedule.done and schedule.flush() == []
+    partial = dd.BucketSchedule([[2], [1, 0]])
+    assert partial.deliver(1) == [] and partial.flush() == [0, 1]  # backward over: the rest, in order
+    with pytest.raises(ValueError, match="more than one bucket"):
+        dd.BucketSchedule([[1, 0], [0]])
+
+
+class _Recorder(LoopbackCommunicator):
+    """Loopback, logging every all-reduce (rank 0) into the same list as the layers' backward runs."""
+
+    def __init__(self, group, rank, events):
+        super().__init__(group, rank)
+        self.events = events
+
+    def all_reduce(self, arrays, op="sum", stream=None):
+        if self.rank == 0:
+            self.events.append(("all_reduce", op, [tuple(a.shape) for a in arrays]))
+        super().all_reduce(arrays, op, stream)
+
+
+def _log_backward(model, events, rank):
+    for layer in model.layers:
+        def backward(dy, need_dx=True, _layer=layer, _original=layer.backward):
+            if rank == 0:
+                events.append(("backward", _layer.name))
+            return _original(dy, need_dx=need_dx)
+        layer.backward = backward
+
+
+def _run_recorded(world, fn, monkeypatch, **dp_kwargs):
+    """``fn(rank, events)`` on loopback ranks that log their all-reduces (rank 0's) into ``events``."""
+    events = []
+    results, _ = _run_ranks(world, lambda rank, dist: fn(rank, events), monkeypatch,
+                            comm=lambda group, rank: _Recorder(group, rank, events), **dp_kwargs)
+    return results, events
+
+
+def _three_dense(seed=3, functional=False):
+    keras.utils.set_random_seed(seed)
+    d1, d2, d3 = layers.Dense(8, activation="relu", name="d1"), layers.Dense(8, name="d2"), \
+        layers.Dense(3, activation="softmax", name="d3")
+    if functional:
+        inp = keras.Input((6,))
+        m = keras.Model(inp, d3(d2(d1(inp))))
+    else:
+        m = keras.Sequential([keras.Input((6,)), d1, d2, d3])
+    m.compile(keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy")
+    return m
+
+
+@pytest.mark.parametrize("functional", [False, True], ids=["sequential", "functional"])
+def test_each_bucket_is_reduced_before_backward_reaches_the_next(monkeypatch, functional):
+    x, y = _data(32)
+    reference = _three_dense(functional=functional)
+    reference.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+
+    def rank_fit(rank, events):
+        m = _three_dense(functional=functional)
+        _log_backward(m, events, rank)
+        m.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+        return m.get_weights()
+
+    # 100-byte buckets: [d3 bias+kernel (108 B)], [d2 (288 B)], [d1 (224 B)]
+    results, events = _run_recorded(2, rank_fit, monkeypatch, bucket_bytes=100)
+    step = [("backward", "d3"), ("all_reduce", "avg", [(3,), (8, 3)]),
+            ("backward", "d2"), ("all_reduce", "avg", [(8,), (8, 8)]),
+            ("backward", "d1"), ("all_reduce", "avg", [(8,), (6, 8)])]
+    grads = [e for e in events if e[0] == "backward" or e[1] == "avg"]
+    assert grads == step * 2  # 32 samples, global batch 16: two steps
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+    for a, b in zip(results[0], reference.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+def test_tape_reports_a_shared_layer_once_with_its_summed_gradients(rng):
+    keras.utils.set_random_seed(1)
+    shared, head = layers.Dense(4, name="shared"), layers.Dense(2, name="head")
+    inp = keras.Input((4,))
+    m = keras.Model(inp, head(shared(shared(inp))))
+    x = rng.normal(size=(5, 4)).astype(np.float32)
+    outs = m._run_forward([x], training=True, logits=[False])
+    reported = []
+    m._run_backward([np.ones_like(outs[0])], lambda layer: reported.append((layer.name, dict(layer.grads))))
+    assert [name for name, _ in reported] == ["head", "shared"]
+    final = dict(shared.grads)
+    assert set(final) == {"kernel", "bias"}
+    assert all(reported[1][1][k] is final[k] for k in final)  # the sum over both applications, as kept
+    d_second = np.ones((5, 2)) @ head.kernel.value.T  # into the second application, then the first
+    d_first = d_second @ shared.kernel.value.T
+    np.testing.assert_allclose(final["bias"], d_second.sum(0) + d_first.sum(0), rtol=1e-5)
+
+
+def test_a_gradient_replaced_after_the_hook_is_refused():
+    from dnnbind.distribution.reducer import GradientReducer
+
+    class Comm(dd.Communicator):
+        def all_reduce(self, arrays, op="sum", stream=None):
+            pass
+
+    layer = layers.Dense(2, name="dense_hook")
+    layer.build((3,))
+    slots = [(layer, w) for w in layer.trainable_weights]
+    reducer = GradientReducer(Comm(), slots, [[1, 0]])
+    layer.grads = {"kernel": np.ones((3, 2), np.float32), "bias": np.ones(2, np.float32)}
+    reducer.layer_done(layer)
+    assert reducer.issued == 1
+    with pytest.raises(RuntimeError, match="gradient of 'dense_hook/kernel' was replaced after"):
+        reducer.finish([np.ones((3, 2), np.float32), layer.grads["bias"]])
+
+
+# ----- synchronised batch normalization --------------------------------------------------------------
+_BN_CASES = [((8, 5), -1), ((4, 3, 3, 2), -1), ((4, 2, 3, 3), 1)]
+
+
+def _bn_layer(cls, shape, axis, dtype, weights):
+    layer = cls(axis=axis, momentum=0.9, dtype=dtype)
+    layer.build(shape[1:])
+    layer.set_weights(weights)
+    return layer
+
+
+def _bn_weights(rng, channels):
+    # gamma/beta multiples of 1/8 (exact in float32), a moving mean near the data's: the shift
+    return [rng.integers(4, 17, channels) / 8.0, rng.integers(-8, 9, channels) / 8.0,
+            rng.normal(1.5, 0.3, channels), rng.uniform(0.5, 2.0, channels)]
+
+
+def _sync_bn_on_ranks(world, x, dy, axis, dtype, weights, monkeypatch):
+    """SyncBatchNormalization on ``world`` loopback ranks, each given its slice of the batch: per
+    rank (y, dx, dgamma, dbeta, moving_mean, moving_variance)."""
+    rows = len(x) // world
+
+    def rank_bn(rank, dist):
+        layer = _bn_layer(layers.SyncBatchNormalization, x.shape, axis, dtype, weights)
+        part = slice(rank * rows, (rank + 1) * rows)
+        y = layer.forward(x[part], training=True)
+        dx = layer.backward(dy[part])
+        return y, dx, layer.grads["gamma"], layer.grads["beta"], *layer.get_weights()[2:]
+
+    results, _ = _run_ranks(world, rank_bn, monkeypatch)
+    return results
+
+
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-12), ("float32", 2e-6)])
+@pytest.mark.parametrize("shape, axis", _BN_CASES, ids=["2d", "nhwc", "nchw"])
+def test_sync_batchnorm_on_two_ranks_is_batchnorm_of_the_whole_batch(monkeypatch, shape, axis, dtype, tol):
+    rng = np.random.default_rng(11)
+    x = rng.normal(1.5, 2.0, size=shape).astype(dtype)
+    dy = rng.normal(size=shape).astype(dtype)
+    weights = _bn_weights(rng, shape[axis])
+    plain = _bn_layer(layers.BatchNormalization, shape, axis, dtype, weights)
+    y_ref = plain.forward(x, training=True)
+    dx_ref = plain.backward(dy)
+    ranks = _sync_bn_on_ranks(2, x, dy, axis, dtype, weights, monkeypatch)
+    (y0, dx0, dg0, db0, mm0, mv0), (y1, dx1, dg1, db1, mm1, mv1) = ranks
+    assert y0.dtype == np.dtype(dtype) and dx0.dtype == np.dtype(dtype)
+    assert rel_error(np.concatenate([y0, y1]), y_ref) < tol
+    assert rel_error(np.concatenate([dx0, dx1]), dx_ref) < 10 * tol
+    # parameter gradients stay each rank's own: their sum is the whole batch's (DataParallel averages)
+    assert rel_error(np.asarray(dg0) + dg1, plain.grads["gamma"]) < 10 * tol
+    assert rel_error(np.asarray(db0) + db1, plain.grads["beta"]) < 10 * tol
+    assert np.array_equal(mm0, mm1) and np.array_equal(mv0, mv1)  # every rank keeps the same statistics
+    mm_ref, mv_ref = plain.get_weights()[2:]
+    assert rel_error(mm0, mm_ref) < 2e-6 and rel_error(mv0, mv_ref) < 2e-6  # float32 weights
+
+
+def test_sync_batchnorm_gradients_match_finite_differences_float64(monkeypatch):
+    rng = np.random.default_rng(5)
+    shape, axis = (4, 2, 2, 3), -1
+    x = rng.normal(0.5, 1.5, size=shape)
+    r = rng.normal(size=shape)
+    weights = _bn_weights(rng, 3)
+    ranks = _sync_bn_on_ranks(2, x, r, axis, "float64", weights, monkeypatch)
+    dx = np.concatenate([ranks[0][1], ranks[1][1]])
+    dgamma, dbeta = ranks[0][2] + ranks[1][2], ranks[0][3] + ranks[1][3]
+
+    def loss(gamma=weights[0], beta=weights[1]):
+        ys = _sync_bn_on_ranks(2, x, r, axis, "float64", [gamma, beta, *weights[2:]], monkeypatch)
+        return float((np.concatenate([ys[0][0], ys[1][0]]) * r).sum())
+
+    assert rel_error(dx, numerical_grad(lambda: loss(), x)) < 1e-7
+    # gamma and beta are float32 weights: steps of 2**-10 keep the perturbed values exact
+    gamma, beta = weights[0].copy(), weights[1].copy()
+    assert rel_error(dgamma, numerical_grad(lambda: loss(gamma=gamma), gamma, eps=2.0 ** -10)) < 1e-7
+    assert rel_error(dbeta, numerical_grad(lambda: loss(beta=beta), beta, eps=2.0 ** -10)) < 1e-7
+
+
+def test_sync_batchnorm_without_a_distribution_is_batchnorm(monkeypatch, rng):
+    shape = (6, 4, 4, 3)
+    x = rng.normal(1.0, 2.0, size=shape).astype(np.float32)
+    dy = rng.normal(size=shape).astype(np.float32)
+    weights = _bn_weights(rng, 3)
+    outs = []
+    for layer in (_bn_layer(layers.BatchNormalization, shape, -1, "float32", weights),
+                  _bn_layer(layers.SyncBatchNormalization, shape, -1, "float32", weights),
+                  layers.BatchNormalization.from_config({**layers.BatchNormalization(synchronized=True).get_config(),
+                                                         "name": "bn_sync", "momentum": 0.9})):
+        if not layer.built:
+            layer.build(shape[1:])
+            layer.set_weights(weights)
+        outs.append([layer.forward(x, training=True), layer.backward(dy), layer.grads["gamma"], *layer.get_weights()])
+    for other in outs[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(outs[0], other))  # bitwise: the same path
+    # one loopback rank: the synchronised path, equal to batch normalization up to rounding
+    (one,) = _sync_bn_on_ranks(1, x, dy, -1, "float32", weights, monkeypatch)
+    for got, want in zip(one, [outs[0][0], outs[0][1], outs[0][2]]):
+        assert rel_error(got, want) < 2e-6
+
+
+def test_sync_batchnorm_config_and_arguments():
+    layer = layers.SyncBatchNormalization(axis=1, momentum=0.8)
+    config = layer.get_config()
+    assert config["synchronized"] is True and config["axis"] == 1 and layer.synchronized
+    again = layers.deserialize({"class_name": "SyncBatchNormalization", "config": config})
+    assert type(again) is layers.SyncBatchNormalization and again.synchronized and again.momentum == 0.8
+    assert layers.BatchNormalization().get_config()["synchronized"] is False
+    assert layers.BatchNormalization(synchronized=True).synchronized
+    with pytest.raises(TypeError, match=r"BatchNormalization '.*': synchronized must be True or False"):
+        layers.BatchNormalization(synchronized="yes")
+
+
+def _bn_model(cls_kwargs, seed=3):
+    keras.utils.set_random_seed(seed)
+    m = keras.Sequential([keras.Input((6,)), layers.Dense(8), layers.BatchNormalization(momentum=0.9, **cls_kwargs),
+                          layers.Activation("relu"), layers.Dense(3, activation="softmax")])
+    m.compile(keras.optimizers.SGD(0.1, momentum=0.9), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return m
+
+
+def test_fit_with_sync_batchnorm_on_two_ranks_equals_one_process(monkeypatch):
+    x, y = _data(64)
+    reference = _bn_model({})
+    ref_hist = reference.fit(x, y, batch_size=16, epochs=2, seed=7, verbose=0)
+
+    def rank_fit(rank, dist):
+        m = _bn_model({"synchronized": True}, seed=3 if rank == 0 else 99)
+        hist = m.fit(x, y, batch_size=16, epochs=2, seed=7, verbose=0)
+        return m.get_weights(), hist.history
+
+    results, _ = _run_ranks(2, rank_fit, monkeypatch)
+    (w0, h0), (w1, _) = results
+    assert all(np.array_equal(a, b) for a, b in zip(w0, w1))
+    # global-batch statistics: two ranks of 8 rows train like one process on 16 (plain BN on 8 would not)
+    for a, b in zip(w0, reference.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=5e-5, atol=5e-6)
+    np.testing.assert_allclose(h0["loss"], ref_hist.history["loss"], rtol=5e-5)
+
+
+def test_reducer_forks_per_bucket_and_always_joins_back():
+    """The device path's stream protocol, with a stand-in for the communication stream: each bucket
+    forks from the compute stream before its all-reduce goes to the communication stream; finish
+    joins once; a backward that raises is joined back by close (a capture must not end unjoined)."""
+    from dnnbind.distribution.reducer import GradientReducer
+
+    log = []
+
+    class Collective:
+        stream = "comm"
+
+        def fork(self, compute):
+            log.append(("fork", compute))
+
+        def join(self, compute):
+            log.append(("join", compute))
+
+    class Comm(dd.Communicator):
+        def all_reduce(self, arrays, op="sum", stream=None):
+            log.append(("all_reduce", op, stream, len(arrays)))
+
+    dense = [layers.Dense(2, name=f"dense_fork_{i}") for i in range(2)]
+    for layer in dense:
+        layer.build((2,))
+        layer.grads = {w.name: np.ones(w.value.shape, np.float32) for w in layer.trainable_weights}
+    slots = [(layer, w) for layer in dense for w in layer.trainable_weights]
+    reducer = GradientReducer(Comm(), slots, [[3, 2], [1, 0]], Collective(), "compute")
+    reducer.layer_done(dense[1])
+    assert log == [("fork", "compute"), ("all_reduce", "avg", "comm", 2)]
+    reducer.layer_done(dense[0])
+    reducer.finish([layer.grads[w.name] for layer, w in slots])
+    reducer.close()
+    assert log[2:] == [("fork", "compute"), ("all_reduce", "avg", "comm", 2), ("join", "compute")]
+    log.clear()
+    failing = GradientReducer(Comm(), slots, [[3, 2], [1, 0]], Collective(), "compute")
+    failing.layer_done(dense[1])
+    failing.close()  # backward raised before finish
+    failing.close()
+    assert log == [("fork", "compute"), ("all_reduce", "avg", "comm", 2), ("join", "compute")]

@@ -2,7 +2,8 @@
 
 One GPU: the communicator's collectives against NumPy, the whole distributed path with one rank
 (``fit`` under ``DataParallel`` bitwise equal to a plain ``fit`` in deterministic mode, with the
-NCCL all-reduces issued while the step was being captured and then replayed), the fault paths
+gradient buckets' NCCL all-reduces issued on the communication stream while the step was being
+captured and then replayed), SyncBatchNormalization against BatchNormalization, the fault paths
 (another rank's failure report, a collective past its timeout: ``ncclCommAbort`` and an error
 naming it), ``python -m dnnbind.launch`` with one NCCL rank, and the distributed step under
 compute-sanitizer memcheck. Two GPUs (``two_gpus``): two ranks train identically and like one
@@ -107,16 +108,24 @@ def _model(seed=3):
     return m
 
 
-def test_one_rank_data_parallel_fit_is_bitwise_plain_fit_with_nccl_in_the_graph(one_rank, monkeypatch):
-    x, y = _data()
+def _spy_all_reduce(monkeypatch) -> list:
+    """Record (op, capturing, stream handle) of every NcclCommunicator.all_reduce."""
     calls = []
     original = NcclCommunicator.all_reduce
 
     def spy(self, arrays, op="sum", stream=None):
-        calls.append((op, cuda.as_stream(stream).is_capturing()))
+        s = cuda.as_stream(stream)
+        calls.append((op, s.is_capturing(), s.handle))
         return original(self, arrays, op, stream)
 
     monkeypatch.setattr(NcclCommunicator, "all_reduce", spy)
+    return calls
+
+
+def test_one_rank_data_parallel_fit_is_bitwise_plain_fit_with_nccl_in_the_graph(one_rank, monkeypatch):
+    x, y = _data()
+    one_rank.bucket_bytes = 4096  # two buckets: [dense bias, dense kernel], [BN beta, gamma, conv bias, kernel]
+    calls = _spy_all_reduce(monkeypatch)
     with ops.config.override(deterministic=True), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plain = _model()
@@ -130,10 +139,77 @@ def test_one_rank_data_parallel_fit_is_bitwise_plain_fit_with_nccl_in_the_graph(
     assert dp_hist.history == plain_hist.history
     stats = dp._step_graphs.stats
     assert stats["captures"] >= 2 and stats["replays"] >= 12 and stats["failures"] == 0, stats
-    # the gradient all-reduce was issued on the capturing stream (so it is in the replayed graph) and
-    # Python issued it only in the eager warm-up and the capture: replays ran it from the graph
-    grads = [capturing for op, capturing in calls if op == "avg"]
-    assert grads.count(True) == 1 and grads.count(False) == 1, calls
+    weights = [w.value for w in dp.trainable_weights]
+    plan = dd.plan_buckets([w.nbytes for w in weights], [str(w.dtype) for w in weights], bucket_bytes=4096,
+                           first_bucket_bytes=4096)
+    assert plan == [[5, 4], [3, 2, 1, 0]]
+    # one averaging all-reduce per bucket, issued on the replica's communication stream (not the
+    # compute stream) by the eager warm-up and by the capture only: replays ran them from the graph
+    comm_stream = one_rank.replica().collective_stream(0).stream.handle
+    grads = [(capturing, handle) for op, capturing, handle in calls if op == "avg"]
+    assert grads == [(False, comm_stream)] * len(plan) + [(True, comm_stream)] * len(plan), calls
+    assert comm_stream != cuda.current_stream().handle
+
+
+@pytest.mark.parametrize("axis, shape", [(-1, (6, 5, 5, 8)), (1, (6, 8, 5, 5)), (-1, (48, 8))],
+                         ids=["nhwc", "nchw", "2d"])
+@pytest.mark.parametrize("dtype", _dtypes()[:3], ids=lambda d: np.dtype(d).name)
+def test_sync_batchnorm_on_one_nccl_rank_matches_batchnorm(one_rank, axis, shape, dtype):
+    rng = np.random.default_rng(9)
+    c = shape[axis]
+    x = rng.normal(1.0, 2.0, size=shape).astype(dtype)
+    dy = rng.normal(size=shape).astype(dtype)
+    weights = [rng.uniform(0.5, 2.0, c), rng.normal(size=c), rng.normal(0.8, 0.2, c), rng.uniform(0.5, 2.0, c)]
+    tol = {np.dtype(np.float32): 2e-5}.get(np.dtype(dtype), 5e-3 if np.dtype(dtype) == np.float16 else 3e-2)
+    dd.set_distribution(one_rank)
+    outs = []
+    for cls in (layers.BatchNormalization, layers.SyncBatchNormalization):
+        layer = cls(axis=axis, momentum=0.9, dtype=np.dtype(dtype).name)
+        layer.build(shape[1:])
+        layer.set_weights(weights)
+        y = layer.forward(cuda.to_device(x), training=True)
+        dx = layer.backward(cuda.to_device(dy))
+        outs.append([y.numpy(), dx.numpy(), layer.grads["gamma"].numpy(), layer.grads["beta"].numpy(),
+                     *layer.get_weights()[2:]])
+    (y, dx, dg, db, mm, mv), (sy, sdx, sdg, sdb, smm, smv) = outs
+    assert sy.dtype == np.dtype(dtype) and sdx.dtype == np.dtype(dtype)
+    for name, got, want, t in (("y", sy, y, tol), ("dx", sdx, dx, 5 * tol), ("dgamma", sdg, dg, 5 * tol),
+                               ("dbeta", sdb, db, 5 * tol), ("moving_mean", smm, mm, 1e-5),
+                               ("moving_variance", smv, mv, 1e-5)):
+        assert np.all(np.isfinite(got)), name
+        err = float(np.linalg.norm((got.astype(np.float64) - want.astype(np.float64)).ravel()) /
+                    np.linalg.norm(want.astype(np.float64).ravel()))
+        assert err < t, (name, err)
+
+
+def test_fit_with_sync_batchnorm_captures_its_collectives(one_rank, monkeypatch):
+    x, y = _data()
+
+    def model(synchronized):
+        keras.utils.set_random_seed(3)
+        m = keras.Sequential([keras.Input((8, 8, 3)), layers.Conv2D(8, 3, padding="same"),
+                              layers.BatchNormalization(synchronized=synchronized), layers.Activation("relu"),
+                              layers.Flatten(), layers.Dense(3, activation="softmax")])
+        m.compile(keras.optimizers.SGD(0.05), "sparse_categorical_crossentropy")
+        return m
+
+    calls = _spy_all_reduce(monkeypatch)
+    with ops.config.override(allow_tf32=False), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plain = model(False)
+        plain.fit(x, y, batch_size=32, epochs=2, seed=5, verbose=0)
+        dd.set_distribution(one_rank)
+        synced = model(True)
+        synced.fit(x, y, batch_size=32, epochs=2, seed=5, verbose=0)
+    assert not [w for w in caught if "could not be captured" in str(w.message)], [str(w.message) for w in caught]
+    assert synced._step_graphs.stats["failures"] == 0 and synced._step_graphs.stats["replays"] >= 12
+    for a, b in zip(plain.get_weights(), synced.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-4)
+    # the statistics' sums (forward) and the two gradient sums (backward), captured on the
+    # communication stream like the gradient buckets
+    comm_stream = one_rank.replica().collective_stream(0).stream.handle
+    captured = [(op, handle) for op, capturing, handle in calls if capturing]
+    assert captured == [("sum", comm_stream), ("sum", comm_stream), ("avg", comm_stream)], calls
 
 
 def test_a_failure_reported_by_another_rank_aborts_this_one(one_rank):
@@ -172,8 +248,13 @@ def test_a_collective_past_its_timeout_aborts_with_an_error(monkeypatch):
     try:
         comm = dist.communicator
         stream = cuda.current_stream()
+        spin = cuda.Kernel(_SPIN, "spin")
+        # load the module first: a kernel's first launch loads it, which may wait for the device,
+        # so the long launch below would return only after it finished
+        spin((1,), (1,), args=(np.int64(0),), stream=stream)
+        stream.synchronize()
         # about 2 s of one spinning thread on a ~2 GHz SM: the step marker stays unreached past 0.5 s
-        cuda.Kernel(_SPIN, "spin")((1,), (1,), args=(np.int64(4_000_000_000),), stream=stream)
+        spin((1,), (1,), args=(np.int64(4_000_000_000),), stream=stream)
         comm.mark(stream)
         start = time.monotonic()
         message = None

@@ -46,7 +46,9 @@ Contents:
 * :class:`Communicator` (the interface) and :class:`NcclCommunicator` (ctypes over ``libnccl``; see
   :mod:`dnnbind._lib.nccl` for why not nccl4py): all-reduce, broadcast, all-gather on dnnbind
   streams, a watchdog with ``ncclCommGetAsyncError``/``ncclCommAbort`` and a timeout;
-* :mod:`.planning`: the sharding rule and the gradient bucket plan (pure functions);
+* :mod:`.planning`: the sharding rule, the gradient bucket plan and when a bucket may be issued
+  during backward (pure); :mod:`.reducer`: the bucketed all-reduce overlapping backward on a
+  communication stream;
 * :mod:`.env`: the launcher environments; :mod:`.store`: the TCP rendezvous store;
   :mod:`.launch`: ``python -m dnnbind.launch``.
 
@@ -61,7 +63,7 @@ from .communicator import DEFAULT_TIMEOUT, Communicator, NcclCommunicator
 from .data_parallel import (DataParallel, Replica, distribution, initialize, is_writer, list_devices,
                             set_distribution)
 from .env import ProcessEnv, from_environment
-from .planning import BUCKET_BYTES, plan_buckets, shard_length, shard_order
+from .planning import BUCKET_BYTES, BucketSchedule, plan_buckets, shard_length, shard_order
 from .store import TCPStore, rendezvous
 
 __all__ = [
@@ -79,6 +81,7 @@ __all__ = [
     "TCPStore",
     "rendezvous",
     "plan_buckets",
+    "BucketSchedule",
     "shard_order",
     "shard_length",
     "BUCKET_BYTES",

@@ -12,9 +12,11 @@ One process per GPU. Each process builds the same model; ``fit`` then
   sharded: it is refused unless ``auto_shard_dataset=False`` (each rank's generator then yields
   that rank's batches);
 * broadcasts the weights (and built optimizer state) from rank 0 at the start of every ``fit``;
-* all-reduces (averages) the gradients inside the step, before the optimizer update, in
-  buckets of :data:`~dnnbind.distribution.planning.BUCKET_BYTES` planned in reverse parameter
-  order, each bucket one NCCL group on the compute stream (captured with the step's graph);
+* all-reduces (averages) the gradients inside the step in buckets of
+  :data:`~dnnbind.distribution.planning.BUCKET_BYTES` planned in reverse parameter order, each
+  bucket one NCCL group issued on a communication stream as soon as backward produced its
+  gradients, overlapping the rest of backward; the optimizer update waits for the last one
+  (:mod:`.reducer`; captured with the step's graph);
 * sums the loss and metric totals and counts over the ranks at the end of each epoch (and of
   each validation), so every rank's ``History`` holds the global values (the progress bar's
   per-batch values are rank 0's own);
@@ -36,6 +38,7 @@ from ..errors import DistributedError
 from .communicator import Communicator, NcclCommunicator
 from .env import from_environment
 from .planning import BUCKET_BYTES, FIRST_BUCKET_BYTES, plan_buckets
+from .reducer import CollectiveStream, GradientReducer
 from ..utils import draw_seed
 
 __all__ = ["DataParallel", "set_distribution", "distribution", "list_devices", "initialize", "is_writer",
@@ -242,6 +245,7 @@ class Replica:
     def __init__(self, dist: DataParallel) -> None:
         self.dist = dist
         self._plans: dict[tuple, list[list[int]]] = {}
+        self._collective: dict[int, CollectiveStream] = {}  # device index -> its communication stream
 
     @property
     def comm(self) -> Communicator:
@@ -318,20 +322,53 @@ class Replica:
             self.comm.broadcast(arrays, root=0)
 
     # ----- inside the step --------------------------------------------------------------------
-    def plan(self, grads: Sequence[Any]) -> list[list[int]]:
-        key = tuple((int(g.size) * int(g.dtype.itemsize), str(g.dtype)) for g in grads)
+    def plan(self, nbytes: Sequence[int], dtypes: Sequence[str]) -> list[list[int]]:
+        """The bucket plan for gradients of these sizes (bytes) and dtypes, parameter order (cached)."""
+        key = tuple(zip(nbytes, dtypes))
         plan = self._plans.get(key)
         if plan is None:
-            plan = plan_buckets([k[0] for k in key], [k[1] for k in key], bucket_bytes=self.dist.bucket_bytes,
+            plan = plan_buckets(list(nbytes), list(dtypes), bucket_bytes=self.dist.bucket_bytes,
                                 first_bucket_bytes=min(FIRST_BUCKET_BYTES, self.dist.bucket_bytes))
             self._plans[key] = plan
         return plan
 
-    def reduce_gradients(self, grads: Sequence[Any]) -> None:
-        """Average ``grads`` over the ranks in place, bucket by bucket (reverse parameter order), on
-        the current stream: stream-ordered, no host wait, capturable."""
-        for bucket in self.plan(grads):
-            self.comm.all_reduce([grads[i] for i in bucket], "avg")
+    def collective_stream(self, device: int) -> CollectiveStream:
+        """The communication stream of GPU ``device`` (made on first use, kept with this replica)."""
+        stream = self._collective.get(device)
+        if stream is None:
+            stream = self._collective[device] = CollectiveStream(device)
+        return stream
+
+    def gradient_reducer(self, slots: Sequence[tuple[Any, Any]]) -> "GradientReducer | None":
+        """This step's reducer for the trainable weights ``slots`` (``(layer, weight)``, parameter
+        order), or None when there is nothing to reduce. Bucketed by the weights' sizes and dtypes,
+        so every rank builds the same plan before backward starts."""
+        if not slots:
+            return None
+        values = [w.value for _, w in slots]
+        plan = self.plan([int(v.size) * int(v.dtype.itemsize) for v in values], [str(v.dtype) for v in values])
+        if not backend.is_device_array(values[0]):
+            return GradientReducer(self.comm, slots, plan)
+        from .. import cuda  # deferred: cuda.bindings loads only on a CUDA machine
+
+        device = values[0].device.index
+        # the ops' stream (stream=None): the step's, the capturing one while a graph is recorded
+        return GradientReducer(self.comm, slots, plan, self.collective_stream(device), cuda.as_stream(None))
+
+    def step_all_reduce(self, arrays: Sequence[Any], op: str = "sum") -> None:
+        """Reduce ``arrays`` in place for a computation of the step that needs the result now
+        (``SyncBatchNormalization``): on the communication stream, after the collectives issued
+        before it (the gradient buckets already under way), with the current stream joined back."""
+        if not arrays:
+            return
+        if not backend.is_device_array(arrays[0]):
+            self.comm.all_reduce(arrays, op)
+            return
+        from .. import cuda  # deferred: cuda.bindings loads only on a CUDA machine
+
+        device = arrays[0].device.index
+        self.collective_stream(device).run(cuda.as_stream(None),
+                                           lambda stream: self.comm.all_reduce(arrays, op, stream=stream))
 
     def after_step(self) -> None:
         """After a step was queued: the watchdog's progress marker, and any fault it found."""

@@ -1,7 +1,9 @@
-"""Pure functions of data parallelism: which samples a rank reads, and how gradients are bucketed.
+"""Pure functions of data parallelism: which samples a rank reads, how gradients are bucketed, and
+when a bucket may be all-reduced during backward.
 
-Nothing here touches a device or a process: both plans are computed identically on every rank
-from the same inputs, which is what keeps the ranks in step.
+Nothing here touches a device or a process: the plans are computed identically on every rank from
+the same inputs, which is what keeps the ranks in step (NCCL needs every rank to issue the same
+collectives in the same order).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["shard_order", "shard_length", "plan_buckets", "BUCKET_BYTES", "FIRST_BUCKET_BYTES"]
+__all__ = ["shard_order", "shard_length", "plan_buckets", "BucketSchedule", "BUCKET_BYTES", "FIRST_BUCKET_BYTES"]
 
 #: torch DDP's ``bucket_cap_mb=25`` and its smaller first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``)
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -90,3 +92,62 @@ def plan_buckets(nbytes: Sequence[int], dtypes: Sequence[str], *, bucket_bytes: 
         else:
             open_by_dtype[dtype] = (members, size)
     return buckets
+
+
+class BucketSchedule:
+    """Which buckets of a plan may be all-reduced as backward delivers gradients (torch DDP's rule).
+
+    Gradients are *delivered* one by one, in whatever order backward produces them. A bucket is
+    complete once every one of its gradients was delivered; it is **issued** only when it is
+    complete and every bucket before it in the plan was issued, so the collectives leave every
+    rank in plan order even if backward finished buckets out of order (as a functional model's
+    branches may). A fresh schedule is made for each step; it never looks at the arrays.
+
+    Parameters
+    ----------
+    plan:
+        The buckets from :func:`plan_buckets` (lists of parameter indices, in issue order).
+    """
+
+    __slots__ = ("plan", "_bucket_of", "_remaining", "_delivered", "_next")
+
+    def __init__(self, plan: Sequence[Sequence[int]]) -> None:
+        self.plan = [list(b) for b in plan]
+        self._bucket_of: dict[int, int] = {i: k for k, b in enumerate(self.plan) for i in b}
+        if len(self._bucket_of) != sum(len(b) for b in self.plan):
+            raise ValueError("BucketSchedule: a parameter index appears in more than one bucket")
+        self._remaining = [len(b) for b in self.plan]
+        self._delivered: set[int] = set()
+        self._next = 0
+
+    @property
+    def issued(self) -> int:
+        """How many buckets (a prefix of the plan) were issued so far."""
+        return self._next
+
+    @property
+    def done(self) -> bool:
+        return self._next == len(self.plan)
+
+    def deliver(self, index: int) -> list[int]:
+        """Parameter ``index``'s gradient is ready; returns the buckets to issue now, in order (often
+        none). Delivering an index twice, or one outside the plan, changes nothing."""
+        bucket = self._bucket_of.get(index)
+        if bucket is None or index in self._delivered:
+            return []
+        self._delivered.add(index)
+        self._remaining[bucket] -= 1
+        return self._ready()
+
+    def flush(self) -> list[int]:
+        """Backward is over: every bucket not issued yet, in order (their missing gradients are then
+        taken as they are, e.g. the zeros the trainer makes for weights no loss reached)."""
+        for k in range(self._next, len(self.plan)):
+            self._remaining[k] = 0
+        return self._ready()
+
+    def _ready(self) -> list[int]:
+        start = self._next
+        while self._next < len(self.plan) and self._remaining[self._next] == 0:
+            self._next += 1
+        return list(range(start, self._next))

@@ -265,11 +265,11 @@ class Model(Trainer):
         self._tape, self._tape_outputs = tape, outs
         return outs
 
-    def _run_backward(self, douts: list) -> None:
+    def _run_backward(self, douts: list, on_grads: "Callable[[Layer], None] | None" = None) -> None:
         tape, outs = self._tape, self._tape_outputs
         self._tape, self._tape_outputs = None, []
         try:
-            tape.backward([(o, d) for o, d in zip(outs, douts) if d is not None])
+            tape.backward([(o, d) for o, d in zip(outs, douts) if d is not None], on_grads)
         finally:
             tape.clear()  # nothing allocated in the step outlives it
 

@@ -8,7 +8,7 @@ cross-entropy (``has_final_softmax`` / ``forward_logits``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import _validate
 from .. import saving_lib
@@ -178,10 +178,13 @@ class Sequential(Model):
         last = self._layers[-1]
         return [last.forward_logits(x, training=training) if logits[0] else last.forward(x, training=training)]
 
-    def _run_backward(self, douts: list) -> None:
+    def _run_backward(self, douts: list, on_grads: "Callable[[Layer], None] | None" = None) -> None:
         dy = douts[0]
         for i in range(len(self._layers) - 1, -1, -1):
-            dy = self._layers[i].backward(dy, need_dx=i > 0)
+            layer = self._layers[i]
+            dy = layer.backward(dy, need_dx=i > 0)
+            if on_grads is not None:
+                on_grads(layer)
 
     def _run_on_tape(self, tape: Tape, xs: list) -> list:
         x = xs[0]

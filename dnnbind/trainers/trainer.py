@@ -16,8 +16,10 @@ What the trainer needs from a model (``dnnbind.models.Model`` provides it):
 * ``name``, ``device``, ``built``, ``_flat_layers()`` (the layers holding weights, model order);
 * ``_input_names()``, ``output_names``, ``_expected_input_shapes()`` (sample shapes or None),
   ``_output_shapes()``, ``_build_for(shapes)``, ``_require_layers(what)``, ``_input_hint()``;
-* ``_run_forward(xs, training, logits) -> outputs`` and ``_run_backward(douts)`` (lists, model
-  order; ``logits[i]``: output ``i`` skips its final softmax), ``_fusable_outputs()``.
+* ``_run_forward(xs, training, logits) -> outputs`` and ``_run_backward(douts, on_grads=None)``
+  (lists, model order; ``logits[i]``: output ``i`` skips its final softmax; ``on_grads(layer)``,
+  when given, is called once a layer's weight gradients are final, for the distributed gradient
+  all-reduce to overlap backward), ``_fusable_outputs()``.
 
 Inside a step, inputs and targets are *packed*: one array for a one-input (one-output) model, a
 tuple otherwise (that is what the step-graph cache keys and buffers). A weighted batch appends one
@@ -649,16 +651,20 @@ class Trainer:
         self._loss_tracker.update_state(total, n)
         return douts if training else None
 
-    def _params_and_grads(self) -> tuple[list, list]:
-        params, grads = [], []
+    def _trainable_slots(self) -> list:
+        """``(layer, weight)`` of every trainable weight, in parameter (model) order."""
         if not self.trainable:
-            return params, grads
-        for layer in self._flat_layers():
-            for w in layer.trainable_weights:
-                params.append(w.value)
-                g = layer.grads.get(w.name)
-                # a weight no loss reaches (an output without a loss) gets a zero gradient
-                grads.append(g if g is not None else ops.zeros_like(w.value))
+            return []
+        return [(layer, w) for layer in self._flat_layers() for w in layer.trainable_weights]
+
+    def _params_and_grads(self, slots: list) -> tuple[list, list]:
+        """Parameters and gradients of ``slots`` (:meth:`_trainable_slots`), after backward."""
+        params, grads = [], []
+        for layer, w in slots:
+            params.append(w.value)
+            g = layer.grads.get(w.name)
+            # a weight no loss reaches (an output without a loss) gets a zero gradient
+            grads.append(g if g is not None else ops.zeros_like(w.value))
         return params, grads
 
     def _train_step(self, x: Any, y: Any) -> None:
@@ -669,19 +675,30 @@ class Trainer:
         accumulators), so the step can be captured into a CUDA graph and replayed.
         """
         layers = self._flat_layers()
+        replica = self.__dict__.get("_replica")
+        reducer = None
         try:
             douts = self._loss_and_metrics(_unpack(x), _unpack(y), training=True)
-            self._run_backward(douts)
-            params, grads = self._params_and_grads()
+            slots = self._trainable_slots()  # after the forward: a subclassed model may build layers in it
+            # a distribution all-reduces the gradients bucket by bucket while backward runs (each layer
+            # reports its gradients through the hook), all before the finiteness check: every rank skips alike
+            reducer = None if replica is None else replica.gradient_reducer(slots)
+            if reducer is None:
+                self._run_backward(douts)
+            else:
+                self._run_backward(douts, reducer.layer_done)
+            params, grads = self._params_and_grads(slots)
+            if reducer is not None:
+                reducer.finish(grads)  # the last buckets; the compute stream then waits for all of them
         finally:
+            if reducer is not None:
+                reducer.close()  # joins the communication stream back on every path (a capture must end joined)
             # drop the gradient references: nothing allocated inside the step outlives it (graph capture)
             self._discard_forward()
             for layer in layers:
                 layer.grads = {}
         if not params:
             return
-        if self.__dict__.get("_replica") is not None:
-            self._replica.reduce_gradients(grads)  # before the finiteness check: every rank skips alike
         if self._loss_scale is not None:
             skip, finite = self._loss_scale.check(grads)
             # the update divides by this step's scale, so the scale changes only afterwards
