@@ -182,9 +182,21 @@ def _tensor_dtype_name(tensor: Any) -> str:
 def _checked_tensor(tensor: Any, w: Weight, key: str, owner: str, source: str) -> np.ndarray:
     """``tensor`` as a NumPy array for ``w`` once its shape and dtype are right; they are checked first,
     so a lazily read tensor (an h5py dataset) is read only when its size is the weight's own."""
+    dtype_name = _tensor_dtype_name(tensor)
+    mode = getattr(w.layer, "quantization_mode", None)
+    if dtype_name in ("int8", "uint8") and mode is None and w.dtype.kind == "f":
+        raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} needs a float tensor "
+                          f"({w.dtype}; float16, bfloat16 and float64 are cast); an {dtype_name} weight means the file "
+                          "holds a quantized model: call model.quantize(mode) with the mode it was saved in before "
+                          "loading it")
     if tuple(tensor.shape) != w.shape:
         raise SavingError(f"{source}: tensor '{key}' has shape {tuple(tensor.shape)} but {owner} needs {w.shape}")
-    dtype_name = _tensor_dtype_name(tensor)
+    if w.dtype.kind in "iu":  # a quantized layer's integer (int8, E4M3 bytes, packed int4) weight: exact dtype
+        if dtype_name != str(w.dtype):
+            raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} is quantized ({mode!r}) "
+                              f"and needs {w.dtype}: the file holds a float model; load it into the float model, "
+                              "then call quantize()")
+        return np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor
     if dtype_name not in _FLOAT_DTYPES:
         raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} needs a float "
                           f"tensor ({w.dtype}; float16, bfloat16 and float64 are cast)")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from dnnbind import _validate, ops
 from dnnbind import initializers as _init
 from dnnbind.ops._params import ConvParams, resolve_padding
 
 from .base import Layer, register, split_batch
-from .core import _ActivationMixin
+from .core import _ActivationMixin, _QuantizableMixin
 
 __all__ = ["Conv2D", "Convolution2D", "DepthwiseConv2D", "SeparableConv2D", "SeparableConvolution2D", "Conv1D",
            "Convolution1D", "data_format_to_layout"]
@@ -64,7 +66,7 @@ def check_image_shape(shape: tuple[int, ...], owner: str, data_format: str) -> N
 
 
 @register
-class Conv2D(_ActivationMixin, Layer):
+class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
     """2-d convolution ``y = activation(conv(x, kernel) + bias)``.
 
     Keras kernel layout ``(kh, kw, in/groups, filters)``; internally ``(filters, kh, kw, in/groups)``
@@ -133,10 +135,45 @@ class Conv2D(_ActivationMixin, Layer):
         self._conv = self._params_for(h, w)
         kh, kw = self.kernel_size
         to_internal, to_keras = _kernel_layout(self.layout)
-        self.kernel = self.add_weight("kernel", (kh, kw, c // self.groups, self.filters), self.kernel_initializer,
-                                      to_internal=to_internal, to_keras=to_keras)
+        self._in_per_group = c // self.groups
+        # a layer rebuilt from a quantized config makes its quantized weights only (loaded next)
+        self.kernel = None if "_pending_quantization" in self.__dict__ else self.add_weight(
+            "kernel", (kh, kw, c // self.groups, self.filters), self.kernel_initializer,
+            to_internal=to_internal, to_keras=to_keras)
         self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
+        self._build_pending_quantization()
         self._set_built(shape)
+
+    # ----- quantization (inference): weight-only ------------------------------------------------
+    # The kernel is stored in int8 / E4M3 (per output channel / per tensor scales) and dequantized to the
+    # compute dtype for cuDNN's float convolution: a memory saving, not a faster convolution (cuDNN's
+    # int8 convolutions need NHWC with channels multiple of 4 and int8 activations, not wired here).
+    _quantize_modes = ("int8", "float8")
+    _quantizes_inputs = False
+
+    def _kernel_dims(self):
+        kh, kw = self.kernel_size
+        return self.filters, kh * kw * self._in_per_group
+
+    def _internal_kernel_shape(self):
+        kh, kw = self.kernel_size
+        if self.layout == "NHWC":
+            return (self.filters, kh, kw, self._in_per_group)
+        return (self.filters, self._in_per_group, kh, kw)
+
+    def _float_kernel_matrix(self):
+        from_keras = _kernel_layout(self.layout)[0]
+        return np.ascontiguousarray(from_keras(self.kernel.numpy().astype(np.float32))).reshape(self.filters, -1)
+
+    def _quantized_kernel_layout(self, mode):
+        kh, kw = self.kernel_size
+        return (kh, kw, self._in_per_group, self.filters), *_kernel_layout(self.layout)
+
+    def _dequantized_kernel(self):
+        n, k = self._kernel_dims()
+        w = ops.dequantize_weight(self.kernel.value.reshape(n, k), self.kernel_scale.value,
+                                  mode=self.quantization_mode, dtype=self._effective_compute_dtype())
+        return w.reshape(*self._internal_kernel_shape())
 
     def _conv_kwargs(self) -> dict:
         p = self._conv
@@ -145,6 +182,11 @@ class Conv2D(_ActivationMixin, Layer):
 
     def _forward(self, x, training, skip_softmax):
         x = self._cast_input(x)
+        if self.quantization_mode is not None:
+            if training:
+                self._refuse_training()
+            return self._conv_bias_activation(x, self._dequantized_kernel(), self._conv_kwargs(), False,
+                                              skip_softmax)
         return self._conv_bias_activation(x, self._compute_weight(self.kernel), self._conv_kwargs(), training,
                                           skip_softmax)
 
@@ -169,6 +211,8 @@ class Conv2D(_ActivationMixin, Layer):
         return self._activate(z, training, skip_softmax)
 
     def backward(self, dy, need_dx=True):
+        if self.quantization_mode is not None:
+            self._refuse_training()
         dx = self._conv_bias_activation_backward(dy, self.kernel, self._conv_kwargs(), need_dx)
         self._x = self._w = None
         return dx
@@ -189,7 +233,7 @@ class Conv2D(_ActivationMixin, Layer):
                 "dilation_rate": list(self.dilation_rate), "groups": self.groups,
                 "activation": self.activation.name, "use_bias": self.use_bias,
                 "kernel_initializer": _init.serialize(self.kernel_initializer),
-                "bias_initializer": _init.serialize(self.bias_initializer)}
+                "bias_initializer": _init.serialize(self.bias_initializer), **self._quantization_config()}
 
 
 Convolution2D = Conv2D
@@ -204,6 +248,8 @@ class DepthwiseConv2D(Conv2D):
     ``(in * depth_multiplier,)``; computed as a grouped convolution with ``groups=in``
     (``ops.conv2d_*``, cuDNN grouped convolutions on the GPU).
     """
+
+    _quantize_modes = ()  # own kernel layouts: model.quantize leaves them in float
 
     def __init__(self, kernel_size: "int | Sequence[int]", strides: "int | Sequence[int]" = (1, 1),
                  padding: str = "valid", depth_multiplier: int = 1, data_format: str | None = None,
@@ -261,6 +307,8 @@ class SeparableConv2D(Conv2D):
     Weights (Keras order and layouts): ``depthwise_kernel`` ``(kh, kw, in, depth_multiplier)``,
     ``pointwise_kernel`` ``(1, 1, in * depth_multiplier, filters)``, ``bias`` ``(filters,)``.
     """
+
+    _quantize_modes = ()  # own kernel layouts: model.quantize leaves them in float
 
     def __init__(self, filters: int, kernel_size: "int | Sequence[int]", strides: "int | Sequence[int]" = (1, 1),
                  padding: str = "valid", data_format: str | None = None,
@@ -360,6 +408,8 @@ class Conv1D(Conv2D):
     memory as the input (reshapes are views). ``padding="causal"`` pads ``dilation_rate * (kernel_size
     - 1)`` steps on the left only, so output step ``t`` sees inputs up to ``t`` (Keras).
     """
+
+    _quantize_modes = ()  # own kernel layouts: model.quantize leaves them in float
 
     def __init__(self, filters: int, kernel_size: "int | Sequence[int]", strides: "int | Sequence[int]" = 1,
                  padding: str = "valid", data_format: str | None = None, dilation_rate: "int | Sequence[int]" = 1,

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from dnnbind import _validate, ops
+import numpy as np
+
+from dnnbind import _validate, backend, ops
 from dnnbind import initializers as _init
+from dnnbind import quantizers as Q
 from dnnbind.utils import draw_seed
 
-from .base import ActivationFn, Layer, register, split_batch
+from .base import ActivationFn, Layer, Weight, register, split_batch
 
 __all__ = ["Dense", "Dropout", "Flatten", "Activation", "ReLU", "Softmax", "LeakyReLU", "ELU"]
 
@@ -46,8 +49,208 @@ class _ActivationMixin:
         return self._forward(x, training, True)
 
 
+def _transpose(a: np.ndarray) -> np.ndarray:
+    return a.T
+
+
+class _InputScaleWeight(Weight):
+    """A calibrated activation scale, ``(1,)`` float32, 0 meaning "dynamic". Its layer keeps on the host
+    whether it is set, so a forward never reads the device to pick the dynamic or the static path."""
+
+    def assign(self, array: Any) -> None:
+        super().assign(array)
+        self.layer._input_scale_static = bool(np.asarray(array, np.float32).reshape(-1)[0] > 0)
+
+
+class _QuantizableMixin:
+    """``quantize(mode)`` for layers whose kernel is one ``(out, in)`` matrix once flattened (Keras 3's
+    ``Layer.quantize``; inference only). Subclasses give :meth:`_float_kernel_matrix` (the float kernel as a
+    host ``(out, in)`` float32 array), :meth:`_quantized_kernel_layout` and the modes they support.
+
+    Quantized weights, in creation (and saving) order: ``kernel`` (int8, E4M3 bytes as uint8, or packed
+    int4 as uint8), ``bias`` (unchanged), ``kernel_scale`` (float32) and, for layers whose activations are
+    quantized, ``input_scale`` (float32 ``(1,)``, 0 until calibrated). All become non-trainable.
+    """
+
+    quantization_mode: "str | None" = None
+    int4_group_size: int = Q.DEFAULT_INT4_GROUP_SIZE
+    _input_scale_static = False
+    _calibration_amax: "float | None" = None
+    #: modes this layer computes in low precision; other modes of :data:`Q.MODES` are refused
+    _quantize_modes: "tuple[str, ...]" = Q.MODES
+    #: whether the activations are quantized too (an ``input_scale`` weight, calibration)
+    _quantizes_inputs = True
+
+    kernel: Any
+    bias: Any
+
+    def _float_kernel_matrix(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _kernel_dims(self) -> "tuple[int, int]":
+        """``(out, in)`` of the flattened kernel."""
+        raise NotImplementedError
+
+    def _internal_kernel_shape(self) -> "tuple[int, ...]":
+        """The internal shape of an int8/float8 kernel: ``(out, in)`` unless a layer keeps more axes."""
+        return self._kernel_dims()
+
+    def _quantized_kernel_layout(self, mode: str) -> "tuple[tuple[int, ...], Callable | None, Callable | None]":
+        """``(Keras shape, to_internal, to_keras)`` of the quantized kernel; internal is ``(out, in)``-shaped
+        (a convolution's KRSC/KCRS kernel is that once flattened)."""
+        raise NotImplementedError
+
+    @property
+    def _owner(self) -> str:
+        return f"{type(self).__name__} '{self.name}'"
+
+    def _check_quantizable(self, mode: str, group_size: Any, building: bool = False) -> int:
+        owner = f"{self._owner}: quantize"
+        Q.check_mode(mode, owner)
+        if mode not in self._quantize_modes:
+            raise NotImplementedError(f"{owner}: mode {mode!r} is not supported by {type(self).__name__} (supported: "
+                                      f"{', '.join(self._quantize_modes)})")
+        if not self.built and not building:
+            raise ValueError(f"{owner}: the layer is not built; call it on data or build the model first")
+        if self.quantization_mode is not None:
+            raise ValueError(f"{owner}: the layer is already quantized ({self.quantization_mode!r}); quantize the "
+                             "float model once")
+        if self.compute_dtype == "float64" or self.variable_dtype == "float64":
+            raise TypeError(f"{owner}: the layer computes in float64; quantized kernels take float16, bfloat16 or "
+                            "float32 inputs (use another dtype policy)")
+        group_size = _validate.positive_int(group_size, "group_size", owner)
+        if group_size < 2 or group_size % 2:
+            raise ValueError(f"{owner}: group_size must be an even int >= 2, got {group_size}")
+        return group_size
+
+    def quantize(self, mode: str, *, group_size: int = Q.DEFAULT_INT4_GROUP_SIZE) -> None:
+        """Replace the float kernel by its ``mode`` quantization (``"int8"``, ``"float8"``, ``"int4"``; see
+        :mod:`dnnbind.quantizers`); ``group_size``: int4's inputs per scale. Nothing changes on an error."""
+        group_size = self._check_quantizable(mode, group_size)
+        w = self._float_kernel_matrix()
+        if mode == "int8":
+            q, scale = Q.abs_max_quantize(w, axis=1)
+            scale = scale.reshape(-1)
+        elif mode == "float8":
+            qs, ds = Q.compute_float8_scale(np.max(np.abs(w)) if w.size else 0.0)
+            q, scale = Q.float8_to_bits(Q.quantize_float8(w, qs)), np.array([ds], np.float32)
+        else:
+            q4, scale = Q.abs_max_quantize_grouped(w, group_size)
+            q = Q.pack_int4(q4, axis=1)[0]
+        self._quantized_build(mode, group_size, q, scale)
+
+    def _quantized_build(self, mode: str, group_size: int, kernel: "np.ndarray | None" = None,
+                         scale: "np.ndarray | None" = None) -> None:
+        """Make the quantized weights: from host values (``quantize``), or zeros through ``add_weight`` (a
+        layer built from a quantized config, whose weights are then loaded)."""
+        n, k = self._kernel_dims()
+        shape, to_internal, to_keras = self._quantized_kernel_layout(mode)
+        if kernel is not None and mode != "int4":
+            kernel = kernel.reshape(self._internal_kernel_shape())
+        dtype = np.dtype(np.int8) if mode == "int8" else np.dtype(np.uint8)
+        if mode == "int4":
+            scale_shape, s_internal, s_keras = (-(-k // group_size), n), _transpose, _transpose
+        else:
+            scale_shape, s_internal, s_keras = ((n,) if mode == "int8" else (1,)), None, None
+        bias = self.bias
+        before = self._weights
+        self._weights = []
+        try:
+            self.kernel = self._quantized_weight("kernel", shape, dtype, to_internal, to_keras, kernel)
+            if bias is not None:
+                bias.trainable = False
+                self._weights.append(bias)
+            self.kernel_scale = self._quantized_weight("kernel_scale", scale_shape, np.dtype(np.float32), s_internal,
+                                                       s_keras, scale)
+            if self._quantizes_inputs and mode != "int4":
+                self.input_scale = _InputScaleWeight(self, "input_scale", (1,),
+                                                     backend.asarray(np.zeros(1, np.float32), device=self.device),
+                                                     False)
+                self._weights.append(self.input_scale)
+                self._input_scale_static = False
+            else:
+                self.input_scale = None
+        except BaseException:
+            self._weights = before
+            raise
+        self.quantization_mode = mode
+        self.int4_group_size = group_size
+        self.trainable = False
+        self.grads = {}
+        self._on_quantized()
+
+    def _on_quantized(self) -> None:
+        """Hook for what a layer keeps besides its weights."""
+
+    def _quantized_weight(self, name: str, shape: "tuple[int, ...]", dtype: np.dtype, to_internal: Any,
+                          to_keras: Any, internal: "np.ndarray | None") -> Weight:
+        """A non-trainable weight: zeros through ``add_weight``, or the given internal-layout host value."""
+        if internal is None:
+            return self.add_weight(name, shape, "zeros", trainable=False, to_internal=to_internal,
+                                   to_keras=to_keras, dtype=dtype)
+        internal = np.ascontiguousarray(np.asarray(internal, dtype))
+        w = Weight(self, name, shape, backend.asarray(internal, device=self.device), False, to_internal, to_keras)
+        self._weights.append(w)
+        return w
+
+    def set_input_scale(self, amax: float) -> None:
+        """Calibrate: the activations' ``max|x|`` (from :meth:`Model.quantize`'s calibration pass) becomes a
+        static per-tensor scale (int8: ``127 / (amax + 1e-7)``; float8: ``amax / 448``)."""
+        if self.input_scale is None:
+            raise ValueError(f"{self._owner}: mode {self.quantization_mode!r} does not quantize activations")
+        if self.quantization_mode == "int8":
+            value = np.float32(Q.INT8_MAX) / (np.float32(amax) + np.float32(Q.EPSILON))
+        else:
+            value = Q.compute_float8_scale(amax)[1]
+        self.input_scale.assign(np.array([value], np.float32))
+
+    # ----- calibration: the float forward records max|x| ------------------------------------------
+    def _record_input(self, x: Any) -> None:
+        amax = float(backend.to_numpy(ops.abs_max(x))[0])  # calibration only: a host read is fine here
+        self._calibration_amax = amax if self._calibration_amax is None else max(self._calibration_amax, amax)
+
+    def _refuse_training(self) -> None:
+        raise ValueError(f"{self._owner} is quantized ({self.quantization_mode!r}) and runs inference only; "
+                           "train the float model, then call model.quantize()")
+
+    def quantized_bytes(self) -> "tuple[int, int]":
+        """``(bytes of the weights now, bytes they took in the float variable dtype)``."""
+        now = sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in self._weights)
+        n, k = self._kernel_dims()
+        item = _validate.normalize_dtype(self.variable_dtype).itemsize
+        before = (n * k + (n if self.bias is not None else 0)) * item
+        return now, before
+
+    def _quantization_config(self) -> dict:
+        if self.quantization_mode is None:
+            return {}
+        config = {"quantization_mode": self.quantization_mode}
+        if self.quantization_mode == "int4":
+            config["int4_group_size"] = self.int4_group_size
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> Any:
+        config = dict(config)
+        mode = config.pop("quantization_mode", None)
+        group_size = config.pop("int4_group_size", Q.DEFAULT_INT4_GROUP_SIZE)
+        layer = cls(**config)
+        if mode is not None:
+            Q.check_mode(mode, f"{cls.__name__}.from_config: quantization_mode")
+            layer._pending_quantization = (mode, group_size)
+        return layer
+
+    def _build_pending_quantization(self) -> None:
+        """After ``build`` of a layer from a quantized config: quantized weights (zeros) replace the float ones."""
+        pending = self.__dict__.pop("_pending_quantization", None)
+        if pending is not None:
+            mode, group_size = pending
+            self._check_quantizable(mode, group_size, building=True)
+            self._quantized_build(mode, group_size)
+
+
 @register
-class Dense(_ActivationMixin, Layer):
+class Dense(_QuantizableMixin, _ActivationMixin, Layer):
     """Fully connected layer ``y = activation(x @ kernel + bias)`` over the last axis.
 
     ``kernel`` has the Keras layout ``(in, units)`` (also the internal one: cuBLAS takes it transposed
@@ -68,27 +271,64 @@ class Dense(_ActivationMixin, Layer):
         _, shape = split_batch(input_shape)
         if len(shape) < 1:
             raise ValueError(f"Dense '{self.name}' needs inputs with at least one feature axis, got shape {shape}")
-        self.kernel = self.add_weight("kernel", (shape[-1], self.units), self.kernel_initializer)
+        self._in_features = int(shape[-1])
+        pending = "_pending_quantization" in self.__dict__
+        # a layer rebuilt from a quantized config makes its quantized weights only (loaded next)
+        self.kernel = None if pending else self.add_weight("kernel", (shape[-1], self.units), self.kernel_initializer)
         self.bias = self.add_weight("bias", (self.units,), self.bias_initializer) if self.use_bias else None
+        self._build_pending_quantization()
         self._set_built(shape)
 
     def _output_shape(self, input_shape):
         return (*input_shape[:-1], self.units)
 
+    # ----- quantization (inference) ------------------------------------------------------------
+    def _kernel_dims(self):
+        return self.units, self._in_features
+
+    def _float_kernel_matrix(self):
+        return self.kernel.numpy().astype(np.float32).T
+
+    def _quantized_kernel_layout(self, mode):
+        k = self._in_features
+        # Keras layouts: (in, out) int8/E4M3 bytes; int4 packed along `in` as keras.quantizers.pack_int4(axis=0)
+        rows = -(-k // 2) if mode == "int4" else k
+        return (rows, self.units), _transpose, _transpose
+
+    def _quantized_matmul(self, x2: Any, b: Any) -> Any:
+        mode = self.quantization_mode
+        if mode == "int8":
+            scale = self.input_scale.value if self._input_scale_static else None
+            return ops.int8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale)
+        if mode == "float8":
+            scale = self.input_scale.value if self._input_scale_static else None
+            return ops.float8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale)
+        return ops.int4_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b,
+                                      in_features=self._in_features, group_size=self.int4_group_size)
+
     def _forward(self, x: Any, training: bool, skip_softmax: bool) -> Any:
         x = self._cast_input(x)
         lead = tuple(x.shape[:-1])
         x2 = x if x.ndim == 2 else x.reshape(int(math.prod(lead)), int(x.shape[-1]))
-        w = self._compute_weight(self.kernel)
         b = self._compute_weight(self.bias) if self.bias is not None else None
-        z = ops.dense_forward(x2, w, b)
+        if self.quantization_mode is not None:
+            if training:
+                self._refuse_training()
+            z = self._quantized_matmul(x2, b)
+        else:
+            if self._calibration_amax is not None:
+                self._record_input(x2)
+            w = self._compute_weight(self.kernel)
+            z = ops.dense_forward(x2, w, b)
+            if training:
+                self._x2, self._w, self._lead = x2, w, lead
         if x.ndim != 2:
             z = z.reshape(*lead, self.units)
-        if training:
-            self._x2, self._w, self._lead = x2, w, lead
         return self._activate(z, training, skip_softmax)
 
     def backward(self, dy, need_dx=True):
+        if self.quantization_mode is not None:
+            self._refuse_training()
         dz = self._activation_backward(dy)
         dz2 = dz if dz.ndim == 2 else dz.reshape(int(math.prod(self._lead)), self.units)
         if self.trainable:
@@ -104,7 +344,7 @@ class Dense(_ActivationMixin, Layer):
     def get_config(self):
         return {**super().get_config(), "units": self.units, "activation": self.activation.name,
                 "use_bias": self.use_bias, "kernel_initializer": _init.serialize(self.kernel_initializer),
-                "bias_initializer": _init.serialize(self.bias_initializer)}
+                "bias_initializer": _init.serialize(self.bias_initializer), **self._quantization_config()}
 
 
 @register

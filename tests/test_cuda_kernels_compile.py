@@ -52,7 +52,12 @@ def _expected_kernels() -> dict[str, list[str]]:
     preprocessing = [f"channel_affine_{t}" for t in FLOATS]
     layernorm = [f"layernorm_{k}_{t}" for k in ("fwd", "bwd_dx", "bwd_params_rows", "bwd_params_final") for t in FLOATS]
     spatial_dropout = ["spatial_dropout_mask_f32", "spatial_dropout_mask_f64"] + [f"channel_scale_{t}" for t in FLOATS]
-    return {"activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
+    q_types = ("f32", "f16", "bf16")
+    quant = [f"{k}_{t}" for k in ("quant_rows_int8", "quant_static_int8", "abs_max", "quant_fp8", "fp8_epilogue",
+                                  "dequant_int8", "dequant_fp8", "dequant_int4", "int4_gemm") for t in q_types]
+    quant += [f"int8_epilogue_{t}_{a}" for t in q_types for a in ("i32", "f32")]
+    quant += ["fp8_scales", "int8_to_f32", "fp8_to_f32"]
+    return {"quant.cu": quant, "activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
             "optim.cu": optim, "merging.cu": merging, "reshaping.cu": reshaping, "preprocessing.cu": preprocessing,
             "layernorm.cu": layernorm, "spatial_dropout.cu": spatial_dropout}
 
@@ -253,3 +258,11 @@ def test_activation_kernel_kinds_cover_everything_cudnn_lacks():
     assert set(CUDNN_KINDS) | set(KERNEL_KINDS) == set(ACTIVATIONS)
     # only clipped_relu has both: the kernel serves bfloat16, where cuDNN's backward is off
     assert set(CUDNN_KINDS) & set(KERNEL_KINDS) == {"clipped_relu"}
+
+
+def test_quant_kernels_compile_without_the_sm89_fp8_conversion():
+    """Before sm_89 quant.cu converts to E4M3 in software (no cvt.e4m3x2): that branch must compile too."""
+    from dnnbind.cuda.kernel import compile_kernel
+
+    cubin = compile_kernel(cm.source("quant.cu"), arch="sm_80", options=cm.KERNEL_OPTIONS)
+    assert b"quant_fp8_bf16\x00" in cubin

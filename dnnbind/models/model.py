@@ -23,14 +23,18 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any, Sequence
+import re
+import warnings
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .. import _validate, backend
+from .. import quantizers as Q
 from .. import saving_lib
 from ..backend import Device
 from ..layers.base import InputLayer, KerasTensor, Layer, _snake_case, is_symbolic, unique_name
+from ..layers.core import _QuantizableMixin
 from ..layers.tape import Tape, active_tape
 from ..trainers.trainer import LossScale, Trainer
 
@@ -365,9 +369,111 @@ class Model(Trainer):
         self._require_built("count_params")
         return sum(layer.count_params() for layer in self._flat_layers())
 
+    # ----- quantization (inference) ------------------------------------------------------------
+    def quantize(self, mode: str, *, calibration_data: Any = None, calibration_steps: int | None = None,
+                 batch_size: int | None = None, group_size: int = Q.DEFAULT_INT4_GROUP_SIZE,
+                 filters: "str | Sequence[str] | Callable[[Layer], bool] | None" = None) -> None:
+        """Quantize the model for inference (Keras 3's ``Model.quantize``): ``"int8"``, ``"float8"`` or
+        ``"int4"`` (definitions in :mod:`dnnbind.quantizers`).
+
+        * Dense: int8 (per output channel weight scales; activations per row, computed each call) and
+          float8 (E4M3, per-tensor scales) quantize weights and activations; int4 is weight-only, packed
+          two per byte with one scale per ``group_size`` inputs (128, as Keras).
+        * Conv2D: int8 and float8 store the kernel quantized (per output channel / per tensor scales) and
+          convolve in the compute dtype on the dequantized kernel (a warning says so); int4 leaves it float.
+        * Other layers stay as they are.
+
+        ``calibration_data`` (int8/float8): inputs as :meth:`predict` takes them (arrays, a generator, a
+        PyDataset; ``calibration_steps`` batches at most, ``batch_size`` rows each): the float model runs on
+        them first and each quantized layer's activations get one static scale from the largest
+        ``max|x|`` seen, instead of a scale per call. ``filters``: which layers to quantize (a callable
+        taking the layer, a regular expression or a list of them matched against layer names).
+
+        The model then predicts and evaluates (and saves and loads, its scales with it) but cannot train:
+        ``fit``/``train_on_batch`` raise. Every argument is checked, and every chosen layer, before the first
+        changes.
+        """
+        owner = f"{self._owner}: quantize"
+        mode = Q.check_mode(mode, owner)
+        self._require_built("quantize")
+        calibration_steps = _validate.optional_positive_int(calibration_steps, "calibration_steps", owner)
+        batch_size = _validate.optional_positive_int(batch_size, "batch_size", owner)
+        if calibration_data is not None and mode == "int4":
+            raise ValueError(f"{owner}: int4 quantizes weights only, calibration_data has nothing to calibrate")
+        keep = _layer_filter(filters, owner)
+        chosen = [layer for layer in self._flat_layers() if isinstance(layer, _QuantizableMixin) and keep(layer)]
+        targets, left = [], []
+        for layer in chosen:
+            if mode in layer._quantize_modes:
+                layer._check_quantizable(mode, group_size)
+                targets.append(layer)
+            elif layer._quantize_modes:
+                left.append(layer)
+        if not targets:
+            raise ValueError(f"{owner}: no layer to quantize in {mode!r} (Dense layers quantize in every mode, Conv2D "
+                             "in int8 and float8)" + (f"; filters={filters!r} matched none" if filters else ""))
+        if calibration_data is not None:
+            self._calibrate([t for t in targets if t._quantizes_inputs], calibration_data, calibration_steps,
+                            batch_size)
+        for layer in targets:
+            amax = layer.__dict__.pop("_calibrated_amax", None)
+            layer.quantize(mode, group_size=group_size)
+            if amax is not None:
+                layer.set_input_scale(amax)
+        self._drop_graphs()  # they address the float weights
+        if self.optimizer is not None and self.optimizer.built:
+            # its slots follow the float weights that are gone (training is refused from now on)
+            self.optimizer.build([w.value for w in self.trainable_weights])
+        for layer in left:
+            warnings.warn(f"{owner}: {type(layer).__name__} '{layer.name}' has no {mode} path and stays in "
+                          f"{layer.compute_dtype}", UserWarning, stacklevel=2)
+        weight_only = [t.name for t in targets if not t._quantizes_inputs]
+        if weight_only:
+            warnings.warn(f"{owner}: {', '.join(weight_only)} store their kernels in {mode} but convolve in the compute "
+                          "dtype on the dequantized kernel (a memory saving; no int8/FP8 convolution kernel is used)",
+                          UserWarning, stacklevel=2)
+
+    def _calibrate(self, layers: list, data: Any, steps: "int | None", batch_size: "int | None") -> None:
+        """Run the float model over ``data`` eagerly, each of ``layers`` recording the largest ``max|x|`` of
+        its input; leaves ``_calibrated_amax`` on each."""
+        saved_jit = self._jit_compile
+        for layer in layers:
+            layer._calibration_amax = 0.0
+        try:
+            self._jit_compile = False  # the layers read max|x| back to the host, which a graph cannot
+            self.predict(data, batch_size=batch_size, steps=steps, verbose=0)
+            for layer in layers:
+                layer._calibrated_amax = layer._calibration_amax
+        finally:
+            self._jit_compile = saved_jit
+            for layer in layers:
+                layer._calibration_amax = None
+
+    def _quantized_layers(self) -> list:
+        return [layer for layer in self._flat_layers() if getattr(layer, "quantization_mode", None) is not None]
+
+    def _refuse_quantized_training(self, what: str) -> None:
+        quantized = self._quantized_layers()
+        if quantized:
+            names = ", ".join(f"'{layer.name}' ({layer.quantization_mode})" for layer in quantized)
+            raise ValueError(f"{self._owner}: {what} trains the model, but layer(s) {names} are quantized for inference "
+                             "only; train the float model, then call quantize()")
+
+    def fit(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_quantized_training("fit")
+        return super().fit(*args, **kwargs)
+
+    def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_quantized_training("train_on_batch")
+        return super().train_on_batch(*args, **kwargs)
+
+    fit.__doc__ = Trainer.fit.__doc__
+    train_on_batch.__doc__ = Trainer.train_on_batch.__doc__
+
     # ----- summary ----------------------------------------------------------------------------
     def _summary_rows(self) -> list[tuple[str, str, int, "str | None"]]:
-        """``(name (type), output shape, params, connected to or None)`` per row."""
+        """``(name (type), output shape, params, connected to or None)`` per row; a quantized layer's type
+        carries its mode (``dense (Dense, int8)``)."""
         rows = []
         for layer in self.layers:
             if isinstance(layer, Model):
@@ -375,7 +481,9 @@ class Model(Trainer):
             else:
                 shape = str((None, *layer.output_shape)).replace(",)", ")") if layer.built else "(unbuilt)"
             params = layer.count_params() if (layer.built or not isinstance(layer, Model)) else 0
-            rows.append((f"{layer.name} ({type(layer).__name__})", shape, params, None))
+            mode = getattr(layer, "quantization_mode", None)
+            kind = type(layer).__name__ + (f", {mode}" if mode else "")
+            rows.append((f"{layer.name} ({kind})", shape, params, None))
         return rows
 
     def summary(self, line_length: int | None = None, positions: Any = None, print_fn=None,
@@ -418,6 +526,15 @@ class Model(Trainer):
         out(f"Total params: {total:,} ({human(nbytes(self.weights))})")
         out(f"Trainable params: {trainable:,} ({human(nbytes(self.trainable_weights))})")
         out(f"Non-trainable params: {total - trainable:,} ({human(nbytes(self.non_trainable_weights))})")
+        quantized = self._quantized_layers()
+        if quantized:
+            now = before = 0
+            for layer in quantized:
+                a, b = layer.quantized_bytes()
+                now, before = now + a, before + b
+            modes = ", ".join(sorted({layer.quantization_mode for layer in quantized}))
+            out(f"Quantized layers: {len(quantized)} ({modes}): weights {human(now)} instead of {human(before)} "
+                f"(saved {human(before - now)})")
         out("_" * width)
 
     # ----- config and saving ------------------------------------------------------------------
@@ -444,6 +561,23 @@ class Model(Trainer):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, layers={len(self.layers)}, built={self.built}>"
+
+
+def _layer_filter(filters: Any, owner: str) -> "Callable[[Layer], bool]":
+    """``filters`` of :meth:`Model.quantize` as a predicate on layers."""
+    if filters is None:
+        return lambda layer: True
+    if callable(filters):
+        return lambda layer: bool(filters(layer))
+    patterns = [filters] if isinstance(filters, str) else list(filters) if isinstance(filters, (list, tuple)) else None
+    if not patterns or not all(isinstance(p, str) for p in patterns):
+        raise _validate.ArgumentTypeError(f"{owner}: filters must be None, a callable, a regular expression or a list of "
+                                          f"them, got {filters!r}")
+    try:
+        compiled = [re.compile(p) for p in patterns]
+    except re.error as exc:
+        raise ValueError(f"{owner}: filters holds an invalid regular expression: {exc}") from None
+    return lambda layer: any(c.fullmatch(layer.name) for c in compiled)
 
 
 # KerasTensor is re-exported for `isinstance` checks next to Model (keras.KerasTensor)

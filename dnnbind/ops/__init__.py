@@ -52,6 +52,15 @@ from .preprocessing import normalize, normalize_backward, rescale
 from .reshaping import crop2d, pad2d, transpose, upsample2d_backward, upsample2d_forward
 from .losses import binary_crossentropy, crossentropy_from_probs, mean_squared_error, softmax_cross_entropy
 from .optim import UpdateTables, adam_update, advance_step, rmsprop_update, sgd_update
+from .quantize import (
+    abs_max,
+    dequantize_weight,
+    float8_dense_forward,
+    int4_dense_forward,
+    int8_dense_forward,
+    quantize_float8,
+    quantize_int8,
+)
 from .pooling import global_avg_pool2d_backward, global_avg_pool2d_forward, pool2d_backward, pool2d_forward
 from .softmax import softmax_backward, softmax_forward
 from .spatial_dropout import spatial_dropout_backward, spatial_dropout_forward
@@ -81,4 +90,7 @@ __all__ = [
     "rescale", "normalize", "normalize_backward",
     # optimizers
     "sgd_update", "adam_update", "rmsprop_update", "advance_step", "UpdateTables",
+    # low-bit inference (quantize.py)
+    "int8_dense_forward", "float8_dense_forward", "int4_dense_forward", "dequantize_weight", "quantize_int8",
+    "quantize_float8", "abs_max",
 ]

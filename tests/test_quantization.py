@@ -1,0 +1,471 @@
+"""Low-bit inference on the NumPy backend: the quantizers against their definitions, the quantized ops
+and layers against float within stated bounds, model.quantize (calibration, predict/evaluate, summary,
+save/load round trips, errors). The GPU side is tests/test_quantization_gpu.py."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import types
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dnnbind
+from dnnbind import layers, ops
+from dnnbind import quantizers as Q
+from dnnbind._lib import cublaslt as L
+from dnnbind.cublas import _lt
+from dnnbind.errors import CublasError
+from dnnbind.saving_lib import SavingError
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*no GPU.*")
+
+E4M3 = ml_dtypes.float8_e4m3fn
+
+
+# ----------------------------------------------------------------------------- quantizers
+def test_abs_max_quantize_scale_rounding_and_saturation(rng):
+    x = rng.standard_normal((5, 33)).astype(np.float32)
+    q, scale = Q.abs_max_quantize(x, axis=1)
+    amax = np.max(np.abs(x), axis=1, keepdims=True)
+    np.testing.assert_array_equal(scale, np.float32(127) / (amax + np.float32(1e-7)))
+    assert q.dtype == np.int8 and scale.dtype == np.float32
+    np.testing.assert_array_equal(q, np.clip(np.rint(x * scale), -127, 127))
+    # each row's largest magnitude lands on +-127, nothing on -128
+    np.testing.assert_array_equal(np.max(np.abs(q.astype(np.int32)), axis=1), 127)
+    assert q.min() >= -127
+
+
+def test_int8_static_scale_rounds_half_to_even_and_saturates():
+    x = np.array([[0.25, 0.75, -1.25, 100.0, -100.0, 1.75]], np.float32)
+    q, scale = ops.quantize_int8(x, scale=np.array([2.0], np.float32))
+    # 0.5 -> 0, 1.5 -> 2, -2.5 -> -2 (ties to even), 200 -> 127, -200 -> -127, 3.5 -> 4
+    np.testing.assert_array_equal(q, [[0, 2, -2, 127, -127, 4]])
+    assert scale[0] == 2.0
+
+
+def test_int8_dynamic_scales_are_per_row(rng):
+    x = (rng.standard_normal((4, 20)) * np.array([[0.1], [1.0], [10.0], [100.0]])).astype(np.float32)
+    q, scale = ops.quantize_int8(x)
+    assert scale.shape == (4,)
+    np.testing.assert_array_equal(scale, np.float32(127) / (np.max(np.abs(x), axis=1) + np.float32(1e-7)))
+    np.testing.assert_array_equal(q, np.clip(np.rint(x * scale[:, None]), -127, 127).astype(np.int8))
+
+
+def test_pack_int4_matches_keras_example_and_round_trips(rng):
+    arr = np.array([[-3, 7], [2, -8], [1, 0]], np.int8)
+    packed, shape, n = Q.pack_int4(arr, axis=0)
+    assert shape == (2, 2) and n == 3
+    np.testing.assert_array_equal(packed.view(np.int8), [[45, -121], [1, 0]])  # keras.quantizers.pack_int4
+    np.testing.assert_array_equal(Q.unpack_int4(packed, n, axis=0), arr)
+    q = rng.integers(-8, 8, size=(7, 9)).astype(np.int8)
+    for axis in (0, 1):
+        p, _, length = Q.pack_int4(q, axis=axis)
+        assert p.shape[axis] == (q.shape[axis] + 1) // 2
+        np.testing.assert_array_equal(Q.unpack_int4(p, length, axis=axis), q)
+    with pytest.raises(ValueError, match=r"\[-8, 7\]"):
+        Q.pack_int4(np.array([8], np.int8))
+
+
+def test_grouped_int4_scales_cover_groups_along_the_input_axis(rng):
+    w = rng.standard_normal((6, 300)).astype(np.float32)  # 300 = 2 groups of 128 and one of 44
+    q, scale = Q.abs_max_quantize_grouped(w, 128)
+    assert q.shape == (6, 300) and scale.shape == (6, 3)
+    for g, (lo, hi) in enumerate([(0, 128), (128, 256), (256, 300)]):
+        amax = np.max(np.abs(w[:, lo:hi]), axis=1)
+        np.testing.assert_array_equal(scale[:, g], np.float32(7) / (amax + np.float32(1e-7)))
+        np.testing.assert_array_equal(q[:, lo:hi], np.clip(np.rint(w[:, lo:hi] * scale[:, g:g + 1]), -8, 7))
+    assert q.min() >= -8 and q.max() <= 7
+    deq = Q.dequantize_grouped(q, scale, 128)
+    # abs-max rounding error: at most half a step, step = amax / 7
+    step = np.repeat(1.0 / scale, 128, axis=1)[:, :300]
+    assert np.all(np.abs(deq - w) <= 0.5 * step + 1e-6)
+
+
+def test_float8_scale_rounding_and_saturation():
+    qs, ds = Q.compute_float8_scale(896.0)
+    assert (qs, ds) == (np.float32(0.5), np.float32(2.0))
+    assert Q.compute_float8_scale(0.0) == (1.0, 1.0) and Q.compute_float8_scale(np.inf) == (1.0, 1.0)
+    x = np.array([1.0625, 1.1875, 1000.0, -1000.0, 0.0009765625, 3.0], np.float32)
+    q = Q.quantize_float8(x, 1.0).astype(np.float32)
+    # ties to even on the 0.125 grid of [1, 2); saturation to +-448; 2^-10 is half of the smallest
+    # subnormal 2^-9: a tie, to even (0)
+    np.testing.assert_array_equal(q, [1.0, 1.25, 448.0, -448.0, 0.0, 3.0])
+    bits = Q.float8_to_bits(Q.quantize_float8(x, 1.0))
+    assert bits.dtype == np.uint8
+    np.testing.assert_array_equal(Q.float8_from_bits(bits).astype(np.float32), q)
+
+
+def test_dequantize_weight_follows_each_definition(rng):
+    w = rng.standard_normal((8, 40)).astype(np.float32)
+    q8, s8 = Q.abs_max_quantize(w, axis=1)
+    got = ops.dequantize_weight(q8, s8.reshape(-1), mode="int8", dtype=np.float32)
+    np.testing.assert_array_equal(got, q8.astype(np.float32) / s8)
+    qs, ds = Q.compute_float8_scale(np.max(np.abs(w)))
+    qf = Q.float8_to_bits(Q.quantize_float8(w, qs))
+    got = ops.dequantize_weight(qf, np.array([ds], np.float32), mode="float8", dtype=np.float32)
+    np.testing.assert_array_equal(got, Q.float8_from_bits(qf).astype(np.float32) * ds)
+    q4, s4 = Q.abs_max_quantize_grouped(w, 16)
+    p4 = Q.pack_int4(q4, axis=1)[0]
+    got = ops.dequantize_weight(p4, s4, mode="int4", dtype=ml_dtypes.bfloat16, in_features=40, group_size=16)
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got, Q.dequantize_grouped(q4, s4, 16).astype(ml_dtypes.bfloat16))
+
+
+# ----------------------------------------------------------------------------- ops
+def _layer_weights(rng, n=24, k=64):
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) * 0.1
+    x = rng.standard_normal((10, k)).astype(np.float32)
+    return x, w, b, x @ w.T + b
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(np.asarray(a, np.float64) - b)) / np.max(np.abs(b)))
+
+
+def test_int8_dense_forward_is_the_exact_integer_product(rng):
+    x, w, b, ref = _layer_weights(rng)
+    qw, sw = Q.abs_max_quantize(w, axis=1)
+    sw = sw.reshape(-1)
+    y = ops.int8_dense_forward(x, qw, sw, b)
+    qx, sx = Q.abs_max_quantize(x, axis=1)
+    acc = qx.astype(np.int64) @ qw.astype(np.int64).T
+    np.testing.assert_array_equal(y, acc.astype(np.float32) / (sx * sw[None, :]) + b)
+    assert _rel(y, ref) < 0.02
+    # a calibrated scale quantizes the whole tensor with one scale
+    s = np.array([127.0 / np.max(np.abs(x))], np.float32)
+    ys = ops.int8_dense_forward(x, qw, sw, b, input_scale=s)
+    qs = np.clip(np.rint(x * s[0]), -127, 127)
+    np.testing.assert_array_equal(ys, (qs @ qw.T.astype(np.float64)).astype(np.float32) / (s[0] * sw) + b)
+    assert _rel(ys, ref) < 0.03
+
+
+def test_float8_and_int4_dense_forward_within_bounds(rng):
+    x, w, b, ref = _layer_weights(rng, k=256)
+    qs, ds = Q.compute_float8_scale(np.max(np.abs(w)))
+    qw = Q.float8_to_bits(Q.quantize_float8(w, qs))
+    y8 = ops.float8_dense_forward(x, qw, np.array([ds], np.float32), b)
+    assert 0 < _rel(y8, ref) < 0.08
+    q4, s4 = Q.abs_max_quantize_grouped(w, 128)
+    y4 = ops.int4_dense_forward(x, Q.pack_int4(q4, axis=1)[0], s4, b, in_features=256, group_size=128)
+    np.testing.assert_allclose(y4, x @ Q.dequantize_grouped(q4, s4, 128).T + b, rtol=1e-5, atol=1e-5)
+    assert 0 < _rel(y4, ref) < 0.15
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_quantized_ops_keep_the_input_dtype(rng, dtype):
+    x, w, b, ref = _layer_weights(rng)
+    qw, sw = Q.abs_max_quantize(w, axis=1)
+    y = ops.int8_dense_forward(x.astype(dtype), qw, sw.reshape(-1), b.astype(dtype))
+    assert y.dtype == np.dtype(dtype)
+    assert _rel(y.astype(np.float32), ref) < 0.03
+
+
+def test_quantized_ops_refuse_bad_arguments(rng):
+    x, w, b, _ = _layer_weights(rng)
+    qw, sw = Q.abs_max_quantize(w, axis=1)
+    with pytest.raises(ValueError, match="kernel must be a 2-d int8"):
+        ops.int8_dense_forward(x, w, sw.reshape(-1))
+    with pytest.raises(ValueError, match="features"):
+        ops.int8_dense_forward(x[:, :10], qw, sw.reshape(-1))
+    with pytest.raises(ValueError, match="kernel_scale must be float32"):
+        ops.int8_dense_forward(x, qw, sw)
+    with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
+        ops.int8_dense_forward(x.astype(np.float64), qw, sw.reshape(-1))
+    with pytest.raises(ValueError, match="input_scale"):
+        ops.float8_dense_forward(x, qw.view(np.uint8), np.ones(1, np.float32), input_scale=np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="group_size"):
+        ops.int4_dense_forward(x, np.zeros((24, 32), np.uint8), np.ones((24, 1), np.float32), in_features=64,
+                               group_size=3)
+
+
+# ----------------------------------------------------------------------------- layers and models
+def _mnist_like(rng, n=256):
+    x = rng.standard_normal((n, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 10, size=n)
+    return x, y
+
+
+def _model():
+    return dnnbind.Sequential([
+        layers.Input((8, 8, 1)), layers.Conv2D(8, 3, activation="relu"), layers.Flatten(),
+        layers.Dense(64, activation="relu"), layers.Dense(10, activation="softmax"),
+    ])
+
+
+def _trained(rng):
+    dnnbind.utils.set_random_seed(3)
+    m = _model()
+    m.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    x, y = _mnist_like(rng)
+    m.fit(x, y, epochs=2, batch_size=64, verbose=0)
+    return m, x, y
+
+
+@pytest.mark.parametrize("mode, bound", [("int8", 0.03), ("float8", 0.12), ("int4", 0.25)])
+def test_model_quantize_predicts_close_to_float_and_evaluates(rng, mode, bound):
+    m, x, y = _trained(rng)
+    ref = m.predict(x, verbose=0)
+    ref_loss = m.evaluate(x, y, verbose=0)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m.quantize(mode, group_size=32)
+    conv, dense, dense_1 = m.layers[0], m.layers[2], m.layers[3]
+    assert dense.quantization_mode == mode and dense_1.quantization_mode == mode
+    if mode == "int4":
+        assert conv.quantization_mode is None
+        assert any("has no int4 path" in str(w.message) for w in caught)
+    else:
+        assert conv.quantization_mode == mode
+        assert any("dequantized kernel" in str(w.message) for w in caught)
+    got = m.predict(x, verbose=0)
+    assert got.shape == ref.shape and np.all(np.isfinite(got))
+    assert _rel(got, ref) < bound
+    assert np.mean(np.argmax(got, 1) == np.argmax(ref, 1)) > (0.97 if mode == "int8" else 0.9)
+    loss, acc = m.evaluate(x, y, verbose=0)
+    assert abs(loss - ref_loss) < 0.1 * ref_loss + 0.05 and 0 <= acc <= 1
+    assert all(getattr(w.layer, "quantization_mode", None) is None for w in m.trainable_weights)
+
+
+def test_quantized_dense_weights_use_keras_layouts(rng):
+    d = layers.Dense(6)
+    x = rng.standard_normal((3, 20)).astype(np.float32)
+    d(x)
+    kernel = d.get_weights()[0]
+    d.quantize("int8")
+    names = [w.name for w in d.weights]
+    assert names == ["kernel", "bias", "kernel_scale", "input_scale"]
+    q, bias, scale, input_scale = d.get_weights()
+    assert q.shape == (20, 6) and q.dtype == np.int8 and scale.shape == (6,) and input_scale[0] == 0
+    q_ref, s_ref = Q.abs_max_quantize(kernel, axis=0)  # Keras: per output channel, along the input axis
+    np.testing.assert_array_equal(q, q_ref)
+    np.testing.assert_array_equal(scale, s_ref.reshape(-1))
+    d4 = layers.Dense(6)
+    d4(x)
+    d4.set_weights([kernel, bias])
+    d4.quantize("int4", group_size=8)
+    packed, _, scale4 = d4.get_weights()
+    assert packed.shape == (10, 6) and packed.dtype == np.uint8 and scale4.shape == (3, 6)
+    q4, s4 = Q.abs_max_quantize_grouped(kernel.T, 8)
+    np.testing.assert_array_equal(Q.unpack_int4(packed, 20, axis=0), q4.T)
+    np.testing.assert_array_equal(scale4, s4.T)
+
+
+def test_calibration_sets_static_input_scales(rng):
+    m, x, _ = _trained(rng)
+    flatten_out = x[:100].reshape(100, -1)
+    conv_out = m.layers[0](x[:100])
+    dense_in = conv_out.reshape(100, -1)
+    amax = float(np.max(np.abs(dense_in)))
+    del flatten_out
+    m.quantize("int8", calibration_data=x[:100], batch_size=50)
+    dense = m.layers[2]
+    assert dense._input_scale_static
+    np.testing.assert_allclose(dense.input_scale.numpy()[0], np.float32(127) / np.float32(amax + 1e-7), rtol=1e-6)
+    got = m.predict(x, verbose=0)
+    assert np.all(np.isfinite(got))
+    m8, _, _ = _trained(rng)
+    m8.quantize("float8", calibration_data=(x[:100],), calibration_steps=1, batch_size=100)
+    np.testing.assert_allclose(m8.layers[2].input_scale.numpy()[0], np.float32(amax) / np.float32(448), rtol=1e-2)
+    with pytest.raises(ValueError, match="int4 quantizes weights only"):
+        _model().quantize("int4", calibration_data=x)
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
+def test_save_and_load_round_trip_quantized_weights_and_scales(rng, tmp_path, mode):
+    m, x, _ = _trained(rng)
+    calibration = x[:64] if mode != "int4" else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.quantize(mode, calibration_data=calibration, group_size=32)
+    ref = m.predict(x, verbose=0)
+    m.save_weights(tmp_path / "q.safetensors")
+    m.save(tmp_path / "q.dnnbind")
+
+    other = _model()
+    other.build((None, 8, 8, 1))
+    with pytest.raises(SavingError, match=r"quantized model: call model\.quantize\(mode\)"):
+        other.load_weights(tmp_path / "q.safetensors")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other.quantize(mode, group_size=32)
+    other.load_weights(tmp_path / "q.safetensors")
+    np.testing.assert_array_equal(other.predict(x, verbose=0), ref)
+    for a, b in zip(other.get_weights(), m.get_weights()):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+    loaded = dnnbind.load_model(tmp_path / "q.dnnbind")
+    assert [getattr(layer, "quantization_mode", None) for layer in loaded.layers] == \
+        [getattr(layer, "quantization_mode", None) for layer in m.layers]
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), ref)
+
+
+def test_loading_float_weights_into_a_quantized_model_says_what_to_do(rng, tmp_path):
+    m, x, _ = _trained(rng)
+    m.save_weights(tmp_path / "f.safetensors")
+    m.layers[2].quantize("int8")
+    with pytest.raises(SavingError, match=r"quantized \('int8'\).*holds a float model"):
+        m.load_weights(tmp_path / "f.safetensors")
+
+
+def test_summary_shows_modes_and_memory_saved(rng):
+    m, _, _ = _trained(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.quantize("int4", group_size=32)
+    lines = []
+    m.summary(print_fn=lines.append)
+    text = "\n".join(lines)
+    assert "dense (Dense, int4)" in text or re.search(r"\(Dense, int4\)", text)
+    assert "(Conv2D)" in text
+    match = re.search(r"Quantized layers: 2 \(int4\): weights (.+) instead of (.+) \(saved (.+)\)", text)
+    assert match, text
+    now, before = m.layers[2].quantized_bytes()
+    # 288 x 64 float32 kernel + bias -> 4 bits per weight, float32 bias and one scale per 32 inputs
+    assert before == (288 * 64 + 64) * 4 and now == 144 * 64 + 64 * 4 + 9 * 64 * 4
+
+
+def test_training_a_quantized_model_raises_and_changes_nothing(rng):
+    m, x, y = _trained(rng)
+    m.quantize("int8", filters=["dense.*"])
+    assert m.layers[0].quantization_mode is None
+    before = [w.copy() for w in m.get_weights()]
+    with pytest.raises(ValueError, match=r"quantized for inference only"):
+        m.fit(x, y, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"quantized for inference only"):
+        m.train_on_batch(x[:8], y[:8])
+    for a, b in zip(m.get_weights(), before):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="runs inference only"):
+        m.layers[2](rng.standard_normal((4, 288)).astype(np.float32), training=True)
+
+
+def test_quantize_refuses_bad_requests_before_changing_anything(rng):
+    m, x, _ = _trained(rng)
+    with pytest.raises(ValueError, match="mode must be one of 'int8', 'float8', 'int4'"):
+        m.quantize("int2")
+    with pytest.raises(ValueError, match="group_size must be an even int"):
+        m.quantize("int4", group_size=7)
+    with pytest.raises(ValueError, match="matched none"):
+        m.quantize("int8", filters="nothing")
+    assert all(getattr(layer, "quantization_mode", None) is None for layer in m.layers)
+    with pytest.raises(ValueError, match="needs a built model"):
+        dnnbind.Sequential([layers.Dense(3)]).quantize("int8")
+    with pytest.raises(NotImplementedError, match="not supported by Conv2D"):
+        m.layers[0].quantize("int4")
+    m.quantize("int8")
+    with pytest.raises(ValueError, match="already quantized"):
+        m.quantize("int8")
+    with pytest.raises(TypeError, match="float64"):
+        d = layers.Dense(3, dtype="float64")
+        d(np.ones((2, 4)))
+        d.quantize("int8")
+
+
+# ----------------------------------------------------------------------------- cuBLASLt plan making (no GPU)
+# The descriptors are host objects: cuBLASLt creates them without a GPU. The heuristic and the matmul
+# are replaced by fakes that answer with chosen statuses, to check the order in which settings and
+# algorithms are tried, what the plan records, and the error when nothing runs.
+class _FakeLt:
+    def __init__(self, heuristic, matmul):
+        self.heuristic, self.matmul = heuristic, matmul  # setting -> (status, n algos); [statuses by algo]
+        self.calls: "list[tuple[str, int]]" = []
+
+    def raw(self, real_raw, name):
+        if name == "cublasLtMatmulAlgoGetHeuristic":
+            def heuristic(handle, desc, a, b, c, d, pref, requested, results, count):
+                epilogue = ctypes.c_uint32()
+                written = ctypes.c_size_t()
+                L.call("cublasLtMatmulDescGetAttribute", desc, int(L.MatmulDescAttribute.EPILOGUE),
+                       ctypes.byref(epilogue), 4, ctypes.byref(written))
+                setting = "bias" if epilogue.value == int(L.Epilogue.BIAS) else "plain"
+                status, n = self.heuristic[setting]
+                out = (L.HeuristicResult * requested).from_address(results)
+                for i in range(min(n, requested)):
+                    out[i].algo[0], out[i].state = 100 + i, 0
+                count._obj.value = min(n, requested)
+                return status
+            return heuristic
+        if name == "cublasLtMatmul":
+            def matmul(*args):
+                algo = ctypes.c_uint64.from_address(args[12]).value - 100
+                self.calls.append(("matmul", algo))
+                return self.matmul[algo] if algo < len(self.matmul) else 0
+            return matmul
+        return real_raw(name)
+
+
+@pytest.fixture
+def fake_lt(monkeypatch):
+    def install(heuristic, matmul):
+        fake = _FakeLt(heuristic, matmul)
+        real_raw = L.raw
+        monkeypatch.setattr(L, "raw", lambda name: fake.raw(real_raw, name))
+        monkeypatch.setattr(_lt, "_plans", {})
+        monkeypatch.setattr(_lt, "get_lt_handle", lambda device: types.SimpleNamespace(handle=0))
+        return fake
+    return install
+
+
+_STREAM = types.SimpleNamespace(device_index=0, handle=0)
+_FP8_CALL = dict(d_dtype=ml_dtypes.bfloat16, stream=_STREAM, workspace=0, workspace_bytes=0, a_scale=0x7000,
+                 b_scale=0x7100)
+
+
+def test_lt_plan_falls_back_from_the_bias_epilogue_and_records_the_setting(fake_lt):
+    fake = fake_lt({"bias": (15, 0), "plain": (0, 2)}, [0])
+    fused = _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, bias=0x4000,
+                          bias_dtype=ml_dtypes.bfloat16, **_FP8_CALL)
+    assert fused is False  # the caller adds the bias
+    (plan,) = _lt.lt_plans()
+    assert "float8 m=64 n=40 k=256 D=bfloat16 bias=bfloat16 setting=bias-after algo=1/2" in repr(plan)
+    assert fake.calls == [("matmul", 0)]
+
+
+def test_lt_plan_tries_the_next_algorithm_when_cublasLtMatmul_refuses_and_caches_it(fake_lt):
+    fake = fake_lt({"bias": (0, 3), "plain": (0, 3)}, [15, 0])
+    kw = dict(bias=0x4000, bias_dtype=ml_dtypes.bfloat16, **_FP8_CALL)
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, **kw) is True
+    assert "setting=bias-epilogue algo=2/3" in repr(_lt.lt_plans()[0])
+    # the next call runs the algorithm that worked, straight away
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x5000, 0x6000, 0x8000, **kw) is True
+    assert fake.calls == [("matmul", 0), ("matmul", 1), ("matmul", 1)]
+
+
+def test_lt_refusing_everything_names_the_matmul_and_what_each_attempt_answered(fake_lt):
+    fake_lt({"bias": (7, 0), "plain": (0, 1)}, [15])
+    with pytest.raises(_lt.LtNotSupportedError) as info:
+        _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, bias=0x4000, bias_dtype=ml_dtypes.bfloat16,
+                      **_FP8_CALL)
+    assert isinstance(info.value, CublasError)
+    msg = str(info.value)
+    assert "float8 m=64 n=40 k=256 D=bfloat16" in msg
+    assert "bias-epilogue: cublasLtMatmulAlgoGetHeuristic CUBLAS_STATUS_INVALID_VALUE" in msg
+    assert "bias-after: cublasLtMatmul CUBLAS_STATUS_NOT_SUPPORTED with algorithm 1 of 1" in msg
+    assert _lt.lt_plans() == []  # nothing cached: a later call tries again
+
+
+def test_lt_other_failures_are_errors_not_refusals(fake_lt):
+    fake_lt({"plain": (0, 1)}, [13])  # CUBLAS_STATUS_EXECUTION_FAILED
+    with pytest.raises(CublasError, match="cublasLtMatmul") as info:
+        _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, **_FP8_CALL)
+    assert not isinstance(info.value, _lt.LtNotSupportedError)
+
+
+def test_lt_shape_rules_are_checked_before_any_call():
+    assert _lt._alignment(0x1000) == 256 and _lt._alignment(0x1010) == 16 and _lt._alignment(0x1004) == 4
+    with pytest.raises(ValueError, match="m=40 .*multiple of 16"):  # FP8: out features % 16
+        _lt.check_tn_alignment("float8", 40, 7, 64, np.float32, {})
+    with pytest.raises(ValueError, match="B at 0x1008 is not 16-byte aligned"):
+        _lt.check_tn_alignment("float8", 64, 7, 64, np.float32, {"A": 0x1000, "B": 0x1008})
+    _lt.check_tn_alignment("float8", 64, 37, 64, np.float32, {"A": 0x1000, "B": 0x1010})  # rows need not align
+    assert _lt.tn_supported("float8", 4096, 4096, np.float16, (9, 0))
+    assert _lt.tn_supported("float8", 128, 784, np.float32, (9, 0))
+    assert not _lt.tn_supported("float8", 40, 64, np.float32, (9, 0))  # int8 would take it (40 * 4 % 16 == 0)
+    assert _lt.tn_supported("int8", 40, 64, np.int32, (9, 0))
+    assert not _lt.tn_supported("float8", 128, 784, np.float32, (8, 6))
