@@ -15,9 +15,15 @@ rounds and their ratio (torch ms / dnnbind ms: > 1 means dnnbind is faster).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from train_step import capture_torch_step, time_torch_steps  # noqa: E402  (a script beside this one)
 
 BATCH, SHAPE, WIDTH, CLASSES = 256, (32, 32, 3), 32, 10
 
@@ -109,25 +115,7 @@ def time_torch(precision: str, steps: int, warmup: int) -> float:
         loss.backward()
         opt.step()
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
-    events[0].record()
-    for i in range(steps):
-        graph.replay()
-        events[i + 1].record()
-    events[-1].synchronize()
-    return statistics.median(events[i].elapsed_time(events[i + 1]) for i in range(steps))
+    return time_torch_steps(torch, capture_torch_step(torch, step).replay, steps, warmup)
 
 
 def main() -> None:

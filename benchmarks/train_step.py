@@ -263,7 +263,23 @@ class TorchSetup:
             return self.torch.nn.functional.cross_entropy(self.model(self.x), self.y)
 
 
-def _time_torch_steps(torch, step: Callable[[], None], steps: int, warmup: int) -> float:
+def capture_torch_step(torch, step: Callable[[], None]):
+    """``step`` captured in a ``torch.cuda.CUDAGraph`` after three warm-up calls on a side stream (as
+    torch's CUDA-graph documentation does); returns the graph (replay it with ``graph.replay()``)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def time_torch_steps(torch, step: Callable[[], None], steps: int, warmup: int) -> float:
+    """Median ms of ``steps`` calls of ``step``, each bracketed by CUDA events, after ``warmup`` calls."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -286,7 +302,7 @@ def time_torch_eager(torch, name: str, precision: str, steps: int, warmup: int, 
         t.loss().backward()
         t.optimizer.step()
 
-    ms = _time_torch_steps(torch, step, steps, warmup)
+    ms = time_torch_steps(torch, step, steps, warmup)
     return {"ms_per_step": ms, "peak_bytes": torch.cuda.max_memory_allocated()}
 
 
@@ -301,16 +317,8 @@ def time_torch_graph(torch, name: str, precision: str, steps: int, warmup: int, 
         t.loss().backward()
         t.optimizer.step()
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up on a side stream, as torch's CUDA-graph docs do
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    ms = _time_torch_steps(torch, graph.replay, steps, warmup)
+    graph = capture_torch_step(torch, step)
+    ms = time_torch_steps(torch, graph.replay, steps, warmup)
     peak = torch.cuda.max_memory_allocated()
     del graph
     return {"ms_per_step": ms, "peak_bytes": peak}
@@ -362,7 +370,7 @@ class TorchCompiled:
     def time(self, steps: int, warmup: int) -> "dict | None":
         if self.error is not None:
             return None
-        ms = _time_torch_steps(self.torch, self.step, steps, warmup)
+        ms = time_torch_steps(self.torch, self.step, steps, warmup)
         if self.peak_bytes is None:
             self.peak_bytes = self.torch.cuda.max_memory_allocated()
         return {"ms_per_step": ms, "peak_bytes": self.peak_bytes, "compile_s": self.compile_s}

@@ -406,7 +406,7 @@ def fake_lt(monkeypatch):
         fake = _FakeLt(heuristic, matmul)
         real_raw = L.raw
         monkeypatch.setattr(L, "raw", lambda name: fake.raw(real_raw, name))
-        monkeypatch.setattr(_lt, "_plans", {})
+        monkeypatch.setattr(_lt, "_plans", _lt.LRUCache(_lt.PLAN_CACHE_SIZE, "test"))
         monkeypatch.setattr(_lt, "get_lt_handle", lambda device: types.SimpleNamespace(handle=0))
         return fake
     return install

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .. import cuda
+from .._cache import LRUCache
 from .._lib import OwnedPointer, device_index
 from .._lib import cublaslt as L
 from .._lib.cublas import ComputeType, DataType, Operation
@@ -221,14 +222,16 @@ class _Plan:
                 f"workspace={self.algos[self.algo_index][1] if self.algo is not None else '-'}>")
 
 
-_plans: dict[tuple, _Plan] = {}
+PLAN_CACHE_SIZE = 256
+"""cuBLASLt plans kept (shapes, types, alignments)."""
+_plans = LRUCache(PLAN_CACHE_SIZE, "cuBLASLt plans")
 _ONE_F, _ZERO_F = ctypes.c_float(1.0), ctypes.c_float(0.0)
 _ONE_I, _ZERO_I = ctypes.c_int32(1), ctypes.c_int32(0)
 
 
 def lt_plans() -> "list[_Plan]":
     """The cached plans (their repr names the setting and the algorithm chosen); for tests and diagnostics."""
-    return list(_plans.values())
+    return [plan for _, plan in _plans.items()]
 
 
 def _make_plan(handle: LtHandle, kind: str, m: int, n: int, k: int, d_type: int, bias_type: "int | None",
@@ -335,7 +338,7 @@ def matmul_tn(kind: str, m: int, n: int, k: int, a: int, b: int, d: int, *, d_dt
             status = _run(handle, plan, algo, kind, a, b, d, workspace, workspace_bytes, stream)
             if status == 0:
                 plan.algo, plan.algo_index = algo, index
-                _plans[key] = plan
+                _plans.put(key, plan)
                 return plan.fused_bias or not bias
             if status not in _REFUSALS:
                 raise L.make_error(status, "cublasLtMatmul", {"plan": label, "setting": setting, "algo": index})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .._lib.cudnn import cudart_version, version
 from . import _descriptors, algo, graph
-from ._cache import LRUCache
+from .._cache import LRUCache
 from ._descriptors import *  # noqa: F401,F403  (the descriptors and their records; see its __all__)
 from ._handle import Handle, get_handle
 from ._workspace import release_workspaces, workspace, workspace_buffer

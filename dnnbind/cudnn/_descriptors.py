@@ -27,7 +27,7 @@ from .._lib import OwnedPointer
 from .._lib import cudnn as C
 from .._validate import normalize_dtype
 from ..errors import CudnnError
-from ._cache import LRUCache
+from .._cache import LRUCache
 from ._handle import Handle, require_handle
 
 __all__ = [

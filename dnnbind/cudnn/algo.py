@@ -37,7 +37,7 @@ import numpy as np
 from .._lib import cudnn as C
 from .._validate import BFLOAT16
 from ..errors import DeviceOutOfMemoryError
-from ._cache import LRUCache
+from .._cache import LRUCache
 from ._descriptors import ConvolutionDescriptor, FilterDescriptor, TensorDescriptor, _require
 from ._handle import Handle, require_handle
 from ._workspace import workspace

@@ -1,4 +1,5 @@
-"""A bounded cache whose hit is one dict lookup, for descriptors, algorithm choices and op plans.
+"""A bounded cache whose hit is one dict lookup, for descriptors, algorithm choices and op plans
+(cuDNN descriptors and plans, cuBLASLt plans).
 
 Ops look a descriptor (or a plan holding several) up on every call, so the hit must cost no
 lock and no reordering. :class:`LRUCache` keeps two generations instead of an exact recency
