@@ -12,7 +12,8 @@ from dnnbind.ops import config
 
 
 def test_defaults_and_override_restores():
-    assert config.get() == {"allow_tf32": True, "deterministic": False, "benchmark": False, "workspace_limit": None}
+    assert config.get() == {"allow_tf32": True, "deterministic": False, "benchmark": False, "workspace_limit": None,
+                            "fused_graphs": True}
     with config.override(allow_tf32=False, workspace_limit=1 << 20):
         assert config.allow_tf32 is False and config.get("workspace_limit") == 1 << 20
         with config.override(deterministic=True):

@@ -309,3 +309,296 @@ def test_conv_geometry_equality_ignores_descriptor_handles():
     assert other.x != g.x and other.w != g.w and other.y != g.y
     assert other == g and hash(other) == hash(g) and other in {g}
     assert dataclasses.replace(g, y_dims=(2, 4, 5, 5)) != g
+
+
+# ------------------------------ CUDA fused graph path (ops/_cuda/fused.py): choice logic, builder faked
+
+def _bf16():
+    from dnnbind._validate import BFLOAT16
+
+    return BFLOAT16
+
+
+class _DevC(_Dev):
+    """A fake DeviceArray the graph path accepts: packed, 16-byte aligned unless ``ptr`` says otherwise."""
+
+    is_contiguous = True
+
+
+class _FakePlan:
+    def __init__(self, log, workspace_size=0):
+        self.log, self.workspace_size = log, workspace_size
+
+    def execute(self, tensors, workspace=None, *, handle=None):
+        self.log.append(("execute", tensors["x"], tensors["w"], tensors["b"], tensors["y"], workspace))
+
+
+class _Stream:
+    device_index = 0
+
+    def __init__(self):
+        self.capturing = False
+
+    def is_capturing(self):
+        return self.capturing
+
+
+@pytest.fixture
+def graph_path(monkeypatch):
+    """conv2d_bias_activation_forward on CUDA with the stream, buffers, graph builder and unfused calls
+    faked (descriptors are real). Returns (log, stream, builder): builder["result"] is what the fake
+    build returns (a plan) or raises (an exception)."""
+    from dnnbind.ops._cuda import _common as cm
+    from dnnbind.ops._cuda import activation
+    from dnnbind.ops._cuda import conv as cconv
+    from dnnbind.ops._cuda import fused
+
+    log = []
+    stream = _Stream()
+    builder = {"result": _FakePlan(log)}
+
+    def build(key, handle):
+        log.append(("build", key))
+        if isinstance(builder["result"], Exception):
+            raise builder["result"]
+        return builder["result"]
+
+    monkeypatch.setattr(cm, "stream_of", lambda s: stream)
+    monkeypatch.setattr(cm, "cudnn_handle", lambda s: fake_handle())
+    monkeypatch.setattr(cm, "output", lambda out, shape, dtype, s: _DevC(shape, 0x5000, dtype))
+    monkeypatch.setattr(fused, "_build", build)
+    monkeypatch.setattr(fused, "workspace", lambda s, n: 0x9000)
+    monkeypatch.setattr(fused, "_choices", {})
+    monkeypatch.setattr(fused, "_stats", dict.fromkeys(fused._stats, 0))
+    monkeypatch.setattr(cconv, "_FUSED_UNSUPPORTED", set())
+    monkeypatch.setattr(cconv, "conv2d_forward", lambda x, w, **kw: log.append("conv2d_forward"))
+    monkeypatch.setattr(cconv, "bias_add", lambda y, b, **kw: log.append("bias_add"))
+    monkeypatch.setattr(activation, "activation_forward", lambda y, kind, **kw: log.append(kind))
+    monkeypatch.setattr(cconv, "pad_nchw", lambda x, dims, pad, layout, value, s: log.append(("pad", pad)) or
+                        _DevC((dims[0], dims[2] + pad[0] + pad[1], dims[3] + pad[2] + pad[3], dims[1]), 0x7000,
+                              x.dtype))
+    return log, stream, builder
+
+
+def _graph_call(activation="relu", layout="NHWC", dtype=None, x_shape=(2, 6, 6, 32), k=32, pad=(1, 1, 1, 1),
+                stride=(1, 1), groups=1, x_ptr=0x1000):
+    from dnnbind.ops._cuda import conv as cconv
+
+    dtype = np.dtype(dtype or _bf16())
+    c = x_shape[3] if layout == "NHWC" else x_shape[1]
+    w_shape = (k, 3, 3, c // groups) if layout == "NHWC" else (k, c // groups, 3, 3)
+    x, w, b = _DevC(x_shape, x_ptr, dtype), _DevC(w_shape, 0x2000, dtype), _DevC((k,), 0x3000, dtype)
+    params = ops.ConvParams(stride=stride, pad=pad, dilation=(1, 1), groups=groups)
+    return cconv.conv2d_bias_activation_forward(x, w, b, activation=activation, params=params, layout=layout)
+
+
+def test_fused_graphs_is_a_setting_and_part_of_the_capture_key():
+    from dnnbind.ops import config
+
+    assert config.fused_graphs is True and config.get("fused_graphs") is True
+    before = config.capture_key()
+    with config.override(fused_graphs=False):
+        assert config.fused_graphs is False and config.capture_key() != before
+    assert config.capture_key() == before
+    with pytest.raises(TypeError, match="fused_graphs must be True or False"):
+        with config.override(fused_graphs=1):
+            pass
+
+
+def test_fused_key_covers_shapes_and_switches_and_skips_what_no_graph_runs():
+    from dnnbind.ops import config
+    from dnnbind.ops._cuda import fused
+
+    bf16 = _bf16()
+    args = (0, (2, 32, 6, 6), (64, 32, 3, 3), (1, 1), (1, 1), (1, 1), 1, bf16, "relu", "NHWC")
+    key = fused.conv_bias_activation_key(*args)
+    assert (key.x_shape, key.w_shape, key.pad, key.dtype, key.activation) == ((2, 6, 6, 32), (64, 3, 3, 32), (1, 1),
+                                                                              bf16, "relu")
+    assert key == fused.conv_bias_activation_key(*args) and hash(key) == hash(fused.conv_bias_activation_key(*args))
+    with config.override(allow_tf32=False):
+        assert fused.conv_bias_activation_key(*args) != key
+    with config.override(benchmark=True):
+        assert fused.conv_bias_activation_key(*args).benchmark and fused.conv_bias_activation_key(*args) != key
+    with config.override(workspace_limit=0):
+        assert fused.conv_bias_activation_key(*args).workspace_limit == 0
+    assert fused.conv_bias_activation_key(*args[:8], "linear", "NHWC").activation == "linear"
+    for i, value in ((9, "NCHW"), (6, 2), (8, "gelu"), (7, np.dtype(np.float64)), (1, (0, 32, 6, 6))):
+        changed = list(args)
+        changed[i] = value
+        assert fused.conv_bias_activation_key(*changed) is None, changed
+
+
+@pytest.mark.parametrize("activation, ops_", [("relu", ["conv_fprop", "add", "relu"]),
+                                              ("linear", ["conv_fprop", "add"])])
+def test_fused_graph_structure(activation, ops_):
+    from dnnbind.ops._cuda import fused
+
+    key = fused.conv_bias_activation_key(0, (4, 16, 9, 9), (8, 16, 3, 3), (0, 0), (2, 2), (1, 1), 1,
+                                         np.dtype(np.float16), activation, "NHWC")
+    g = fused._graph(key)
+    assert [op.split("_")[0] for op in g.operations] == [o.split("_")[0] for o in ops_]
+    bound = {t.name: t for t in g.tensors if not t.virtual}
+    assert bound["x"].shape == (4, 9, 9, 16) and bound["w"].shape == (8, 3, 3, 16) and bound["b"].shape == (1, 1, 1, 8)
+    assert bound["y"].shape == (4, 4, 4, 8) and g.io_dtype == np.float16  # y takes io_dtype at build
+    assert all(t.alignment == fused.ALIGNMENT for t in bound.values())
+
+
+def test_fused_graph_taken_once_built_and_cached_per_key(graph_path):
+    from dnnbind.ops._cuda import fused
+
+    log, _, _ = graph_path
+    y = _graph_call()
+    assert y.shape == (2, 6, 6, 32)
+    builds = [e for e in log if e[0] == "build"]
+    # one build, a first (trial) run, then the call's run: x, w, b, y pointers in that order
+    assert len(builds) == 1 and log[1:] == [("execute", 0x1000, 0x2000, 0x3000, 0x5000, None)] * 2
+    log.clear()
+    _graph_call()
+    assert log == [("execute", 0x1000, 0x2000, 0x3000, 0x5000, None)]
+    (key, choice), = fused.cache_info().items()
+    assert choice.path == "graph" and choice.source == "heuristic" and key == builds[0][1]
+    assert fused.stats() == {"graph": 2, "legacy": 0, "decided": 1, "undecided_in_capture": 0}
+    log.clear()
+    _graph_call(x_shape=(4, 6, 6, 32))  # another shape: another key, decided on its own
+    assert log[0][0] == "build" and len(fused.cache_info()) == 2
+
+
+def test_fused_graph_refused_falls_back_silently_once_per_key(graph_path, caplog):
+    import logging
+
+    from dnnbind.cudnn.graph import GraphNotSupportedError
+    from dnnbind.ops._cuda import fused
+
+    log, _, builder = graph_path
+    builder["result"] = GraphNotSupportedError("graph 'conv_bias_relu'", [("A #0", "CUDNN_STATUS_NOT_SUPPORTED", "")],
+                                               {})
+    with caplog.at_level(logging.DEBUG, logger="dnnbind.ops.fused"):
+        _graph_call(x_shape=(2, 6, 6, 3))
+        _graph_call(x_shape=(2, 6, 6, 3))
+    assert len([e for e in log if e[0] == "build"]) == 1
+    assert [e for e in log if not isinstance(e, tuple)] == ["conv2d_forward", "bias_add", "relu"] * 2
+    (choice,) = fused.cache_info().values()
+    assert choice.path == "legacy" and choice.source == "refused" and "NOT_SUPPORTED" in choice.reason
+    assert len([r for r in caplog.records if r.name == "dnnbind.ops.fused"]) == 1
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == "dnnbind.ops.fused")
+    assert fused.stats()["legacy"] == 2 and fused.stats()["graph"] == 0
+
+
+def test_fused_graph_execution_error_raises_with_context_and_is_not_cached(graph_path):
+    from dnnbind.errors import CudnnError
+    from dnnbind.ops._cuda import fused
+
+    log, _, builder = graph_path
+
+    class Failing(_FakePlan):
+        def execute(self, *args, **kwargs):
+            raise CudnnError(5000, "CUDNN_STATUS_EXECUTION_FAILED", "cudnnBackendExecute")
+
+    builder["result"] = Failing(log)
+    with pytest.raises(CudnnError, match="EXECUTION_FAILED") as info:
+        _graph_call()
+    assert info.value.context["layout"] == "NHWC" and info.value.context["x shape (N,C,H,W)"] == (2, 32, 6, 6)
+    assert not fused.cache_info()
+
+
+def test_fused_graphs_off_never_builds(graph_path):
+    from dnnbind.ops import config
+
+    log, _, _ = graph_path
+    with config.override(fused_graphs=False):
+        _graph_call()
+    assert log == ["conv2d_forward", "bias_add", "relu"]
+
+
+@pytest.mark.parametrize("case", [dict(layout="NCHW", x_shape=(2, 32, 6, 6)), dict(activation="gelu"),
+                                  dict(dtype=np.float64), dict(groups=2, k=32)])
+def test_fused_graph_not_tried_where_it_does_not_apply(graph_path, case):
+    from dnnbind.ops._cuda import fused
+
+    log, _, _ = graph_path
+    _graph_call(**case)
+    assert log[:2] == ["conv2d_forward", "bias_add"] and not fused.cache_info()
+
+
+def test_fused_graph_undecided_key_while_capturing_runs_legacy_and_decides_later(graph_path):
+    from dnnbind.ops._cuda import fused
+
+    log, stream, _ = graph_path
+    stream.capturing = True
+    _graph_call()
+    assert log == ["conv2d_forward", "bias_add", "relu"] and not fused.cache_info()
+    assert fused.stats()["undecided_in_capture"] == 1
+    stream.capturing = False
+    _graph_call()  # eager: builds and decides
+    stream.capturing = True
+    log.clear()
+    _graph_call()  # captured: runs the plan decided before, builds nothing
+    assert log == [("execute", 0x1000, 0x2000, 0x3000, 0x5000, None)]
+
+
+def test_fused_graph_misaligned_pointer_runs_legacy_for_that_call_only(graph_path):
+    from dnnbind.ops._cuda import fused
+
+    log, _, _ = graph_path
+    _graph_call(x_ptr=0x1002)
+    assert log == ["conv2d_forward", "bias_add", "relu"] and not fused.cache_info()
+    _graph_call()
+    assert fused.cache_info() and fused.stats()["graph"] == 1
+
+
+def test_fused_graph_workspace_limit(graph_path):
+    from dnnbind.ops import config
+    from dnnbind.ops._cuda import fused
+
+    log, _, builder = graph_path
+    builder["result"] = _FakePlan(log, workspace_size=1 << 20)
+    with config.override(workspace_limit=1024):
+        _graph_call()
+    (choice,) = fused.cache_info().values()
+    assert choice.source == "workspace_limit" and log[-3:] == ["conv2d_forward", "bias_add", "relu"]
+    log.clear()
+    _graph_call()  # no cap: the plan, with the stream's workspace
+    assert log[-1] == ("execute", 0x1000, 0x2000, 0x3000, 0x5000, 0x9000)
+
+
+@pytest.mark.parametrize("graph_ms, legacy_ms, path", [(0.5, 1.0, "graph"), (2.0, 1.0, "legacy")])
+def test_fused_graph_benchmark_times_both_once_per_key(graph_path, monkeypatch, graph_ms, legacy_ms, path):
+    from dnnbind.ops import config
+    from dnnbind.ops._cuda import fused
+
+    log, _, _ = graph_path
+    timed = []
+
+    def time_ms(fn, stream, reps):
+        fn()  # runs the path as the real timer does
+        timed.append(log[-1])
+        return graph_ms if isinstance(log[-1], tuple) else legacy_ms
+
+    monkeypatch.setattr(fused, "_time_ms", time_ms)
+    with config.override(benchmark=True):
+        _graph_call()
+        _graph_call()
+    assert len(timed) == 2 and isinstance(timed[0], tuple) and timed[1] == "relu"  # graph, then legacy, once
+    (key, choice), = fused.cache_info().items()
+    assert key.benchmark and choice.source == "benchmark" and choice.path == path
+    assert (choice.graph_ms, choice.legacy_ms) == (graph_ms, legacy_ms)
+    assert fused.stats()["decided"] == 1 and fused.stats()[path] == 2
+
+
+def test_fused_graph_explicit_padding_pads_only_when_the_graph_runs(graph_path):
+    from dnnbind.cudnn.graph import GraphNotSupportedError
+    from dnnbind.ops._cuda import fused
+
+    log, _, builder = graph_path
+    # "same" with stride 2 on an even size: asymmetric (0, 1, 0, 1), done by pad2d, pad 0 in the graph
+    _graph_call(x_shape=(2, 8, 8, 32), pad=(0, 1, 0, 1), stride=(2, 2))
+    (key,) = fused.cache_info()
+    assert log[0] == ("pad", (0, 1, 0, 1)) and key.x_shape == (2, 9, 9, 32) and key.pad == (0, 0)
+    assert log[-1] == ("execute", 0x7000, 0x2000, 0x3000, 0x5000, None)
+    builder["result"] = GraphNotSupportedError("g", [], {})
+    log.clear()
+    _graph_call(x_shape=(4, 8, 8, 32), pad=(0, 1, 0, 1), stride=(2, 2))  # refused: decided after one pad
+    log.clear()
+    _graph_call(x_shape=(4, 8, 8, 32), pad=(0, 1, 0, 1), stride=(2, 2))
+    # legacy (bf16: three launches; conv2d_forward, faked here, pads for itself)
+    assert log == ["conv2d_forward", "bias_add", "relu"]

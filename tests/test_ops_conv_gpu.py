@@ -197,3 +197,28 @@ def test_conv_matches_torch(rng):
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda(), stride=2, padding=1,
                                      groups=2).cpu().numpy()
     check("conv2d_forward", "float32", y, ref, "torch")
+
+
+@pytest.mark.parametrize("label, dtype, overrides", PRECISIONS[:1] + PRECISIONS[2:])
+@pytest.mark.parametrize("shape", [(300, 24), (7, 5), (33, 2048), (3, 4, 5, 16), (9, 12)])
+@pytest.mark.parametrize("f32_bias", [False, True])
+def test_bias_add_channels_last_vector_path_matches_scalar_bitwise(rng, label, dtype, overrides, shape, f32_bias):
+    """Channels-last bias_add: the 16-byte path (aligned, C a multiple of 16 bytes' worth) against float64
+    and bit for bit against the scalar path (y one item past a 16-byte boundary); C = 5, 12 (bf16/fp16)
+    always take the scalar path. A float32 bias goes through the CUDA op (the public op takes y's dtype)."""
+    from dnnbind.ops._cuda import conv as cuda_conv
+
+    y = quantize(random(rng, shape), dtype)
+    b_dtype = np.dtype(np.float32) if f32_bias else dtype
+    b = quantize(random(rng, (shape[-1],)), b_dtype)
+    ref = y + b
+    outs = []
+    for offset in (0, 1):
+        got = cuda_conv.bias_add(dev_offset(y, offset, dtype), dev(b, b_dtype), layout="NHWC",
+                                 out=poisoned(shape, dtype))
+        check("bias_add", label, got, ref, f"channels-last {shape} offset {offset} f32 bias {f32_bias}")
+        outs.append(np.asarray(got.to_host()).view(np.uint8))
+    assert np.array_equal(outs[0], outs[1]), f"{shape}: vector and scalar bias_add differ"
+    yd = dev(y, dtype)
+    cuda_conv.bias_add(yd, dev(b, b_dtype), layout="NHWC", out=yd)  # in place, vector path where it fits
+    assert np.array_equal(np.asarray(yd.to_host()).view(np.uint8), outs[0])

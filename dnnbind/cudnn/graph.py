@@ -62,6 +62,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .. import cuda
+from .._cache import LRUCache
 from .._lib import OwnedPointer
 from .._lib import cudnn as C
 from .._lib import cudnn_graph as G
@@ -1450,6 +1451,9 @@ class Plan:
         self._scalars = [t.value.copy() for t in order if t.is_scalar]
         self._scalar_ptrs = [s.ctypes.data for s in self._scalars]
         self._count = len(order)
+        # Finalized variant packs by (data pointers, workspace): an eager step that gets the same
+        # addresses from the pool again (the common case) reuses its pack instead of building one
+        self._packs = LRUCache(VARIANT_PACK_CACHE_SIZE, f"variant packs of {self.graph_name!r}")
 
     @property
     def workspace_size(self) -> int:
@@ -1498,21 +1502,21 @@ class Plan:
             handle = get_handle(stream)
         else:
             handle = require_handle(handle, what)
-        pack = BackendDescriptor(D.VARIANT_PACK, f"variant pack of {self.graph_name!r}")
-        try:
+        key = (tuple(ptrs), ws)
+        pack = self._packs.get(key)
+        if pack is None:
+            pack = BackendDescriptor(D.VARIANT_PACK, f"variant pack of {self.graph_name!r}")
             pack.set(A.VARIANT_PACK_UNIQUE_IDS, T.INT64, list(self._uids))
-            array = ctypes.cast(ptrs, ctypes.c_void_p)
             G.call("cudnnBackendSetAttribute", pack.handle, int(A.VARIANT_PACK_DATA_POINTERS), int(T.VOID_PTR),
-                   self._count, array, context={"setting": "VARIANT_PACK_DATA_POINTERS"})
+                   self._count, ctypes.cast(ptrs, ctypes.c_void_p), context={"setting": "VARIANT_PACK_DATA_POINTERS"})
             wsp = ctypes.c_void_p(ws)
             G.call("cudnnBackendSetAttribute", pack.handle, int(A.VARIANT_PACK_WORKSPACE), int(T.VOID_PTR), 1,
                    ctypes.addressof(wsp), context={"setting": "VARIANT_PACK_WORKSPACE"})
             pack.finalize()
-            G.call("cudnnBackendExecute", handle.handle, self._core.plan.handle, pack.handle,
-                   context=lambda: {"graph": self.graph_name, "engine": self.engine,
-                                    "workspace": f"{self.workspace_size} B at {ws:#x}"})
-        finally:
-            pack.close()
+            self._packs.put(key, pack)
+        G.call("cudnnBackendExecute", handle.handle, self._core.plan.handle, pack.handle,
+               context=lambda: {"graph": self.graph_name, "engine": self.engine,
+                                "workspace": f"{self.workspace_size} B at {ws:#x}"})
 
     def _workspace(self, workspace: Any, what: str) -> int:
         need = self._core.workspace_size
@@ -1571,6 +1575,8 @@ def _pointer(value: Any, t: Tensor, what: str) -> int:
 # ---------------------------------------------------------------------------------------------
 
 PLAN_CACHE_SIZE = 256
+VARIANT_PACK_CACHE_SIZE = 16
+"""Finalized variant packs a plan keeps, by data pointers and workspace."""
 _plan_cache: "OrderedDict[tuple, _PlanCore]" = OrderedDict()
 _plan_lock = threading.Lock()
 _plan_stats = {"hits": 0, "misses": 0}

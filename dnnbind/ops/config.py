@@ -8,6 +8,9 @@
     run ``cudnnFind*AlgorithmEx`` once per shape key instead of the ``_v7`` heuristics.
 ``workspace_limit``
     the most workspace bytes an algorithm may use (``None``: no cap).
+``fused_graphs``
+    let ops run fused cuDNN graph-API plans where one builds (``ops/_cuda/fused.py``: conv + bias +
+    activation); False keeps the legacy calls only.
 
 Read them as module attributes (``config.allow_tf32``) or with :func:`get`; change them
 by assignment or temporarily with ``with config.override(allow_tf32=False): ...``.
@@ -25,15 +28,16 @@ import sys
 import threading
 from typing import Any, Callable, Iterator
 
-__all__ = ["allow_tf32", "deterministic", "benchmark", "workspace_limit", "get", "override", "capture_key",
-           "register_switches"]
+__all__ = ["allow_tf32", "deterministic", "benchmark", "workspace_limit", "fused_graphs", "get", "override",
+           "capture_key", "register_switches"]
 
 allow_tf32: bool = True
 deterministic: bool = False
 benchmark: bool = False
 workspace_limit: "int | None" = None
+fused_graphs: bool = True
 
-_NAMES = ("allow_tf32", "deterministic", "benchmark", "workspace_limit")
+_NAMES = ("allow_tf32", "deterministic", "benchmark", "workspace_limit", "fused_graphs")
 _lock = threading.RLock()
 _module = sys.modules[__name__]
 
@@ -48,7 +52,7 @@ def register_switches(owner: str, snapshot: "Callable[[], tuple]") -> None:
 
 def capture_key() -> tuple:
     """The settings and registered switches, as one hashable tuple (cheap: read before every step)."""
-    key = (allow_tf32, deterministic, benchmark, workspace_limit)
+    key = (allow_tf32, deterministic, benchmark, workspace_limit, fused_graphs)
     if _switches:
         key += tuple((owner, snapshot()) for owner, snapshot in _switches.items())
     return key

@@ -3,7 +3,8 @@ conv + bias + activation.
 
 cuDNN calls: cudnnConvolutionForward / BackwardData / BackwardFilter (algorithms from
 :mod:`dnnbind.cudnn.algo`), cudnnConvolutionBiasActivationForward, on the public
-:mod:`dnnbind.cudnn` descriptors; NVRTC kernels from ``layout.cu`` for explicit padding,
+:mod:`dnnbind.cudnn` descriptors; the fused conv + bias + activation graph of ``fused.py``
+(cuDNN graph API) where it is chosen; NVRTC kernels from ``layout.cu`` for explicit padding,
 cropping and the bias add/reduction.
 
 Asymmetric padding (Keras ``padding="same"`` with an even window or stride > 1) cannot be
@@ -31,6 +32,7 @@ from ...cudnn import algo
 from .._params import ConvParams
 from . import _common as cm
 from . import activation as act_mod
+from . import fused
 
 __all__ = [
     "conv2d_forward",
@@ -278,7 +280,11 @@ def _channel_split(shape, layout: str) -> "tuple[int, int, int]":
 
 
 def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: Any = None) -> Any:
-    """``y + b`` along the channel axis (axis 1 of 4-d NCHW, else the last axis); ``out`` may be ``y``."""
+    """``y + b`` along the channel axis (axis 1 of 4-d NCHW, else the last axis); ``out`` may be ``y``.
+
+    Channels-last data whose C is a multiple of 16 bytes' worth of elements, with y, b and out 16-byte
+    aligned, takes 16-byte loads and stores (``layout.cu``'s ``bias_add_rows``); else one element per step.
+    """
     s = cm.stream_of(stream)
     res = cm.output(out, y.shape, y.dtype, s)
     outer, c, inner = _channel_split(y.shape, layout)
@@ -286,8 +292,12 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
     name = f"bias_add_{sfx}" if b.dtype == y.dtype else f"bias_add_f32bias_{sfx}"
     if b.dtype != y.dtype and b.dtype != cm.F32:
         raise TypeError(f"bias_add: b must be {y.dtype} or float32, got {b.dtype}")
-    cm.launch("layout.cu", name, outer * c * inner,
-              (cm.p(y), cm.p(b), cm.p(res), cm.i64(outer * c * inner), cm.i64(c), cm.i64(inner)), s)
+    total = outer * c * inner
+    # channels-last: 16 bytes of y per thread when whole vectors fit C and every array is aligned
+    vw = 16 // y.dtype.itemsize
+    vec = inner == 1 and c % vw == 0 and not any(int(a.ptr) % 16 for a in (y, b, res))
+    cm.launch("layout.cu", name, total // vw if vec else total,
+              (cm.p(y), cm.p(b), cm.p(res), cm.i64(total), cm.i64(c), cm.i64(inner), cm.i32(int(vec))), s)
     return res
 
 
@@ -391,29 +401,64 @@ def _fused_forward(x: Any, w: Any, b: Any, y: Any, activation: str, g: _Geometry
     return True
 
 
+def _graph_forward(x: Any, w: Any, b: Any, y: Any, activation: str, g: _Geometry, s: Any,
+                   legacy: Any) -> bool:
+    """The fused cuDNN graph into ``y`` where ``fused.py`` chose it for this shape key: True when it ran."""
+    cfg = cm.config()
+    # Memoised on the geometry as its ConvKeys are: one dict lookup per call, not a key built per call.
+    memo = ("fused", s.device_index, activation, cfg.allow_tf32, cfg.benchmark, cfg.workspace_limit)
+    key = g.keys.get(memo, False)
+    if key is False:
+        key = g.keys[memo] = fused.conv_bias_activation_key(
+            s.device_index, g.xp_dims, g.w_kcrs, g.desc_pad, g.params.stride, g.params.dilation, g.params.groups,
+            g.dtype, activation, g.layout)
+    if key is None or b.dtype != g.dtype or not all(a.is_contiguous for a in (x, w, b, y)):
+        return False
+    try:
+        return fused.conv_bias_activation(key, cm.cudnn_handle(s), s, lambda: _padded_input(x, g, s), w.ptr, b.ptr,
+                                          y.ptr, legacy)
+    except cm.CudnnError as exc:
+        for name, value in g.context("conv + bias + activation graph (cudnnBackendExecute)").items():
+            exc.context.setdefault(name, value)
+        exc.add_context()
+        raise
+
+
+def _legacy_forward(x: Any, w: Any, b: Any, y: Any, activation: str, alpha: "float | None", g: _Geometry,
+                    s: Any) -> None:
+    """cudnnConvolutionBiasActivationForward where it applies, else conv, bias add and activation."""
+    if activation in _FUSED_MODES and g.dtype in (cm.F32, cm.F16) and g not in _FUSED_UNSUPPORTED:
+        if _fused_forward(x, w, b, y, activation, g, s):
+            return
+        # Not a failure: cuDNN's fused kernels cover fewer configurations than the separate
+        # calls. Remembered, so the refusal costs one call per geometry; the numbers match.
+        _FUSED_UNSUPPORTED.add(g)
+    conv2d_forward(x, w, params=g.params, layout=g.layout, out=y, stream=s)
+    bias_add(y, b, layout=g.layout, out=y, stream=s)
+    if activation != "linear":
+        act_mod.activation_forward(y, activation, alpha=alpha, out=y, stream=s)
+
+
 def conv2d_bias_activation_forward(x: Any, w: Any, b: Any, *, activation: str = "relu",
                                    alpha: "float | None" = None, params: ConvParams, layout: str = "NCHW",
                                    out: Any = None, stream: Any = None) -> Any:
     """``activation(conv(x, w) + b)``.
 
-    relu and linear go through cudnnConvolutionBiasActivationForward for float32/float16
-    (linear only with the IMPLICIT_PRECOMP_GEMM algorithm, the one cuDNN allows with an
-    identity activation); other cases, or a configuration cuDNN refuses (remembered per
-    geometry in ``_FUSED_UNSUPPORTED``, silently), run conv, bias add and the activation as
-    three launches (same numbers).
+    With ``config.fused_graphs``, channels-last float16/bfloat16/float32 relu and linear (groups 1)
+    try one fused cuDNN graph-API plan, chosen per shape key against the legacy path (``fused.py``:
+    heuristically, or timed under ``config.benchmark``). The legacy path: relu and linear through
+    cudnnConvolutionBiasActivationForward for float32/float16 (linear only with the
+    IMPLICIT_PRECOMP_GEMM algorithm, the one cuDNN allows with an identity activation); other
+    cases, or a configuration cuDNN refuses (remembered per geometry in ``_FUSED_UNSUPPORTED``,
+    silently), run conv, bias add and the activation as three launches (same numbers).
     """
     s = cm.stream_of(stream)
     g = _geometry(x.shape, w.shape, params, layout, x.dtype)
-    fusable = activation in _FUSED_MODES and g.dtype in (cm.F32, cm.F16) and g not in _FUSED_UNSUPPORTED
-    if fusable:
-        y = cm.output(out, g.layout_shape(g.y_dims), x.dtype, s)
-        if _fused_forward(x, w, b, y, activation, g, s):
-            return y
-        # Not a failure: cuDNN's fused kernels cover fewer configurations than the separate
-        # calls. Remembered, so the refusal costs one call per geometry; the numbers match.
-        _FUSED_UNSUPPORTED.add(g)
-    y = conv2d_forward(x, w, params=params, layout=layout, out=out, stream=s)
-    bias_add(y, b, layout=layout, out=y, stream=s)
-    if activation != "linear":
-        act_mod.activation_forward(y, activation, alpha=alpha, out=y, stream=s)
+    y = cm.output(out, g.layout_shape(g.y_dims), x.dtype, s)
+
+    def legacy() -> None:
+        _legacy_forward(x, w, b, y, activation, alpha, g, s)
+
+    if not (cm.config().fused_graphs and _graph_forward(x, w, b, y, activation, g, s, legacy)):
+        legacy()
     return y
