@@ -10,6 +10,7 @@ import numpy as np
 from dnnbind import _validate, backend, ops
 from dnnbind import initializers as _init
 from dnnbind import quantizers as Q
+from dnnbind.ops.quantize import FUSED_ACTIVATIONS
 from dnnbind.utils import draw_seed
 
 from .base import ActivationFn, Layer, Weight, register, split_batch
@@ -295,14 +296,21 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
         rows = -(-k // 2) if mode == "int4" else k
         return (rows, self.units), _transpose, _transpose
 
-    def _quantized_matmul(self, x2: Any, b: Any) -> Any:
+    def _fused_activation(self) -> "str | None":
+        """The activation the quantized op applies itself (int8/float8: relu, in its GEMM's epilogue)."""
+        kind = self.activation.kind
+        return kind if self.quantization_mode in ("int8", "float8") and kind in FUSED_ACTIVATIONS else None
+
+    def _quantized_matmul(self, x2: Any, b: Any, activation: "str | None") -> Any:
         mode = self.quantization_mode
         if mode == "int8":
             scale = self.input_scale.value if self._input_scale_static else None
-            return ops.int8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale)
+            return ops.int8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale,
+                                          activation=activation)
         if mode == "float8":
             scale = self.input_scale.value if self._input_scale_static else None
-            return ops.float8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale)
+            return ops.float8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale,
+                                            activation=activation)
         return ops.int4_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b,
                                       in_features=self._in_features, group_size=self.int4_group_size)
 
@@ -314,7 +322,12 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
         if self.quantization_mode is not None:
             if training:
                 self._refuse_training()
-            z = self._quantized_matmul(x2, b)
+            # skip_softmax: z itself is asked for (see _activate)
+            fused = None if skip_softmax else self._fused_activation()
+            z = self._quantized_matmul(x2, b, fused)
+            if fused is not None:  # applied by the op (inference only: nothing kept for a backward)
+                self._skipped_softmax = False
+                return z if x.ndim == 2 else z.reshape(*lead, self.units)
         else:
             if self._calibration_amax is not None:
                 self._record_input(x2)

@@ -183,6 +183,84 @@ def test_quantized_ops_refuse_bad_arguments(rng):
                                group_size=3)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+def test_fused_relu_references_apply_relu_on_float32_before_the_output_rounding(rng, dtype):
+    x, w, b, _ = _layer_weights(rng, k=256)
+    x, b = x.astype(dtype), b.astype(dtype)
+    qw, sw = Q.abs_max_quantize(w, axis=1)
+    sw = sw.reshape(-1)
+    # int8: y = relu(acc / (sx * sw) + bias) in float32, then the rounding to dtype
+    qx, sx = Q.abs_max_quantize(x.astype(np.float32), axis=1)
+    acc = (qx.astype(np.int64) @ qw.astype(np.int64).T).astype(np.float32)
+    y32 = acc / (sx * sw[None, :]) + b.astype(np.float32)
+    got = ops.int8_dense_forward(x, qw, sw, b, activation="relu")
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, np.maximum(y32, np.float32(0)).astype(dtype))
+    assert 0.2 < np.mean(got.astype(np.float32) == 0) < 0.8  # relu really cut
+    # relu commutes with the monotonic rounding: equal to the unfused op followed by relu
+    plain = ops.int8_dense_forward(x, qw, sw, b, activation=None)
+    np.testing.assert_array_equal(got, ops.activation_forward(plain, "relu"))
+    np.testing.assert_array_equal(ops.int8_dense_forward(x, qw, sw, b, activation="linear"), plain)
+    # float8: float64 sums of the E4M3 products, scaled, + bias, to float32, relu, then the rounding
+    qs, ds = Q.compute_float8_scale(np.max(np.abs(w)))
+    q8 = Q.float8_to_bits(Q.quantize_float8(w, qs))
+    s8 = np.array([ds], np.float32)
+    fx, xs = ops.quantize_float8(x)
+    acc8 = Q.float8_from_bits(fx).astype(np.float64) @ Q.float8_from_bits(q8).astype(np.float64).T
+    y8 = (acc8 * (np.float64(xs[1]) * np.float64(ds)) + b.astype(np.float32)).astype(np.float32)
+    got8 = ops.float8_dense_forward(x, q8, s8, b, activation="relu")
+    np.testing.assert_array_equal(got8, np.maximum(y8, np.float32(0)).astype(dtype))
+    np.testing.assert_array_equal(got8, ops.activation_forward(ops.float8_dense_forward(x, q8, s8, b), "relu"))
+
+
+def test_fused_activation_keeps_nan_and_refuses_what_it_cannot_fuse(rng):
+    x, w, b, _ = _layer_weights(rng)
+    qw, sw = Q.abs_max_quantize(w, axis=1)
+    nan_bias = b.copy()
+    nan_bias[3] = np.nan
+    y = ops.int8_dense_forward(x, qw, sw.reshape(-1), nan_bias, activation="relu")
+    assert np.all(np.isnan(y[:, 3])) and np.all(np.isfinite(np.delete(y, 3, axis=1)))
+    for bad in ("gelu", "softmax", "ReLU", 1):
+        with pytest.raises(ValueError, match=r"int8_dense_forward: activation must be None, 'linear' or one of"):
+            ops.int8_dense_forward(x, qw, sw.reshape(-1), b, activation=bad)
+    with pytest.raises(ValueError, match=r"float8_dense_forward: activation"):
+        ops.float8_dense_forward(x, qw.view(np.uint8), np.ones(1, np.float32), activation="gelu")
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "softmax"])
+def test_quantized_dense_activation_fused_or_applied_after_gives_the_same(rng, mode, activation, monkeypatch):
+    """Dense passes relu to the int8/float8 op (and does not apply it again); other activations and int4 keep
+    the separate activation. Either way the output is activation(quantized z)."""
+    x = rng.standard_normal((6, 3, 48)).astype(np.float32)
+    d = layers.Dense(32, activation=activation)
+    d(x)
+    linear = layers.Dense(32)
+    linear(x)
+    linear.set_weights(d.get_weights())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d.quantize(mode, group_size=16)
+        linear.quantize(mode, group_size=16)
+    seen = []
+    for name in ("int8_dense_forward", "float8_dense_forward"):
+        real = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _real=real, **k: seen.append(k.get("activation")) or _real(*a, **k))
+    got = d(x)
+    z = linear(x)
+    assert got.shape == (6, 3, 32)
+    ref = ops.activation_forward(z, activation) if activation != "softmax" else ops.softmax_forward(z)
+    np.testing.assert_array_equal(got, ref)
+    fused = mode != "int4" and activation == "relu"
+    if mode != "int4":
+        assert seen == [("relu" if fused else None), None]
+    if fused:
+        assert d._fused_activation() == "relu" and 0.2 < np.mean(got == 0) < 0.8
+    else:
+        assert d._fused_activation() is None
+    np.testing.assert_array_equal(d.forward_logits(x), z)  # the pre-activation values, fused or not
+
+
 # ----------------------------------------------------------------------------- layers and models
 def _mnist_like(rng, n=256):
     x = rng.standard_normal((n, 8, 8, 1)).astype(np.float32)
@@ -372,9 +450,13 @@ def test_quantize_refuses_bad_requests_before_changing_anything(rng):
 # are replaced by fakes that answer with chosen statuses, to check the order in which settings and
 # algorithms are tried, what the plan records, and the error when nothing runs.
 class _FakeLt:
+    _EPILOGUES = {int(L.Epilogue.BIAS): "bias", int(L.Epilogue.RELU_BIAS): "relu-bias", int(L.Epilogue.RELU): "relu"}
+
     def __init__(self, heuristic, matmul):
-        self.heuristic, self.matmul = heuristic, matmul  # setting -> (status, n algos); [statuses by algo]
+        # setting -> (status, n algos); [statuses by algo], or setting -> [statuses by algo] (default [0])
+        self.heuristic, self.matmul = heuristic, matmul
         self.calls: "list[tuple[str, int]]" = []
+        self.settings: "list[str]" = []  # the epilogue of each heuristic query, in order
 
     def raw(self, real_raw, name):
         if name == "cublasLtMatmulAlgoGetHeuristic":
@@ -383,7 +465,8 @@ class _FakeLt:
                 written = ctypes.c_size_t()
                 L.call("cublasLtMatmulDescGetAttribute", desc, int(L.MatmulDescAttribute.EPILOGUE),
                        ctypes.byref(epilogue), 4, ctypes.byref(written))
-                setting = "bias" if epilogue.value == int(L.Epilogue.BIAS) else "plain"
+                setting = self._EPILOGUES.get(epilogue.value, "plain")
+                self.settings.append(setting)
                 status, n = self.heuristic[setting]
                 out = (L.HeuristicResult * requested).from_address(results)
                 for i in range(min(n, requested)):
@@ -395,7 +478,8 @@ class _FakeLt:
             def matmul(*args):
                 algo = ctypes.c_uint64.from_address(args[12]).value - 100
                 self.calls.append(("matmul", algo))
-                return self.matmul[algo] if algo < len(self.matmul) else 0
+                statuses = self.matmul.get(self.settings[-1], [0]) if isinstance(self.matmul, dict) else self.matmul
+                return statuses[algo] if algo < len(statuses) else 0
             return matmul
         return real_raw(name)
 
@@ -419,9 +503,9 @@ _FP8_CALL = dict(d_dtype=ml_dtypes.bfloat16, stream=_STREAM, workspace=0, worksp
 
 def test_lt_plan_falls_back_from_the_bias_epilogue_and_records_the_setting(fake_lt):
     fake = fake_lt({"bias": (15, 0), "plain": (0, 2)}, [0])
-    fused = _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, bias=0x4000,
-                          bias_dtype=ml_dtypes.bfloat16, **_FP8_CALL)
-    assert fused is False  # the caller adds the bias
+    left = _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, bias=0x4000,
+                         bias_dtype=ml_dtypes.bfloat16, **_FP8_CALL)
+    assert left == ("bias",)  # the caller adds the bias
     (plan,) = _lt.lt_plans()
     assert "float8 m=64 n=40 k=256 D=bfloat16 bias=bfloat16 setting=bias-after algo=1/2" in repr(plan)
     assert fake.calls == [("matmul", 0)]
@@ -430,10 +514,10 @@ def test_lt_plan_falls_back_from_the_bias_epilogue_and_records_the_setting(fake_
 def test_lt_plan_tries_the_next_algorithm_when_cublasLtMatmul_refuses_and_caches_it(fake_lt):
     fake = fake_lt({"bias": (0, 3), "plain": (0, 3)}, [15, 0])
     kw = dict(bias=0x4000, bias_dtype=ml_dtypes.bfloat16, **_FP8_CALL)
-    assert _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, **kw) is True
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, **kw) == ()
     assert "setting=bias-epilogue algo=2/3" in repr(_lt.lt_plans()[0])
     # the next call runs the algorithm that worked, straight away
-    assert _lt.matmul_tn("float8", 64, 40, 256, 0x5000, 0x6000, 0x8000, **kw) is True
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x5000, 0x6000, 0x8000, **kw) == ()
     assert fake.calls == [("matmul", 0), ("matmul", 1), ("matmul", 1)]
 
 
@@ -448,6 +532,68 @@ def test_lt_refusing_everything_names_the_matmul_and_what_each_attempt_answered(
     assert "bias-epilogue: cublasLtMatmulAlgoGetHeuristic CUBLAS_STATUS_INVALID_VALUE" in msg
     assert "bias-after: cublasLtMatmul CUBLAS_STATUS_NOT_SUPPORTED with algorithm 1 of 1" in msg
     assert _lt.lt_plans() == []  # nothing cached: a later call tries again
+
+
+def test_lt_relu_bias_epilogue_is_tried_first_and_recorded(fake_lt):
+    fake = fake_lt({"relu-bias": (0, 2), "bias": (0, 1), "plain": (0, 1)}, [0])
+    kw = dict(bias=0x4000, bias_dtype=ml_dtypes.bfloat16, **_FP8_CALL)
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, relu=True, **kw) == ()
+    (plan,) = _lt.lt_plans()
+    assert "float8 m=64 n=40 k=256 D=bfloat16 bias=bfloat16 relu setting=relu-bias-epilogue algo=1/2" in repr(plan)
+    assert plan.fused == ("bias", "relu") and plan.fused_bias
+    assert plan.desc.get_int32(L.MatmulDescAttribute.EPILOGUE) == int(L.Epilogue.RELU_BIAS) == 6
+    # the same matmul without the relu is another plan (the key holds the relu)
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, **kw) == ()
+    assert sorted(p.setting for p in _lt.lt_plans()) == ["bias-epilogue", "relu-bias-epilogue"]
+    assert fake.settings == ["relu-bias", "bias"]
+
+
+@pytest.mark.parametrize("heuristic, matmul, setting, left", [
+    ({"relu-bias": (15, 0)}, {}, "bias-epilogue", ("relu",)),  # the heuristic refuses: relu left to the caller
+    ({}, {"relu-bias": [15]}, "bias-epilogue", ("relu",)),  # cublasLtMatmul refuses the relu-bias algorithm
+    ({"relu-bias": (7, 0), "bias": (15, 0)}, {}, "bias-after", ("bias", "relu")),
+])
+def test_lt_relu_settings_fall_back_in_order_leaving_the_rest_to_the_caller(fake_lt, heuristic, matmul, setting,
+                                                                           left):
+    fake = fake_lt({"relu-bias": (0, 1), "bias": (0, 1), "plain": (0, 1), **heuristic}, matmul)
+    got = _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, bias=0x4000, bias_dtype=ml_dtypes.bfloat16,
+                        relu=True, **_FP8_CALL)
+    assert got == left
+    (plan,) = _lt.lt_plans()
+    assert f"relu setting={setting} " in repr(plan)
+    assert fake.settings[0] == "relu-bias"
+
+
+def test_lt_relu_without_bias_tries_the_relu_epilogue_then_plain(fake_lt):
+    fake = fake_lt({"relu": (15, 0), "plain": (0, 1)}, [0])
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, relu=True, **_FP8_CALL) == ("relu",)
+    assert "D=bfloat16 relu setting=plain algo=1/1" in repr(_lt.lt_plans()[0])
+    assert fake.settings == ["relu", "plain"]
+    fake_lt({"relu": (0, 1), "plain": (0, 1)}, [0])
+    assert _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, relu=True, **_FP8_CALL) == ()
+    assert "setting=relu-epilogue" in repr(_lt.lt_plans()[0])
+
+
+def test_lt_relu_refused_everywhere_lists_every_setting(fake_lt):
+    fake_lt({"relu-bias": (15, 0), "bias": (7, 0), "plain": (0, 0)}, [0])
+    with pytest.raises(_lt.LtNotSupportedError) as info:
+        _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, bias=0x4000, bias_dtype=ml_dtypes.bfloat16,
+                      relu=True, **_FP8_CALL)
+    tried = info.value.context["tried"]
+    assert tried.index("relu-bias-epilogue: cublasLtMatmulAlgoGetHeuristic CUBLAS_STATUS_NOT_SUPPORTED") \
+        < tried.index("bias-epilogue: cublasLtMatmulAlgoGetHeuristic CUBLAS_STATUS_INVALID_VALUE") \
+        < tried.index("bias-after: cublasLtMatmulAlgoGetHeuristic no algorithm")
+    assert info.value.context["relu"] is True
+
+
+def test_lt_relu_is_refused_for_int8_and_must_be_a_bool(fake_lt):
+    fake = fake_lt({"plain": (0, 1)}, [0])
+    with pytest.raises(ValueError, match="relu epilogue is for float8 only"):
+        _lt.matmul_tn("int8", 64, 40, 256, 0x1000, 0x2000, 0x3000, d_dtype=np.int32, stream=_STREAM, workspace=0,
+                      workspace_bytes=0, relu=True)
+    with pytest.raises(TypeError, match="relu must be a bool"):
+        _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, relu="relu", **_FP8_CALL)
+    assert fake.settings == [] and fake.calls == []
 
 
 def test_lt_other_failures_are_errors_not_refusals(fake_lt):

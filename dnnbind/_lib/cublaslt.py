@@ -64,10 +64,13 @@ class PreferenceAttribute(IntEnum):
 
 
 class Epilogue(IntEnum):
-    """``cublasLtEpilogue_t`` (the two used)."""
+    """``cublasLtEpilogue_t`` (the ones used). The header: RELU is ``x := max(x, 0)``; RELU_BIAS = RELU | BIAS
+    "appl[ies] Bias and then ReLu"."""
 
     DEFAULT = 1
+    RELU = 2
     BIAS = 4
+    RELU_BIAS = 6
 
 
 class Order(IntEnum):

@@ -1,6 +1,6 @@
 """cuBLASLt: owned handle and descriptors, and the "TN" low-precision matmul with a plan cache.
 
-``matmul_tn`` computes, in cuBLAS's column-major terms, ``D (m, n) = scale_a * scale_b * op(A) @ B (+ bias)``
+``matmul_tn`` computes, in cuBLAS's column-major terms, ``D (m, n) = [relu](scale_a * scale_b * op(A) @ B (+ bias))``
 with ``A`` stored ``(k, m)`` (so ``op(A) = A^T``: the "TN" format FP8 and int8 tensor-core kernels require)
 and ``B`` stored ``(k, n)``. In row-major terms: ``D_rm (n, m) = B_rm (n, k) @ A_rm (m, k)^T``, i.e. a dense
 layer ``y (rows, out) = x (rows, in) @ W (out, in)^T`` with ``m = out``, ``n = rows``, ``k = in``.
@@ -17,10 +17,13 @@ matrix pointers must be 16-byte aligned", "A must be transposed and B non-transp
 "The compute type must be CUBLAS_COMPUTE_32F", "The scale type must be CUDA_R_32F".
 
 A plan (matmul descriptor, layouts, the setting and the algorithm that ran) is made on the first call of
-a (device, kind, m, n, k, D dtype, bias dtype, pointer alignments, workspace) and cached; later calls set
-only the pointers, make no allocation and may be captured into a CUDA graph. Making it, the settings are
-tried in order -- with a bias, "bias-epilogue" (``CUBLASLT_EPILOGUE_BIAS``) then "bias-after" (the caller
-adds it: ``matmul_tn`` returns False) -- each with the heuristic's best few algorithms, on the call's real
+a (device, kind, m, n, k, D dtype, bias dtype, pointer alignments, relu, workspace) and cached; later calls
+set only the pointers, make no allocation and may be captured into a CUDA graph. Making it, the settings are
+tried in order, each doing less in the epilogue and leaving the rest to the caller (``matmul_tn`` returns
+the steps left, in order: bias first, then relu) -- with a bias, "bias-epilogue" (``CUBLASLT_EPILOGUE_BIAS``)
+then "bias-after"; asked for a relu (float8 only), "relu-bias-epilogue" (``CUBLASLT_EPILOGUE_RELU_BIAS``:
+bias, then ``max(x, 0)`` in float32 before D's rounding) before those, or without a bias "relu-epilogue"
+(``CUBLASLT_EPILOGUE_RELU``) then "plain" -- each with the heuristic's best few algorithms, on the call's real
 pointers (scale and bias pointers set before the heuristic, the preference's minimum alignments those of
 A, B and D). A setting the heuristic refuses (NOT_SUPPORTED, INVALID_VALUE or no result) or whose
 ``cublasLtMatmul`` refuses every algorithm (it checks before queuing anything) gives way to the next; when
@@ -190,10 +193,15 @@ class LtNotSupportedError(CublasError):
     the caller may take another path). ``context["tried"]`` lists each setting and why it was refused."""
 
 
-# Settings tried in order when a plan is made. "bias-epilogue" fuses the bias (CUBLASLT_EPILOGUE_BIAS,
-# bias of D's type); "bias-after" leaves it to the caller (matmul_tn then returns False).
-_SETTINGS_WITH_BIAS = (("bias-epilogue", True), ("bias-after", False))
-_SETTINGS_PLAIN = (("plain", False),)
+# Settings tried in order when a plan is made, by (bias given, relu asked): (name, the epilogue steps cuBLASLt
+# does); the caller does the rest (bias of D's type; relu after the bias, so a relu is fused only with it).
+_SETTINGS = {
+    (True, True): (("relu-bias-epilogue", ("bias", "relu")), ("bias-epilogue", ("bias",)), ("bias-after", ())),
+    (True, False): (("bias-epilogue", ("bias",)), ("bias-after", ())),
+    (False, True): (("relu-epilogue", ("relu",)), ("plain", ())),
+    (False, False): (("plain", ()),),
+}
+_EPILOGUES = {("bias", "relu"): L.Epilogue.RELU_BIAS, ("bias",): L.Epilogue.BIAS, ("relu",): L.Epilogue.RELU}
 _ALGOS_REQUESTED = 4  # the heuristic's best few: a later one runs when cublasLtMatmul refuses an earlier one
 _NOT_SUPPORTED = 15  # CUBLAS_STATUS_NOT_SUPPORTED
 # statuses that refuse one setting, not the call: NOT_SUPPORTED, and INVALID_VALUE (the header's answer to a
@@ -209,13 +217,17 @@ def _alignment(ptr: int) -> int:
 class _Plan:
     """One cached cuBLASLt matmul: descriptor, layouts, the setting and the algorithm that ran."""
 
-    __slots__ = ("desc", "a", "b", "d", "pref", "algos", "algo", "algo_index", "setting", "fused_bias", "label")
+    __slots__ = ("desc", "a", "b", "d", "pref", "algos", "algo", "algo_index", "setting", "fused", "label")
 
-    def __init__(self, desc, a, b, d, pref, algos, setting: str, fused_bias: bool, label: str) -> None:
+    def __init__(self, desc, a, b, d, pref, algos, setting: str, fused: "tuple[str, ...]", label: str) -> None:
         self.desc, self.a, self.b, self.d, self.pref = desc, a, b, d, pref
         self.algos = algos  # [(cublasLtMatmulAlgo_t bytes, workspace bytes)], best first
         self.algo, self.algo_index = None, -1
-        self.setting, self.fused_bias, self.label = setting, fused_bias, label
+        self.setting, self.fused, self.label = setting, fused, label  # fused: the epilogue's steps
+
+    @property
+    def fused_bias(self) -> bool:
+        return "bias" in self.fused
 
     def __repr__(self) -> str:
         return (f"<cublas.LtPlan {self.label} setting={self.setting} algo={self.algo_index + 1}/{len(self.algos)} "
@@ -235,7 +247,7 @@ def lt_plans() -> "list[_Plan]":
 
 
 def _make_plan(handle: LtHandle, kind: str, m: int, n: int, k: int, d_type: int, bias_type: "int | None",
-               workspace_bytes: int, aligns: "tuple[int, int, int]", setting: str, fuse_bias: bool,
+               workspace_bytes: int, aligns: "tuple[int, int, int]", setting: str, fused: "tuple[str, ...]",
                pointers: "dict[str, int]", label: str) -> "_Plan | str":
     """A plan for one setting, or why the heuristic refused it (a status name, or "no algorithm")."""
     if kind == "float8":
@@ -252,8 +264,9 @@ def _make_plan(handle: LtHandle, kind: str, m: int, n: int, k: int, d_type: int,
         ab = DataType.R_8I
     desc.set_int32(L.MatmulDescAttribute.TRANSA, Operation.T)
     desc.set_int32(L.MatmulDescAttribute.TRANSB, Operation.N)
-    if fuse_bias:
-        desc.set_uint32(L.MatmulDescAttribute.EPILOGUE, L.Epilogue.BIAS)
+    if fused:
+        desc.set_uint32(L.MatmulDescAttribute.EPILOGUE, _EPILOGUES[fused])
+    if "bias" in fused:
         desc.set_int32(L.MatmulDescAttribute.BIAS_DATA_TYPE, bias_type)
         # header: the heuristic "depend[s] on its value to determine expected pointer alignment"
         desc.set_pointer(L.MatmulDescAttribute.BIAS_POINTER, pointers["bias"])
@@ -279,7 +292,7 @@ def _make_plan(handle: LtHandle, kind: str, m: int, n: int, k: int, d_type: int,
              for r in results[:count.value] if not r.state]
     if not algos:
         return "no algorithm"
-    return _Plan(desc, a, b, d, pref, algos, setting, fuse_bias, label)
+    return _Plan(desc, a, b, d, pref, algos, setting, fused, label)
 
 
 def _run(handle: LtHandle, plan: _Plan, algo: Any, kind: str, a: int, b: int, d: int, workspace: int,
@@ -295,21 +308,30 @@ def _run(handle: LtHandle, plan: _Plan, algo: Any, kind: str, a: int, b: int, d:
 
 def matmul_tn(kind: str, m: int, n: int, k: int, a: int, b: int, d: int, *, d_dtype: Any, stream: Any,
               workspace: int, workspace_bytes: int, a_scale: int = 0, b_scale: int = 0, bias: int = 0,
-              bias_dtype: Any = None) -> bool:
-    """``D (m, n) = [a_scale * b_scale *] A(k, m)^T @ B(k, n) [+ bias (m,)]`` on ``stream`` (column-major; see
-    the module for the row-major reading). ``a``, ``b``, ``d``, ``a_scale``, ``b_scale``, ``bias`` and
-    ``workspace`` are device pointers (ints; 0: none); ``stream`` a :class:`dnnbind.cuda.Stream`.
+              bias_dtype: Any = None, relu: bool = False) -> "tuple[str, ...]":
+    """``D (m, n) = [relu]([a_scale * b_scale *] A(k, m)^T @ B(k, n) [+ bias (m,)])`` on ``stream`` (column-major;
+    see the module for the row-major reading). ``a``, ``b``, ``d``, ``a_scale``, ``b_scale``, ``bias`` and
+    ``workspace`` are device pointers (ints; 0: none); ``stream`` a :class:`dnnbind.cuda.Stream`; ``relu``
+    (float8 only): ``max(x, 0)`` after the bias.
 
-    Returns whether the bias was added (True, or no bias given) or is left to the caller (False: the
-    bias epilogue was refused for this shape and type). Raises :class:`LtNotSupportedError` when cuBLASLt
-    accepts none of the settings (nothing queued then).
+    Returns the epilogue steps left to the caller, in the order they apply: ``()`` when cuBLASLt did all
+    that was asked, else a tail of ``("bias", "relu")`` (the epilogue that fuses them was refused for this
+    shape and type). Raises :class:`LtNotSupportedError` when cuBLASLt accepts none of the settings
+    (nothing queued then).
     """
+    if not isinstance(relu, bool):
+        raise TypeError(f"matmul_tn: relu must be a bool, got {relu!r}")
+    if relu and kind != "float8":
+        raise ValueError(f"matmul_tn: the relu epilogue is for float8 only ({kind} writes the raw sums), got "
+                         f"kind {kind!r}")
     check_tn_alignment(kind, m, n, k, d_dtype, {"A": a, "B": b, "D": d, **({"bias": bias} if bias else {})})
     d_dtype = np.dtype(d_dtype)
     device = stream.device_index
     bias_type = None if not bias else int(_D_TYPES[np.dtype(bias_dtype)])
     aligns = (_alignment(a), _alignment(b), _alignment(d))
-    key = (device, kind, m, n, k, d_dtype.str, bias_type, _alignment(bias) if bias else 0, aligns, workspace_bytes)
+    key = (device, kind, m, n, k, d_dtype.str, bias_type, _alignment(bias) if bias else 0, aligns, relu,
+           workspace_bytes)
+    asked = (("bias",) if bias else ()) + (("relu",) if relu else ())
     handle = get_lt_handle(device)
     plan = _plans.get(key)
     if plan is not None:
@@ -322,13 +344,14 @@ def matmul_tn(kind: str, m: int, n: int, k: int, a: int, b: int, d: int, *, d_dt
         status = _run(handle, plan, plan.algo, kind, a, b, d, workspace, workspace_bytes, stream)
         if status:
             raise L.make_error(status, "cublasLtMatmul", {"plan": repr(plan)})
-        return plan.fused_bias or not bias
-    label = f"{kind} m={m} n={n} k={k} D={d_dtype}" + (f" bias={np.dtype(bias_dtype)}" if bias else "")
+        return asked[len(plan.fused):]
+    label = (f"{kind} m={m} n={n} k={k} D={d_dtype}" + (f" bias={np.dtype(bias_dtype)}" if bias else "")
+             + (" relu" if relu else ""))
     pointers = {"a_scale": a_scale, "b_scale": b_scale, "bias": bias}
     tried: "list[str]" = []
-    for setting, fuse in (_SETTINGS_WITH_BIAS if bias else _SETTINGS_PLAIN):
+    for setting, fused in _SETTINGS[bool(bias), relu]:
         plan = _make_plan(handle, kind, m, n, k, int(_D_TYPES[d_dtype]), bias_type, workspace_bytes, aligns,
-                          setting, fuse, pointers, label)
+                          setting, fused, pointers, label)
         if isinstance(plan, str):
             tried.append(f"{setting}: cublasLtMatmulAlgoGetHeuristic {plan}")
             continue
@@ -339,7 +362,7 @@ def matmul_tn(kind: str, m: int, n: int, k: int, a: int, b: int, d: int, *, d_dt
             if status == 0:
                 plan.algo, plan.algo_index = algo, index
                 _plans.put(key, plan)
-                return plan.fused_bias or not bias
+                return asked[len(plan.fused):]
             if status not in _REFUSALS:
                 raise L.make_error(status, "cublasLtMatmul", {"plan": label, "setting": setting, "algo": index})
             tried.append(f"{setting}: cublasLtMatmul {_REFUSALS[status]} with algorithm {index + 1} of "
@@ -347,7 +370,7 @@ def matmul_tn(kind: str, m: int, n: int, k: int, a: int, b: int, d: int, *, d_dt
     raise LtNotSupportedError(
         _NOT_SUPPORTED, "CUBLAS_STATUS_NOT_SUPPORTED", "cublasLtMatmul",
         detail=f"cuBLASLt runs none of the settings tried for {label}",
-        context={"kind": kind, "m": m, "n": n, "k": k, "d_dtype": str(d_dtype),
+        context={"kind": kind, "m": m, "n": n, "k": k, "d_dtype": str(d_dtype), "relu": relu,
                  "bias_dtype": str(np.dtype(bias_dtype)) if bias else None, "alignments (A, B, D)": aligns,
                  "workspace_bytes": workspace_bytes, "tried": "; ".join(tried)},
         hint="cuBLASLt has no kernel for this type/shape on this GPU (FP8 needs sm_89+ and the TN layout)")

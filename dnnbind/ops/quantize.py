@@ -17,6 +17,14 @@ CUDA one (``ops._cuda.quant``) is tested against.
 
 Inputs are float16, bfloat16 or float32 ``(rows, in)``; the output has the input's dtype. The ops are
 inference-only: they have no backward.
+
+``activation`` (int8 and float8: ``None``/``"linear"`` or ``"relu"``) is applied after the bias, on the
+float32 value before its rounding to the output dtype, as the fused GPU epilogues do (cuBLASLt's
+``RELU_BIAS``, the ``int8_epilogue`` kernel); the NumPy references do the same. For relu the order does
+not change a value (rounding is monotonic and keeps 0), so the fused op equals ``activation=None``
+followed by a separate relu (up to the sign of a zero). Other activations are left to the caller (Dense
+applies them after the op): cuBLASLt's GELU epilogue is not dnnbind's ``gelu`` (exact erf), and the
+header does not say which GELU it computes.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from ._dispatch import BFLOAT16, as_array, check_out, finish, route, to_compute
 
 __all__ = [
     "int8_dense_forward", "float8_dense_forward", "int4_dense_forward", "dequantize_weight",
-    "quantize_int8", "quantize_float8", "abs_max",
+    "quantize_int8", "quantize_float8", "abs_max", "FUSED_ACTIVATIONS",
 ]
 
 _INPUT_DTYPES = (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32))
@@ -66,6 +74,27 @@ def _check_input_scale(op: str, input_scale: Any) -> Any:
     input_scale = as_array(input_scale)
     _check(op, "input_scale", input_scale, _F32, (1,))
     return input_scale
+
+
+#: activations the int8/float8 dense ops apply themselves (fused into their epilogue on the GPU)
+FUSED_ACTIVATIONS = ("relu",)
+
+
+def _check_activation(op: str, activation: Any) -> "str | None":
+    """``None`` (also for "linear") or one of :data:`FUSED_ACTIVATIONS`."""
+    if activation is None or activation == "linear":
+        return None
+    if activation not in FUSED_ACTIVATIONS:
+        raise ValueError(f"{op}: activation must be None, 'linear' or one of {FUSED_ACTIVATIONS}, got {activation!r} "
+                         "(apply other activations after the op)")
+    return activation
+
+
+def _activate_np(y: np.ndarray, activation: "str | None") -> np.ndarray:
+    """The fused activation on the float32 (or float64) value, before the rounding to the output dtype."""
+    if activation == "relu":
+        return np.where(y < 0, y.dtype.type(0), y)  # NaN stays NaN, as the kernels' (v < 0 ? 0 : v)
+    return y
 
 
 def _quantized_dense_args(op: str, x: Any, kernel: Any, kernel_scale: Any, bias: Any, input_scale: Any, out: Any,
@@ -159,20 +188,23 @@ def abs_max(x: Any, *, stream: Any = None) -> Any:
 # ----------------------------------------------------------------------------- dense layers
 
 def int8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None, *, input_scale: Any = None,
-                       out: Any = None, stream: Any = None) -> Any:
-    """``x (rows, in) @ dequant(kernel (out, in) int8).T (+ bias)`` with int8 activations (see the module).
+                       activation: "str | None" = None, out: Any = None, stream: Any = None) -> Any:
+    """``activation(x (rows, in) @ dequant(kernel (out, in) int8).T (+ bias))`` with int8 activations (see the
+    module).
 
     ``kernel_scale``: float32 ``(out,)``, ``127 / max|w|`` per output channel; ``input_scale``: None
-    (dynamic, per row) or a calibrated float32 ``(1,)`` quantize scale.
+    (dynamic, per row) or a calibrated float32 ``(1,)`` quantize scale; ``activation``: None, "linear" or
+    "relu" (on the float32 value, before the rounding to ``x``'s dtype).
     """
     op = "int8_dense_forward"
     x, kernel, kernel_scale, bias, input_scale = _quantized_dense_args(op, x, kernel, kernel_scale, bias, input_scale,
                                                                        out, "int8")
+    activation = _check_activation(op, activation)
     impl = route(op, "quant", x=x, kernel=kernel, kernel_scale=kernel_scale, bias=bias, input_scale=input_scale,
                  out=out)
     if impl is not None:
-        return impl.int8_dense_forward(x, kernel, kernel_scale, bias, input_scale=input_scale, out=out,
-                                       stream=stream)
+        return impl.int8_dense_forward(x, kernel, kernel_scale, bias, input_scale=input_scale, activation=activation,
+                                       out=out, stream=stream)
     q, sx = _quantize_int8_np(x, input_scale)
     # float64 products and sums of integers below 2**53 are exact: the int32 accumulator, through BLAS
     acc = (q.astype(np.float64) @ kernel.astype(np.float64).T).astype(np.float32)
@@ -180,30 +212,32 @@ def int8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None,
     y = acc / (sx * kernel_scale.reshape(1, -1))
     if bias is not None:
         y = y + to_compute(bias)
-    return finish(y, out, x.dtype)
+    return finish(_activate_np(y, activation), out, x.dtype)
 
 
 def float8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None, *, input_scale: Any = None,
-                         out: Any = None, stream: Any = None) -> Any:
-    """``x (rows, in) @ dequant(kernel (out, in) E4M3 bytes).T (+ bias)`` with E4M3 activations.
+                         activation: "str | None" = None, out: Any = None, stream: Any = None) -> Any:
+    """``activation(x (rows, in) @ dequant(kernel (out, in) E4M3 bytes).T (+ bias))`` with E4M3 activations.
 
     ``kernel_scale``: float32 ``(1,)`` dequantize scale (``max|w| / 448``); ``input_scale``: None (dynamic,
-    ``max|x| / 448``) or a calibrated float32 ``(1,)`` dequantize scale.
+    ``max|x| / 448``) or a calibrated float32 ``(1,)`` dequantize scale; ``activation``: None, "linear" or
+    "relu" (after the bias, before the rounding to ``x``'s dtype: cuBLASLt's RELU_BIAS epilogue).
     """
     op = "float8_dense_forward"
     x, kernel, kernel_scale, bias, input_scale = _quantized_dense_args(op, x, kernel, kernel_scale, bias, input_scale,
                                                                        out, "float8")
+    activation = _check_activation(op, activation)
     impl = route(op, "quant", x=x, kernel=kernel, kernel_scale=kernel_scale, bias=bias, input_scale=input_scale,
                  out=out)
     if impl is not None:
-        return impl.float8_dense_forward(x, kernel, kernel_scale, bias, input_scale=input_scale, out=out,
-                                         stream=stream)
+        return impl.float8_dense_forward(x, kernel, kernel_scale, bias, input_scale=input_scale,
+                                         activation=activation, out=out, stream=stream)
     qx, scales = _quantize_float8_np(x, input_scale)
     acc = Q.float8_from_bits(qx).astype(np.float64) @ Q.float8_from_bits(kernel).astype(np.float64).T
     y = acc * (np.float64(scales[1]) * np.float64(kernel_scale[0]))
     if bias is not None:
         y = y + to_compute(bias)
-    return finish(y.astype(np.float32), out, x.dtype)
+    return finish(_activate_np(y.astype(np.float32), activation), out, x.dtype)
 
 
 def _int4_weight(op: str, kernel: Any, kernel_scale: Any, in_features: Any, group_size: Any) -> "tuple":

@@ -71,38 +71,74 @@ __device__ __forceinline__ float q_e4m3_to_f32(unsigned char b) {
 }
 
 // ----- activation quantizers ----------------------------------------------------------------------
-// int8, one scale per row: scale = 127 / (max|x_row| + 1e-7); one block per row.
-template <typename T>
+// Vector paths (the kernels' `vec` argument, set by the host): VW = 16 / sizeof(T) neighbouring elements per
+// step in one 16-byte load of x / store of y (narrower for the 1-byte side), when every array it touches is
+// 16-byte aligned and, for the (rows, cols) kernels, cols % VW == 0 (a vector never straddles a row).
+// Flat kernels finish the last n % VW elements one by one. Per element the arithmetic is the scalar
+// path's, so both give the same bits. (Scalar accesses ran these at 25-50% of the H200's bandwidth.)
+#define Q_FLAT_TAIL(i, nv, VW, n) \
+    for (i64 i = (nv) * (VW) + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// int8, one scale per row: scale = 127 / (max|x_row| + 1e-7); one block per row. VW > 1: the host checks
+// cols % VW == 0 (so every row starts aligned); the max does not depend on the order it is taken in.
+template <typename T, int VW>
 __device__ void quant_rows_int8(const T* x, signed char* q, float* scale, i64 rows, i64 cols) {
     __shared__ float scratch[32];
+    const i64 nv = cols / VW;
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * cols;
+        signed char* qr = q + r * cols;
         float m = 0.0f;
-        for (i64 c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(load(xr, c)));
+        for (i64 v = threadIdx.x; v < nv; v += blockDim.x) {
+            const Pack<T, VW> a = load_pack<T, VW>(xr, v * VW);
+#pragma unroll
+            for (int k = 0; k < VW; ++k) m = fmaxf(m, fabsf(load(a.e, k)));
+        }
         m = q_block_max(m, scratch);
         const float s = __fdiv_rn(127.0f, __fadd_rn(m, 1e-7f));
-        for (i64 c = threadIdx.x; c < cols; c += blockDim.x) q[r * cols + c] = q_int8(__fmul_rn(load(xr, c), s));
+        for (i64 v = threadIdx.x; v < nv; v += blockDim.x) {
+            const Pack<T, VW> a = load_pack<T, VW>(xr, v * VW);
+            Pack<signed char, VW> o;
+#pragma unroll
+            for (int k = 0; k < VW; ++k) o.e[k] = q_int8(__fmul_rn(load(a.e, k), s));
+            store_pack<signed char, VW>(qr, v * VW, o);
+        }
         if (threadIdx.x == 0) scale[r] = s;
     }
 }
 
 // int8 with one given (calibrated) quantize scale.
-template <typename T>
+template <typename T, int VW>
 __device__ void quant_static_int8(const T* x, signed char* q, const float* scale, i64 n) {
     const float s = scale[0];
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        q[i] = q_int8(__fmul_rn(load(x, i), s));
+    const i64 nv = n / VW;
+    for (i64 v = blockIdx.x * (i64)blockDim.x + threadIdx.x; v < nv; v += (i64)gridDim.x * blockDim.x) {
+        const Pack<T, VW> a = load_pack<T, VW>(x, v * VW);
+        Pack<signed char, VW> o;
+#pragma unroll
+        for (int k = 0; k < VW; ++k) o.e[k] = q_int8(__fmul_rn(load(a.e, k), s));
+        store_pack<signed char, VW>(q, v * VW, o);
+    }
+    Q_FLAT_TAIL(i, nv, VW, n) q[i] = q_int8(__fmul_rn(load(x, i), s));
 }
 
 // max|x| into *out (float bits, zeroed first): the bit patterns of non-negative floats order as unsigned
 // ints, NaN above infinity.
-template <typename T>
+__device__ __forceinline__ unsigned q_abs_bits_max(unsigned m, float v) {
+    const unsigned b = __float_as_uint(fabsf(v));
+    return b > m ? b : m;
+}
+
+template <typename T, int VW>
 __device__ void abs_max(const T* x, unsigned* out, i64 n) {
     unsigned m = 0u;
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const unsigned b = __float_as_uint(fabsf(load(x, i)));
-        m = b > m ? b : m;
+    const i64 nv = n / VW;
+    for (i64 v = blockIdx.x * (i64)blockDim.x + threadIdx.x; v < nv; v += (i64)gridDim.x * blockDim.x) {
+        const Pack<T, VW> a = load_pack<T, VW>(x, v * VW);
+#pragma unroll
+        for (int k = 0; k < VW; ++k) m = q_abs_bits_max(m, load(a.e, k));
     }
+    Q_FLAT_TAIL(i, nv, VW, n) m = q_abs_bits_max(m, load(x, i));
     for (int o = 16; o > 0; o >>= 1) {
         const unsigned other = __shfl_xor_sync(0xffffffffu, m, o);
         m = other > m ? other : m;
@@ -111,41 +147,75 @@ __device__ void abs_max(const T* x, unsigned* out, i64 n) {
 }
 
 // E4M3 with the quantize scale scales[0] (scales from fp8_scales).
-template <typename T>
+__device__ __forceinline__ unsigned char q_fp8_scaled(float x, float s) {
+    float v = __fmul_rn(x, s);
+    if (v == v) v = fminf(fmaxf(v, -448.0f), 448.0f);
+    return q_e4m3(v);
+}
+
+template <typename T, int VW>
 __device__ void quant_fp8(const T* x, unsigned char* q, const float* scales, i64 n) {
     const float s = scales[0];
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        float v = __fmul_rn(load(x, i), s);
-        if (v == v) v = fminf(fmaxf(v, -448.0f), 448.0f);
-        q[i] = q_e4m3(v);
+    const i64 nv = n / VW;
+    for (i64 v = blockIdx.x * (i64)blockDim.x + threadIdx.x; v < nv; v += (i64)gridDim.x * blockDim.x) {
+        const Pack<T, VW> a = load_pack<T, VW>(x, v * VW);
+        Pack<unsigned char, VW> o;
+#pragma unroll
+        for (int k = 0; k < VW; ++k) o.e[k] = q_fp8_scaled(load(a.e, k), s);
+        store_pack<unsigned char, VW>(q, v * VW, o);
     }
+    Q_FLAT_TAIL(i, nv, VW, n) q[i] = q_fp8_scaled(load(x, i), s);
 }
 
 // ----- epilogues of the integer / FP8 GEMMs ---------------------------------------------------------
-// y = acc / (sx * sw[col]) (+ bias[col]); sx one per row (sx_per_row) or one for all.
-template <typename T, typename A>
+// The fused activation (act 1: relu) on the float32 value before its rounding to T. A NaN stays NaN (as
+// cuDNN's relu with PROPAGATE_NAN and NumPy's maximum), -0 stays -0.
+__device__ __forceinline__ float q_act(float v, int act) { return (act == 1 && v < 0.0f) ? 0.0f : v; }
+
+// y = act(acc / (sx * sw[col]) (+ bias[col])); sx one per row (sx_per_row) or one for all. VW = 1: scalar.
+template <typename T, typename A, int VW>
 __device__ void int8_epilogue(const A* acc, const float* sx, i64 sx_per_row, const float* sw, const T* bias, T* y,
-                              i64 rows, i64 cols) {
-    const i64 n = rows * cols;
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const i64 r = i / cols, c = i - r * cols;
-        const float d = __fmul_rn(sx[sx_per_row ? r : 0], sw[c]);
-        float v = __fdiv_rn((float)acc[i], d);
-        if (bias) v = __fadd_rn(v, load(bias, c));
-        store(y, i, v);
+                              i64 rows, i64 cols, int act) {
+    const i64 nv = rows * cols / VW;
+    for (i64 v = blockIdx.x * (i64)blockDim.x + threadIdx.x; v < nv; v += (i64)gridDim.x * blockDim.x) {
+        const i64 i = v * VW, r = i / cols, c = i - r * cols;
+        const float sxr = sx[sx_per_row ? r : 0];
+        const Pack<A, VW> a = load_pack<A, VW>(acc, i);
+        const Pack<float, VW> w = load_pack<float, VW>(sw, c);
+        Pack<T, VW> b;
+        if (bias) b = load_pack<T, VW>(bias, c);
+        Pack<T, VW> o;
+#pragma unroll
+        for (int k = 0; k < VW; ++k) {
+            const float d = __fmul_rn(sxr, w.e[k]);
+            float val = __fdiv_rn((float)a.e[k], d);
+            if (bias) val = __fadd_rn(val, load(b.e, k));
+            store(o.e, k, q_act(val, act));
+        }
+        store_pack<T, VW>(y, i, o);
     }
 }
 
-// y = acc * (sx * sw) (+ bias[col]) for the FP8 path without cuBLASLt.
-template <typename T>
+// y = act(acc * (sx * sw) (+ bias[col])) for the FP8 path without cuBLASLt. VW > 1: the host checks
+// cols % VW == 0 and 16-byte aligned acc, bias and y.
+template <typename T, int VW>
 __device__ void fp8_epilogue(const float* acc, const float* sx, const float* sw, const T* bias, T* y, i64 rows,
-                             i64 cols) {
-    const i64 n = rows * cols;
+                             i64 cols, int act) {
+    const i64 nv = rows * cols / VW;
     const float d = __fmul_rn(sx[0], sw[0]);
-    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        float v = __fmul_rn(acc[i], d);
-        if (bias) v = __fadd_rn(v, load(bias, i % cols));
-        store(y, i, v);
+    for (i64 v = blockIdx.x * (i64)blockDim.x + threadIdx.x; v < nv; v += (i64)gridDim.x * blockDim.x) {
+        const i64 i = v * VW, c = i % cols;
+        const Pack<float, VW> a = load_pack<float, VW>(acc, i);
+        Pack<T, VW> b;
+        if (bias) b = load_pack<T, VW>(bias, c);
+        Pack<T, VW> o;
+#pragma unroll
+        for (int k = 0; k < VW; ++k) {
+            float val = __fmul_rn(a.e[k], d);
+            if (bias) val = __fadd_rn(val, load(b.e, k));
+            store(o.e, k, q_act(val, act));
+        }
+        store_pack<T, VW>(y, i, o);
     }
 }
 
@@ -168,6 +238,29 @@ __device__ __forceinline__ float q_int4(const unsigned char* packed, i64 kp, i64
     const unsigned b = packed[r * kp + (c >> 1)];
     int v = (int)((c & 1) ? (b >> 4) : (b & 15u));
     return (float)(v > 7 ? v - 16 : v);
+}
+
+__device__ __forceinline__ float q_nibble(unsigned v) { return (float)((int)v > 7 ? (int)v - 16 : (int)v); }
+
+// Vector path: VW = 16 / sizeof(T) columns (VW / 2 packed bytes) per step, one scale per vector; the host
+// checks cols % VW == 0, kp == cols / 2, group % VW == 0 and 16-byte aligned p and out.
+template <typename T, int VW>
+__device__ void dequant_int4_vec(const unsigned char* p, const float* s, T* out, i64 rows, i64 cols, i64 kp,
+                                 i64 groups, i64 group) {
+    const i64 nv = rows * cols / VW;
+    for (i64 v = blockIdx.x * (i64)blockDim.x + threadIdx.x; v < nv; v += (i64)gridDim.x * blockDim.x) {
+        const i64 i = v * VW, r = i / cols, c = i - r * cols;
+        const float sc = s[r * groups + c / group];
+        const Pack<unsigned char, VW / 2> pk = load_pack<unsigned char, VW / 2>(p, r * kp + (c >> 1));
+        Pack<T, VW> o;
+#pragma unroll
+        for (int j = 0; j < VW / 2; ++j) {
+            const unsigned b = pk.e[j];
+            store(o.e, 2 * j, __fdiv_rn(q_nibble(b & 15u), sc));
+            store(o.e, 2 * j + 1, __fdiv_rn(q_nibble(b >> 4), sc));
+        }
+        store_pack<T, VW>(out, i, o);
+    }
 }
 
 template <typename T>
@@ -257,29 +350,40 @@ extern "C" __global__ void fp8_to_f32(const unsigned char* q, float* out, i64 n)
 
 #define Q_INSTANTIATE(S, T)                                                                                     \
     extern "C" __global__ void quant_rows_int8_##S(const T* x, signed char* q, float* scale, i64 rows,        \
-                                                   i64 cols) {                                               \
-        quant_rows_int8<T>(x, q, scale, rows, cols);                                                          \
+                                                   i64 cols, int vec) {                                      \
+        if (vec) quant_rows_int8<T, 16 / (int)sizeof(T)>(x, q, scale, rows, cols);                            \
+        else quant_rows_int8<T, 1>(x, q, scale, rows, cols);                                                  \
     }                                                                                                         \
-    extern "C" __global__ void quant_static_int8_##S(const T* x, signed char* q, const float* scale, i64 n) { \
-        quant_static_int8<T>(x, q, scale, n);                                                                 \
+    extern "C" __global__ void quant_static_int8_##S(const T* x, signed char* q, const float* scale, i64 n,  \
+                                                     int vec) {                                               \
+        if (vec) quant_static_int8<T, 16 / (int)sizeof(T)>(x, q, scale, n);                                   \
+        else quant_static_int8<T, 1>(x, q, scale, n);                                                         \
     }                                                                                                         \
-    extern "C" __global__ void abs_max_##S(const T* x, unsigned* out, i64 n) { abs_max<T>(x, out, n); }       \
-    extern "C" __global__ void quant_fp8_##S(const T* x, unsigned char* q, const float* scales, i64 n) {      \
-        quant_fp8<T>(x, q, scales, n);                                                                        \
+    extern "C" __global__ void abs_max_##S(const T* x, unsigned* out, i64 n, int vec) {                      \
+        if (vec) abs_max<T, 16 / (int)sizeof(T)>(x, out, n);                                                  \
+        else abs_max<T, 1>(x, out, n);                                                                        \
+    }                                                                                                         \
+    extern "C" __global__ void quant_fp8_##S(const T* x, unsigned char* q, const float* scales, i64 n,        \
+                                             int vec) {                                                       \
+        if (vec) quant_fp8<T, 16 / (int)sizeof(T)>(x, q, scales, n);                                          \
+        else quant_fp8<T, 1>(x, q, scales, n);                                                                \
     }                                                                                                         \
     extern "C" __global__ void int8_epilogue_##S##_i32(const int* acc, const float* sx, i64 sx_per_row,       \
                                                        const float* sw, const T* bias, T* y, i64 rows,        \
-                                                       i64 cols) {                                            \
-        int8_epilogue<T, int>(acc, sx, sx_per_row, sw, bias, y, rows, cols);                                  \
+                                                       i64 cols, int act, int vec) {                          \
+        if (vec) int8_epilogue<T, int, 16 / (int)sizeof(T)>(acc, sx, sx_per_row, sw, bias, y, rows, cols, act);\
+        else int8_epilogue<T, int, 1>(acc, sx, sx_per_row, sw, bias, y, rows, cols, act);                     \
     }                                                                                                         \
     extern "C" __global__ void int8_epilogue_##S##_f32(const float* acc, const float* sx, i64 sx_per_row,     \
                                                        const float* sw, const T* bias, T* y, i64 rows,        \
-                                                       i64 cols) {                                            \
-        int8_epilogue<T, float>(acc, sx, sx_per_row, sw, bias, y, rows, cols);                                \
+                                                       i64 cols, int act, int vec) {                          \
+        if (vec) int8_epilogue<T, float, 16 / (int)sizeof(T)>(acc, sx, sx_per_row, sw, bias, y, rows, cols, act);\
+        else int8_epilogue<T, float, 1>(acc, sx, sx_per_row, sw, bias, y, rows, cols, act);                   \
     }                                                                                                         \
     extern "C" __global__ void fp8_epilogue_##S(const float* acc, const float* sx, const float* sw,           \
-                                                const T* bias, T* y, i64 rows, i64 cols) {                    \
-        fp8_epilogue<T>(acc, sx, sw, bias, y, rows, cols);                                                    \
+                                                const T* bias, T* y, i64 rows, i64 cols, int act, int vec) {  \
+        if (vec) fp8_epilogue<T, 16 / (int)sizeof(T)>(acc, sx, sw, bias, y, rows, cols, act);                 \
+        else fp8_epilogue<T, 1>(acc, sx, sw, bias, y, rows, cols, act);                                       \
     }                                                                                                         \
     extern "C" __global__ void dequant_int8_##S(const signed char* q, const float* s, T* out, i64 rows,       \
                                                 i64 cols) {                                                   \
@@ -289,8 +393,9 @@ extern "C" __global__ void fp8_to_f32(const unsigned char* q, float* out, i64 n)
         dequant_fp8<T>(q, s, out, n);                                                                         \
     }                                                                                                         \
     extern "C" __global__ void dequant_int4_##S(const unsigned char* p, const float* s, T* out, i64 rows,     \
-                                                i64 cols, i64 kp, i64 groups, i64 group) {                    \
-        dequant_int4<T>(p, s, out, rows, cols, kp, groups, group);                                            \
+                                                i64 cols, i64 kp, i64 groups, i64 group, int vec) {           \
+        if (vec) dequant_int4_vec<T, 16 / (int)sizeof(T)>(p, s, out, rows, cols, kp, groups, group);          \
+        else dequant_int4<T>(p, s, out, rows, cols, kp, groups, group);                                       \
     }                                                                                                         \
     extern "C" __global__ void int4_gemm_##S(const T* x, const unsigned char* p, const float* s,              \
                                              const T* bias, T* y, i64 M, i64 N, i64 K, i64 kp, i64 groups,    \

@@ -2,16 +2,17 @@
 
 * int8: activations quantized by ``quant_rows_int8`` (one block per row) or ``quant_static_int8``; then
   ``cublasLtMatmul`` in the "TN" layout with ``CUBLAS_COMPUTE_32I`` (exact int32 sums) and the
-  ``int8_epilogue`` kernel (``acc / (sx * sw) + bias``). Shapes cuBLASLt's int8 kernels refuse (``in`` not a
+  ``int8_epilogue`` kernel (``acc / (sx * sw) + bias``, then the relu when asked, in float32). Shapes cuBLASLt's int8 kernels refuse (``in`` not a
   multiple of 16, ``out`` not of 4) take a float32 GEMM of the integer values instead (exact while
   ``in * 127**2 < 2**24``, i.e. ``in`` < 1040) and the same epilogue.
 * float8: ``abs_max`` (atomicMax on float bits) and ``fp8_scales`` compute the activation scales on the
   device (each scale in an allocation of its own: cuBLASLt reads the dequantize one), ``quant_fp8`` writes
   E4M3 bytes (``cvt.rn.satfinite`` on sm_89+), then ``cublasLtMatmul`` with ``A/B_SCALE_POINTER`` set to
-  the weight's and the activation's dequantize scales and the bias in its epilogue (bf16/fp16 outputs,
-  when cuBLASLt takes that setting; else, and for float32 outputs, ``bias_add`` after). Before sm_89, for
-  ``out % 16`` or ``in % 16`` != 0, or when cuBLASLt refuses every setting (a RuntimeWarning, once), the
-  E4M3 values are widened to float32 for a cuBLAS GEMM and ``fp8_epilogue`` scales.
+  the weight's and the activation's dequantize scales and the bias (and a relu) in its epilogue (bf16/fp16
+  outputs, when cuBLASLt takes that setting; else, and for float32 outputs with a bias, ``bias_add`` and
+  the relu after). Before sm_89, for ``out % 16`` or ``in % 16`` != 0, or when cuBLASLt refuses every
+  setting (a RuntimeWarning, once), the E4M3 values are widened to float32 for a cuBLAS GEMM and
+  ``fp8_epilogue`` scales (and applies the relu).
 * int4 (weight-only): ``INT4_PATH = "dequantize"`` (default) writes the weight in the input dtype
   (``dequant_int4``) for a cuBLAS GEMM; ``"fused"`` runs ``int4_gemm``, one NVRTC kernel that dequantizes
   tiles in shared memory (no weight-sized temporary; slower at large batches). ``benchmarks/quantize.py``
@@ -32,6 +33,7 @@ from ...cublas import matmul_tn, tn_supported
 from ...cublas import LtNotSupportedError
 from ...cuda.device import CudaDevice
 from . import _common as cm
+from .activation import activation_forward
 from .conv import bias_add
 from .dense import _gemm
 
@@ -59,7 +61,7 @@ def _capability(device: int) -> "tuple[int, int]":
     return cc
 
 
-# (device, kind, rows, out, in, dtype[, fused bias]) cuBLASLt refused: the float path runs them
+# (device, kind, rows, out, in, dtype[, epilogue steps asked]) cuBLASLt refused: the float path runs them
 _LT_REFUSED: set = set()
 
 
@@ -69,10 +71,10 @@ def lt_path(kind: str, out_features: int, in_features: int, dtype: Any, device: 
     return tn_supported(kind, out_features, in_features, d_dtype, _capability(device))
 
 
-def _lt_matmul(kind: str, key: tuple, *args: Any, **kwargs: Any) -> "bool | None":
-    """``matmul_tn(kind, ...)``: whether it added the bias (see ``matmul_tn``), or None (and a warning, once)
-    when cuBLASLt runs none of the settings tried; nothing was queued then, so the caller's float path may
-    run instead."""
+def _lt_matmul(kind: str, key: tuple, *args: Any, **kwargs: Any) -> "tuple[str, ...] | None":
+    """``matmul_tn(kind, ...)``: the epilogue steps it left to the caller (see ``matmul_tn``), or None (and a
+    warning, once) when cuBLASLt runs none of the settings tried; nothing was queued then, so the caller's
+    float path may run instead."""
     if key in _LT_REFUSED:
         return None
     try:
@@ -94,6 +96,22 @@ def _bias_ptr(bias: Any) -> Any:
     return cm.p(bias) if bias is not None else cm.p(0)
 
 
+def _vw(dtype: Any) -> int:
+    """Elements of ``dtype`` per 16-byte access of the kernels' vector paths."""
+    return 16 // np.dtype(dtype).itemsize
+
+
+def _threads(n: int, dtype: Any, vec: bool) -> int:
+    """Items to launch a flat kernel over: one per vector (rounded up: n < VW still launches, for the scalar
+    tail) or one per element."""
+    return -(-int(n) // _vw(dtype)) if vec else int(n)
+
+
+def _aligned(*arrays: Any) -> bool:
+    """Whether every array (None skipped) starts on a 16-byte boundary: the vector paths' condition."""
+    return not any(int(a.ptr) % 16 for a in arrays if a is not None)
+
+
 # ----------------------------------------------------------------------------- quantizers
 
 def _quantize_int8(x: Any, scale: Any, s) -> "tuple[Any, Any, int]":
@@ -102,11 +120,14 @@ def _quantize_int8(x: Any, scale: Any, s) -> "tuple[Any, Any, int]":
     sfx = cm.suffix(x.dtype)
     if scale is None:
         sx = cm.empty((rows,), cm.F32, s)
+        # whole vectors per row: every row starts aligned when x and q do
+        vec = cols % _vw(x.dtype) == 0 and _aligned(x, q)
         cm.launch_rows(_SOURCE, f"quant_rows_int8_{sfx}", rows, (cm.p(x), cm.p(q), cm.p(sx), cm.i64(rows),
-                                                                cm.i64(cols)), s, block=256)
+                                                                cm.i64(cols), cm.i32(int(vec))), s, block=256)
         return q, sx, 1
-    cm.launch(_SOURCE, f"quant_static_int8_{sfx}", rows * cols, (cm.p(x), cm.p(q), cm.p(scale),
-                                                                 cm.i64(rows * cols)), s)
+    vec = _aligned(x, q)
+    cm.launch(_SOURCE, f"quant_static_int8_{sfx}", _threads(rows * cols, x.dtype, vec),
+              (cm.p(x), cm.p(q), cm.p(scale), cm.i64(rows * cols), cm.i32(int(vec))), s)
     return q, scale, 0
 
 
@@ -120,8 +141,10 @@ def _abs_max_bits(x: Any, s) -> Any:
     # int32 holds the kernel's unsigned float bits: those of |x| (NaN included) stay below 2**31
     out = cm.empty((1,), _I32, s)
     cm.memset(out, 0, s)
-    cm.launch(_SOURCE, f"abs_max_{cm.suffix(x.dtype)}", cm.size_of(x.shape), (cm.p(x), cm.p(out),
-                                                                            cm.i64(cm.size_of(x.shape))), s)
+    n = cm.size_of(x.shape)
+    vec = _aligned(x)
+    cm.launch(_SOURCE, f"abs_max_{cm.suffix(x.dtype)}", _threads(n, x.dtype, vec),
+              (cm.p(x), cm.p(out), cm.i64(n), cm.i32(int(vec))), s)
     return out
 
 
@@ -140,7 +163,9 @@ def _float8_scales(x: Any, scale: Any, s, quant_out: Any, dequant_out: Any) -> N
 def _quantize_float8_bytes(x: Any, quant_scale: Any, s) -> Any:
     q = cm.empty(tuple(int(d) for d in x.shape), _U8, s)
     n = cm.size_of(x.shape)
-    cm.launch(_SOURCE, f"quant_fp8_{cm.suffix(x.dtype)}", n, (cm.p(x), cm.p(q), quant_scale, cm.i64(n)), s)
+    vec = _aligned(x, q)
+    cm.launch(_SOURCE, f"quant_fp8_{cm.suffix(x.dtype)}", _threads(n, x.dtype, vec),
+              (cm.p(x), cm.p(q), quant_scale, cm.i64(n), cm.i32(int(vec))), s)
     return q
 
 
@@ -161,7 +186,7 @@ def _widen(kernel_name: str, a: Any, s) -> Any:
 # ----------------------------------------------------------------------------- dense layers
 
 def int8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None, *, input_scale: Any = None,
-                       out: Any = None, stream: Any = None) -> Any:
+                       activation: "str | None" = None, out: Any = None, stream: Any = None) -> Any:
     s = cm.stream_of(stream)
     rows, k = int(x.shape[0]), int(x.shape[1])
     n = int(kernel.shape[0])
@@ -181,14 +206,15 @@ def int8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None,
         acc = cm.empty((rows, n), cm.F32, s)
         _gemm(s, _widen("int8_to_f32", q, s), _widen("int8_to_f32", kernel, s), acc, rows, n, k, False, True)
         acc_sfx = "f32"
-    cm.launch(_SOURCE, f"int8_epilogue_{cm.suffix(x.dtype)}_{acc_sfx}", rows * n,
+    vec = n % _vw(x.dtype) == 0 and _aligned(acc, kernel_scale, bias, y)
+    cm.launch(_SOURCE, f"int8_epilogue_{cm.suffix(x.dtype)}_{acc_sfx}", _threads(rows * n, x.dtype, vec),
               (cm.p(acc), cm.p(sx), cm.i64(per_row), cm.p(kernel_scale), _bias_ptr(bias), cm.p(y), cm.i64(rows),
-               cm.i64(n)), s)
+               cm.i64(n), cm.i32(int(activation == "relu")), cm.i32(int(vec))), s)
     return y
 
 
 def float8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None, *, input_scale: Any = None,
-                         out: Any = None, stream: Any = None) -> Any:
+                         activation: "str | None" = None, out: Any = None, stream: Any = None) -> Any:
     s = cm.stream_of(stream)
     rows, k = int(x.shape[0]), int(x.shape[1])
     n = int(kernel.shape[0])
@@ -200,24 +226,32 @@ def float8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = Non
     quant_scale, x_dequant = cm.empty((1,), cm.F32, s), cm.empty((1,), cm.F32, s)
     _float8_scales(x, input_scale, s, cm.p(quant_scale), cm.p(x_dequant))
     qx = _quantize_float8_bytes(x, cm.p(quant_scale), s)
+    relu = activation == "relu"
     if lt_path("float8", n, k, x.dtype, s.device_index):
+        wanted = (("bias",) if bias is not None else ()) + (("relu",) if relu else ())
         # the FP8 bias epilogue takes a bias of D's type for bf16/fp16 D; float32 D (bias type an exception
-        # in the header, refused by PyTorch's _scaled_mm) adds it after
-        fuse = bias is not None and x.dtype != cm.F32
+        # in the header, refused by PyTorch's _scaled_mm) adds it after, and then the relu, which follows it
+        asked = () if bias is not None and x.dtype == cm.F32 else wanted
         ws, ws_bytes = _workspace(s)
-        fused = _lt_matmul("float8", (s.device_index, "float8", rows, n, k, x.dtype.str, fuse), n, rows, k,
-                           int(kernel.ptr), int(qx.ptr), int(y.ptr), d_dtype=x.dtype, stream=s, workspace=ws,
-                           workspace_bytes=ws_bytes, a_scale=int(kernel_scale.ptr), b_scale=int(x_dequant.ptr),
-                           bias=int(bias.ptr) if fuse else 0, bias_dtype=x.dtype if fuse else None)
-        if fused is not None:
-            if bias is not None and not (fuse and fused):
-                bias_add(y, bias, layout="NHWC", out=y, stream=s)
+        left = _lt_matmul("float8", (s.device_index, "float8", rows, n, k, x.dtype.str, asked), n, rows, k,
+                          int(kernel.ptr), int(qx.ptr), int(y.ptr), d_dtype=x.dtype, stream=s, workspace=ws,
+                          workspace_bytes=ws_bytes, a_scale=int(kernel_scale.ptr), b_scale=int(x_dequant.ptr),
+                          bias=int(bias.ptr) if "bias" in asked else 0,
+                          bias_dtype=x.dtype if "bias" in asked else None, relu="relu" in asked)
+        if left is not None:
+            # cuBLASLt did a head of `asked`, itself a head of `wanted`: the rest runs here, in order
+            for step in wanted[len(asked) - len(left):]:
+                if step == "bias":
+                    bias_add(y, bias, layout="NHWC", out=y, stream=s)
+                else:
+                    activation_forward(y, "relu", out=y, stream=s)
             return y
     acc = cm.empty((rows, n), cm.F32, s)
     _gemm(s, _widen("fp8_to_f32", qx, s), _widen("fp8_to_f32", kernel, s), acc, rows, n, k, False, True)
-    cm.launch(_SOURCE, f"fp8_epilogue_{cm.suffix(x.dtype)}", rows * n,
+    vec = n % _vw(x.dtype) == 0 and _aligned(acc, bias, y)
+    cm.launch(_SOURCE, f"fp8_epilogue_{cm.suffix(x.dtype)}", _threads(rows * n, x.dtype, vec),
               (cm.p(acc), cm.p(x_dequant), cm.p(kernel_scale), _bias_ptr(bias), cm.p(y), cm.i64(rows),
-               cm.i64(n)), s)
+               cm.i64(n), cm.i32(int(relu)), cm.i32(int(vec))), s)
     return y
 
 
@@ -233,9 +267,11 @@ def dequantize_weight(kernel: Any, kernel_scale: Any, *, mode: str, dtype: Any, 
     elif mode == "float8":
         cm.launch(_SOURCE, f"dequant_fp8_{sfx}", n * k, (cm.p(kernel), cm.p(kernel_scale), cm.p(w), cm.i64(n * k)), s)
     else:
-        cm.launch(_SOURCE, f"dequant_int4_{sfx}", n * k,
-                  (cm.p(kernel), cm.p(kernel_scale), cm.p(w), cm.i64(n), cm.i64(k), cm.i64(int(kernel.shape[1])),
-                   cm.i64(int(kernel_scale.shape[1])), cm.i64(int(group_size))), s)
+        kp, group, vw = int(kernel.shape[1]), int(group_size), _vw(w.dtype)
+        vec = k % vw == 0 and kp * 2 == k and group > 0 and group % vw == 0 and _aligned(kernel, w)
+        cm.launch(_SOURCE, f"dequant_int4_{sfx}", n * k // (vw if vec else 1),
+                  (cm.p(kernel), cm.p(kernel_scale), cm.p(w), cm.i64(n), cm.i64(k), cm.i64(kp),
+                   cm.i64(int(kernel_scale.shape[1])), cm.i64(group), cm.i32(int(vec))), s)
     return w
 
 
