@@ -185,3 +185,76 @@ def test_conv_key_memo_follows_the_config():
     with config.override(deterministic=True):
         assert g.key("forward", 0).deterministic
     assert g.key("forward", 0) is k1
+
+
+class _RecordingKernel:
+    def __init__(self, name: str, launches: list) -> None:
+        self.name, self.launches = name, launches
+
+    def __call__(self, grid, block, args, *, stream=None):
+        self.launches.append((self.name, grid, block, tuple(int(a.ptr) if hasattr(a, "ptr") else a.item()
+                                                              for a in args)))
+
+
+def test_cast_plan_memo_is_keyed_by_both_dtypes_and_keeps_the_grid(monkeypatch):
+    from dnnbind._validate import BFLOAT16
+    from dnnbind.ops._cuda import _common as cm
+    from dnnbind.ops._cuda import elementwise as ew
+
+    launches: list = []
+    monkeypatch.setattr(ew, "_cast_plans", {})
+    monkeypatch.setattr(cm, "kernel", lambda f, name, device: _RecordingKernel(name, launches))
+    monkeypatch.setattr(cm, "_sm_count", lambda device: 10)  # grid cap 320 blocks
+    s = _fake_stream()
+    x = cuda.DeviceArray(None, (1000, 100), np.float32, 0x10000, device_index=0, stream=s)
+    for dt, ptr in ((BFLOAT16, 0x20000), (np.dtype(np.float16), 0x30000), (BFLOAT16, 0x40004)):
+        out = cuda.DeviceArray(None, x.shape, dt, ptr, device_index=0, stream=s)
+        assert ew.cast(x, dt, out=out, stream=s) is out
+    n = 100_000
+    # vectorised: 4 items per access (16 bytes of float32), 98 blocks; 0x40004 is not 8-byte
+    # aligned: one item per thread, 391 blocks capped at 320
+    assert launches == [
+        ("cast_f32_bf16", (98, 1, 1), (256, 1, 1), (0x10000, 0x20000, n, 1)),
+        ("cast_f32_f16", (98, 1, 1), (256, 1, 1), (0x10000, 0x30000, n, 1)),
+        ("cast_f32_bf16", (320, 1, 1), (256, 1, 1), (0x10000, 0x40004, n, 0)),
+    ]
+    assert set(ew._cast_plans) == {(np.dtype(np.float32), BFLOAT16, 0), (np.dtype(np.float32), np.dtype(np.float16), 0)}
+    # the public op still refuses bad input before any launch, after good calls
+    with pytest.raises(TypeError, match="cast"):
+        __import__("dnnbind").ops.cast(x, np.complex64, stream=s)
+    with pytest.raises(ValueError, match="out has shape"):
+        __import__("dnnbind").ops.cast(x, BFLOAT16, out=cuda.DeviceArray(None, (10,), BFLOAT16, 0x50000,
+                                                                             device_index=0, stream=s), stream=s)
+    assert len(launches) == 3
+
+
+def test_optimizer_table_key_follows_addresses_and_sizes(monkeypatch):
+    from dnnbind.ops import UpdateTables
+    from dnnbind.ops._cuda import optim
+
+    uploads = []
+
+    def fake_constant(host, stream=None):
+        uploads.append(host.copy())
+        return len(uploads)
+
+    monkeypatch.setattr(amod, "constant", fake_constant)
+
+    class NotCapturing:
+        device_index = 0
+
+        def is_capturing(self):
+            return False
+
+    s, tables = NotCapturing(), UpdateTables()
+    p = [_fake_array((4, 3), ptr=0x1000), _fake_array((5,), ptr=0x2000)]
+    g = [_fake_array((4, 3), ptr=0x3000), _fake_array((5,), ptr=0x4000)]
+    m = [_fake_array((4, 3), ptr=0x5000), _fake_array((5,), ptr=0x6000)]
+    first = optim._table(p, g, [m, None, None], s, tables)
+    assert optim._table(p, g, [m, None, None], s, tables) == first and len(uploads) == 1
+    g2 = [g[0], _fake_array((5,), ptr=0x4400)]  # a gradient at another address: a new table
+    second = optim._table(p, g2, [m, None, None], s, tables)
+    assert second != first and len(uploads) == 2
+    row = uploads[1][optim.TABLE_COLS: optim.TABLE_COLS + 6]
+    assert list(row) == [0x2000, 0x4400, 0x6000, 0, 0, 5]
+    assert optim._table(p, g, [m, None, None], s, tables) == first and len(uploads) == 2

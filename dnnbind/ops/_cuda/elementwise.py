@@ -197,20 +197,40 @@ def top_k_count(scores: Any, labels: Any, k: int, *, stream: Any = None) -> Any:
 
 # ------------------------------------------------------------------------- casts and memory
 
+# (source dtype, target dtype, device) -> (kernel, items per vector access, the two address
+# alignments that access needs, the grid cap): a cast runs for every weight of every mixed-precision
+# step, so its launch is looked up once instead of formatting the kernel name and the grid per call.
+_cast_plans: dict = {}
+
+
+def _cast_plan(src: np.dtype, dst: np.dtype, device: int) -> tuple:
+    plan = _cast_plans.get((src, dst, device))
+    if plan is None:
+        vw = 16 // max(src.itemsize, dst.itemsize)
+        plan = (cm.kernel(_FILE, f"cast_{cm.suffix(src)}_{cm.suffix(dst)}", device), vw,
+                min(16, vw * src.itemsize), min(16, vw * dst.itemsize), cm._sm_count(device) * 32)
+        _cast_plans[(src, dst, device)] = plan
+    return plan
+
+
 def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``x`` converted to ``dtype`` (float to int truncates toward zero, as NumPy)."""
     s = cm.stream_of(stream)
-    dt = np.dtype(dtype)
+    dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
     res = cm.output(out, x.shape, dt, s)
     if dt == x.dtype:
         cm.memcpy(res, x, s)
         return res
-    # vectorised (see elementwise.cu) when both addresses suit VW-item accesses
-    vw = 16 // max(x.dtype.itemsize, dt.itemsize)
-    vec = x.ptr % min(16, vw * x.dtype.itemsize) == 0 and res.ptr % min(16, vw * dt.itemsize) == 0
     n = int(x.size)
-    cm.launch(_FILE, f"cast_{cm.suffix(x.dtype)}_{cm.suffix(dt)}", -(-n // vw) if vec else n,
-              (cm.p(x), cm.p(res), cm.i64(n), cm.i32(vec)), s)
+    if n <= 0:
+        return res
+    kern, vw, x_align, res_align, max_grid = _cast_plan(x.dtype, dt, s.device_index)
+    # vectorised (see elementwise.cu) when both addresses suit VW-item accesses
+    vec = x.ptr % x_align == 0 and res.ptr % res_align == 0
+    items = -(-n // vw) if vec else n
+    # the grid cm.launch would pick: grid-stride loops, at most 32 blocks per SM
+    grid = max(1, min(-(-items // cm.BLOCK), max_grid))
+    kern((grid, 1, 1), (cm.BLOCK, 1, 1), (cm.p(x), cm.p(res), cm.i64(n), cm.i32(vec)), stream=s)
     return res
 
 

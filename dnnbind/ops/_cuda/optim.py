@@ -84,8 +84,9 @@ def _table(params: list, grads: list, states: Sequence["list | None"], stream,
     if not capturing:
         # The key is the table's whole content (with the group's dtypes, on which the vector
         # flags depend), so a hit is right even when other arrays now live at these addresses.
+        # (list comprehensions, not generators: this runs for every step of an eager loop)
         key = ((stream.device_index, params[0].dtype, grads[0].dtype)
-               + tuple(tuple(cm.ptr(a) for a in col) for col in cols) + (tuple(sizes),))
+               + tuple([tuple([0 if a is None else a.ptr for a in col]) for col in cols]) + (tuple(sizes),))
         hit = tables._get(key)
         if hit is not None:
             return hit
