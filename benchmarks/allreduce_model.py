@@ -8,8 +8,8 @@ are, this script measures on one GPU what the scaling depends on, and models the
   cap, reverse parameter order, one dtype per bucket) and their bytes;
 * a device-to-device copy of each bucket on a second stream (``cudaMemcpyAsync``): the fastest any
   link could move that data, an upper bound for NCCL's bus bandwidth;
-* the time of a one-rank NCCL all-reduce of the buckets (the per-call floor: launch and NCCL's
-  own kernel, no traffic), when libnccl is installed.
+* the time of a one-rank NCCL all-reduce of the buckets, captured in a CUDA graph as inside the
+  step (the per-call floor: NCCL's own kernels, no traffic), when libnccl is installed.
 
 The model is NCCL's ring all-reduce: each of ``n`` ranks sends and receives ``2 (n - 1) / n`` of
 the bucket's bytes, so ``t = calls * floor + 2 (n - 1) / n * bytes / busbw``. ``busbw`` is not
@@ -70,16 +70,25 @@ def _nccl_floor_ms(buckets: list[list], reps: int = 30) -> "float | None":
         print(f"no NCCL floor measured: {exc}", file=sys.stderr)
         return None
     try:
-        stream = cuda.current_stream()
+        # captured in a CUDA graph, as inside the step: the replay times the GPU side only, without
+        # Python's time to issue the NCCL calls
+        stream = cuda.Stream()
+        stream.wait_stream(cuda.current_stream())  # the buckets were allocated on the current stream
+        for bucket in buckets:  # one eager round first (NCCL sets up its buffers outside a capture)
+            comm.all_reduce(bucket, "avg", stream=stream)
+        stream.synchronize()
+        with cuda.capture(stream) as graph:
+            for bucket in buckets:
+                comm.all_reduce(bucket, "avg", stream=stream)
         times = []
         for _ in range(reps + 5):
             start, end = cuda.Event(), cuda.Event()
             start.record(stream)
-            for bucket in buckets:
-                comm.all_reduce(bucket, "avg", stream=stream)
+            graph.launch(stream)
             end.record(stream)
             end.synchronize()
             times.append(start.elapsed_time(end))
+        graph.close()
         return statistics.median(times[5:])
     finally:
         dist.close()

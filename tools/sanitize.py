@@ -112,9 +112,16 @@ def targets(args) -> list[dict]:
     return found
 
 
+# Library kernels with plain C names: cuBLAS(Lt)'s nvjet/xmma GEMMs (e.g. nvjet_sm90_qqtst_..._relubias_TNT,
+# sm90_xmma_gemm_...), CUTLASS, cuDNN's runtime-fusion and NCCL kernels
+_LIBRARY_NAMES = re.compile(r"^(nvjet_|sm\d+_|cutlass|xmma|cudnn|cublas|nccl|ampere_|hopper_|volta_|turing_)",
+                            re.IGNORECASE)
+
+
 def classify(kernel: str) -> str:
-    """'dnnbind' for our NVRTC kernels (plain extern "C" names), 'library' for cuDNN/cuBLAS ones."""
-    return "library" if ("::" in kernel or "<" in kernel) else "dnnbind"
+    """'dnnbind' for our NVRTC kernels (plain extern "C" names), 'library' for cuDNN/cuBLAS/NCCL ones
+    (C++ names, or the C-named families above)."""
+    return "library" if ("::" in kernel or "<" in kernel or _LIBRARY_NAMES.match(kernel)) else "dnnbind"
 
 
 def run_target(sanitizer: str, tool: str, target: dict, out: Path, timeout: float, max_batch: int,
