@@ -154,7 +154,10 @@ class _QuantizableMixin:
         else:
             scale_shape, s_internal, s_keras = ((n,) if mode == "int8" else (1,)), None, None
         bias = self.bias
+        # a failure part-way (e.g. out of device memory) puts back everything this touched
         before = self._weights
+        saved = {name: self.__dict__[name] for name in ("kernel", "kernel_scale", "input_scale") if name in self.__dict__}
+        bias_trainable = None if bias is None else bias.trainable
         self._weights = []
         try:
             self.kernel = self._quantized_weight("kernel", shape, dtype, to_internal, to_keras, kernel)
@@ -173,6 +176,13 @@ class _QuantizableMixin:
                 self.input_scale = None
         except BaseException:
             self._weights = before
+            for name in ("kernel", "kernel_scale", "input_scale"):
+                if name in saved:
+                    self.__dict__[name] = saved[name]
+                else:
+                    self.__dict__.pop(name, None)
+            if bias is not None:
+                bias.trainable = bias_trainable
             raise
         self.quantization_mode = mode
         self.int4_group_size = group_size

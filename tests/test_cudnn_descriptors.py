@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import re
 
 import ml_dtypes
 import numpy as np
@@ -446,6 +447,19 @@ def test_workspace_grows_in_mib_per_stream_and_is_released(fake_workspace):
     assert grown != ptr and fake_workspace[-1].nbytes == 2 << 20 and cd.workspace_buffer(a) is fake_workspace[-1]
     cd.release_workspaces()
     assert cd.workspace_buffer(a) is None and cd.workspace_buffer(b) is None
+
+
+@pytest.mark.parametrize("nbytes, message", [
+    (1.5, "cudnn.workspace: nbytes must be an int, got float 1.5"),
+    ("64", "cudnn.workspace: nbytes must be an int, got '64'"),
+    (True, "cudnn.workspace: nbytes must be an int, got bool True"),
+])
+def test_workspace_names_a_bad_size_before_allocating(fake_workspace, nbytes, message):
+    a = _fake_stream(0xA0, True)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        cd.workspace(a, nbytes)
+    assert fake_workspace == [] and cd.workspace_buffer(a) is None
+    assert cd.workspace(a, np.int64(100)) and fake_workspace[-1].nbytes == 1 << 20  # NumPy ints are sizes too
 
 
 def test_workspace_of_a_closed_stream_never_reaches_a_new_stream_with_its_handle(fake_workspace):

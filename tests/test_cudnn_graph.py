@@ -282,6 +282,8 @@ def test_execute_checks_bindings_before_any_c_call():
         plan.execute({"x": x, "y": y})
     with pytest.raises(ValueError, match="holds 16 bytes"):
         plan.execute({"x": x, "y": y}, workspace=_Array((16,), "uint8"))
+    with pytest.raises(ValueError, match="needs a workspace of 1024 bytes .* the null pointer 0"):
+        plan.execute({"x": x, "y": y}, workspace=0)
 
 
 def test_plan_cache_info_and_clear():

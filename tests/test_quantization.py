@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ctypes
 import re
+import threading
+import time
 import types
 import warnings
 
@@ -353,6 +355,52 @@ def test_calibration_sets_static_input_scales(rng):
         _model().quantize("int4", calibration_data=x)
 
 
+def test_a_quantize_that_fails_leaves_no_calibration_behind_for_the_next_one(rng, monkeypatch):
+    m, x, _ = _trained(rng)
+    first = m.layers[0]  # the Conv2D, quantized first
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(first, "quantize", fail, raising=False)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        m.quantize("int8", calibration_data=x[:100], batch_size=50)
+    assert all("_calibrated_amax" not in layer.__dict__ for layer in m.layers)
+    assert all(getattr(layer, "quantization_mode", None) is None for layer in m.layers)
+    monkeypatch.delattr(first, "quantize")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.quantize("int8")  # no calibration data: dynamic per-row scales, not the failed call's amax
+    dense = m.layers[2]
+    assert dense.quantization_mode == "int8" and not dense._input_scale_static
+    assert dense.input_scale.numpy()[0] == 0
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
+def test_a_layer_whose_quantization_fails_part_way_is_left_as_it_was(rng, monkeypatch, mode):
+    layer = layers.Dense(32, activation="relu")
+    layer.build((None, 256))
+    kernel, bias = layer.kernel, layer.bias
+    weights, values = list(layer.weights), [w.numpy().copy() for w in layer.weights]
+    made = layer._quantized_weight
+
+    def fail_on_scale(name, *args, **kwargs):
+        if name == "kernel_scale":
+            raise MemoryError("out of memory on cuda:0")  # after the kernel was replaced
+        return made(name, *args, **kwargs)
+
+    monkeypatch.setattr(layer, "_quantized_weight", fail_on_scale)
+    with pytest.raises(MemoryError, match="out of memory"):
+        layer.quantize(mode)
+    assert layer.kernel is kernel and layer.bias is bias and bias.trainable
+    assert "kernel_scale" not in layer.__dict__ and getattr(layer, "quantization_mode", None) is None
+    assert list(layer.weights) == weights
+    assert all(np.array_equal(w.numpy(), v) for w, v in zip(layer.weights, values))
+    monkeypatch.undo()
+    layer.quantize(mode)  # and it can still be quantized
+    assert layer.quantization_mode == mode
+
+
 @pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
 def test_save_and_load_round_trip_quantized_weights_and_scales(rng, tmp_path, mode):
     m, x, _ = _trained(rng)
@@ -615,3 +663,72 @@ def test_lt_shape_rules_are_checked_before_any_call():
     assert not _lt.tn_supported("float8", 40, 64, np.float32, (9, 0))  # int8 would take it (40 * 4 % 16 == 0)
     assert _lt.tn_supported("int8", 40, 64, np.int32, (9, 0))
     assert not _lt.tn_supported("float8", 128, 784, np.float32, (8, 6))
+
+
+def test_lt_cached_plan_launches_with_its_own_callers_pointers_under_threads(fake_lt, monkeypatch):
+    # A cached plan's descriptor carries the scale and bias pointers of the call: without the plan's lock a
+    # second thread could overwrite them between the first thread's set and its launch.
+    fake_lt({"bias": (0, 1), "plain": (0, 1)}, [0])
+    kw = dict(bias=0x4000, bias_dtype=ml_dtypes.bfloat16, **_FP8_CALL)
+    _lt.matmul_tn("float8", 64, 40, 256, 0x1000, 0x2000, 0x3000, **kw)  # makes and caches the plan
+    seen = []
+
+    def run(handle, plan, algo, kind, a, b, d, workspace, workspace_bytes, stream):
+        time.sleep(0.002)  # lets the other thread run between the pointer sets and the launch
+        got = (plan.desc.get_pointer(L.MatmulDescAttribute.A_SCALE_POINTER),
+               plan.desc.get_pointer(L.MatmulDescAttribute.B_SCALE_POINTER),
+               plan.desc.get_pointer(L.MatmulDescAttribute.BIAS_POINTER))
+        seen.append((a, got))
+        return 0
+
+    monkeypatch.setattr(_lt, "_run", run)
+
+    def caller(base):
+        for _ in range(20):
+            _lt.matmul_tn("float8", 64, 40, 256, base, 0x2000, 0x3000, d_dtype=ml_dtypes.bfloat16, stream=_STREAM,
+                          workspace=0, workspace_bytes=0, a_scale=base + 0x100, b_scale=base + 0x200,
+                          bias=base + 0x300, bias_dtype=ml_dtypes.bfloat16)
+
+    threads = [threading.Thread(target=caller, args=(base,)) for base in (0x10000, 0x20000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 40
+    for a, got in seen:
+        assert got == (a + 0x100, a + 0x200, a + 0x300)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(m=64.0), TypeError, "matmul_tn: m must be an int, got float 64.0"),
+    (dict(k=True), TypeError, "matmul_tn: k must be an int, got bool True"),
+    (dict(d_dtype="nope"), TypeError, "matmul_tn: d_dtype: 'nope' is not a dtype"),
+    (dict(a_scale=0), ValueError, r"a_scale and b_scale must be device pointers .* a_scale=0x0, b_scale=0x7100"),
+    (dict(bias=0x4000), ValueError, "bias_dtype .* is required when a bias is given"),
+    (dict(bias=0x4000, bias_dtype=np.float64), ValueError, "bias_dtype must be float32, float16 or bfloat16 .* "
+                                                            "got float64"),
+    (dict(bias=0x4000, bias_dtype=np.int8), ValueError, "got int8"),
+])
+def test_lt_bad_arguments_are_named_before_any_cublaslt_call(fake_lt, change, error, message):
+    fake = fake_lt({"plain": (0, 1), "bias": (0, 1)}, [0])
+    args = dict(m=64, n=40, k=256, **_FP8_CALL)
+    args.update(change)
+    m, n, k = args.pop("m"), args.pop("n"), args.pop("k")
+    with pytest.raises(error, match=message):
+        _lt.matmul_tn("float8", m, n, k, 0x1000, 0x2000, 0x3000, **args)
+    assert fake.settings == [] and fake.calls == [] and _lt.lt_plans() == []
+
+
+def test_dequantize_weight_spells_dtypes_through_the_one_normaliser_and_names_bad_ones():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    q, s = Q.abs_max_quantize(w, axis=1)
+    got = ops.dequantize_weight(q, s.reshape(-1), mode="int8", dtype="bf16")  # ml_dtypes' bfloat16, as everywhere
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(got.astype(np.float32), w, atol=np.abs(w).max() / 127 + 1e-2)
+    with pytest.raises(TypeError, match="dequantize_weight: dtype: 'nope' is not a dtype"):
+        ops.dequantize_weight(q, s.reshape(-1), mode="int8", dtype="nope")
+    packed = Q.pack_int4(np.zeros((4, 2), np.int8), axis=1)[0]
+    with pytest.raises(ValueError, match="in_features must be a positive int, got True"):
+        ops.dequantize_weight(packed, np.ones((4, 1), np.float32), mode="int4", dtype=np.float32, in_features=True,
+                              group_size=2)

@@ -44,6 +44,7 @@ from .._cache import LRUCache
 from .._lib import OwnedPointer, device_index
 from .._lib import cublaslt as L
 from .._lib.cublas import ComputeType, DataType, Operation
+from .. import _validate
 from .._validate import BFLOAT16
 from ..errors import CublasError
 
@@ -53,6 +54,7 @@ __all__ = ["LtHandle", "LtNotSupportedError", "MatmulDesc", "MatrixLayout", "Mat
 _D_TYPES = {np.dtype(np.float32): DataType.R_32F, np.dtype(np.float16): DataType.R_16F, BFLOAT16: DataType.R_16BF,
             np.dtype(np.int32): DataType.R_32I}
 _KINDS = ("float8", "int8")
+_BIAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
 
 
 class LtHandle(OwnedPointer):
@@ -107,6 +109,12 @@ class MatmulDesc(OwnedPointer):
                ctypes.byref(written))
         return int(value.value)
 
+    def get_pointer(self, attr: int) -> int:
+        value, written = ctypes.c_void_p(), ctypes.c_size_t()
+        L.call("cublasLtMatmulDescGetAttribute", self.handle, int(attr), ctypes.byref(value), ctypes.sizeof(value),
+               ctypes.byref(written))
+        return int(value.value or 0)
+
 
 class MatrixLayout(OwnedPointer):
     """``cublasLtMatrixLayout_t``: a column-major ``rows x cols`` matrix of ``data_type`` with leading dim ``ld``."""
@@ -154,7 +162,9 @@ def check_tn_alignment(kind: str, m: int, n: int, k: int, d_dtype: Any, pointers
     """Raise ValueError unless ``matmul_tn`` may run on these sizes and pointers (see the module)."""
     if kind not in _KINDS:
         raise ValueError(f"matmul_tn: kind must be 'float8' or 'int8', got {kind!r}")
-    d_dtype = np.dtype(d_dtype)
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        _validate.integer(value, name, "matmul_tn")
+    d_dtype = _validate.normalize_dtype(d_dtype, "matmul_tn: d_dtype")
     if kind == "int8" and d_dtype != np.dtype(np.int32):
         raise ValueError(f"matmul_tn: int8 writes int32 (exact sums), got D dtype {d_dtype}")
     if kind == "float8" and d_dtype not in (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16):
@@ -217,10 +227,13 @@ def _alignment(ptr: int) -> int:
 class _Plan:
     """One cached cuBLASLt matmul: descriptor, layouts, the setting and the algorithm that ran."""
 
-    __slots__ = ("desc", "a", "b", "d", "pref", "algos", "algo", "algo_index", "setting", "fused", "label")
+    __slots__ = ("desc", "a", "b", "d", "pref", "algos", "algo", "algo_index", "setting", "fused", "label", "lock")
 
     def __init__(self, desc, a, b, d, pref, algos, setting: str, fused: "tuple[str, ...]", label: str) -> None:
         self.desc, self.a, self.b, self.d, self.pref = desc, a, b, d, pref
+        # a cached plan's descriptor carries the call's scale and bias pointers: two threads running one
+        # plan would otherwise launch with each other's pointers (set, set, launch, launch)
+        self.lock = threading.Lock()
         self.algos = algos  # [(cublasLtMatmulAlgo_t bytes, workspace bytes)], best first
         self.algo, self.algo_index = None, -1
         self.setting, self.fused, self.label = setting, fused, label  # fused: the epilogue's steps
@@ -325,9 +338,21 @@ def matmul_tn(kind: str, m: int, n: int, k: int, a: int, b: int, d: int, *, d_dt
         raise ValueError(f"matmul_tn: the relu epilogue is for float8 only ({kind} writes the raw sums), got "
                          f"kind {kind!r}")
     check_tn_alignment(kind, m, n, k, d_dtype, {"A": a, "B": b, "D": d, **({"bias": bias} if bias else {})})
-    d_dtype = np.dtype(d_dtype)
+    d_dtype = _validate.normalize_dtype(d_dtype, "matmul_tn: d_dtype")
+    if kind == "float8" and not (a_scale and b_scale):
+        # cuBLASLt would dereference a null scale pointer on the device
+        raise ValueError(f"matmul_tn (float8): a_scale and b_scale must be device pointers to one float32 each, got "
+                         f"a_scale={a_scale:#x}, b_scale={b_scale:#x}")
+    bias_type = None
+    if bias:
+        if bias_dtype is None:
+            raise ValueError("matmul_tn: bias_dtype (float32, float16 or bfloat16) is required when a bias is given")
+        bias_dtype = _validate.normalize_dtype(bias_dtype, "matmul_tn: bias_dtype")
+        if bias_dtype not in _BIAS_DTYPES:
+            raise ValueError(f"matmul_tn: bias_dtype must be float32, float16 or bfloat16 when a bias is given, got "
+                             f"{bias_dtype}")
+        bias_type = int(_D_TYPES[bias_dtype])
     device = stream.device_index
-    bias_type = None if not bias else int(_D_TYPES[np.dtype(bias_dtype)])
     aligns = (_alignment(a), _alignment(b), _alignment(d))
     key = (device, kind, m, n, k, d_dtype.str, bias_type, _alignment(bias) if bias else 0, aligns, relu,
            workspace_bytes)
@@ -336,12 +361,13 @@ def matmul_tn(kind: str, m: int, n: int, k: int, a: int, b: int, d: int, *, d_dt
     plan = _plans.get(key)
     if plan is not None:
         desc = plan.desc
-        if kind == "float8":
-            desc.set_pointer(L.MatmulDescAttribute.A_SCALE_POINTER, a_scale)
-            desc.set_pointer(L.MatmulDescAttribute.B_SCALE_POINTER, b_scale)
-        if plan.fused_bias:
-            desc.set_pointer(L.MatmulDescAttribute.BIAS_POINTER, bias)
-        status = _run(handle, plan, plan.algo, kind, a, b, d, workspace, workspace_bytes, stream)
+        with plan.lock:
+            if kind == "float8":
+                desc.set_pointer(L.MatmulDescAttribute.A_SCALE_POINTER, a_scale)
+                desc.set_pointer(L.MatmulDescAttribute.B_SCALE_POINTER, b_scale)
+            if plan.fused_bias:
+                desc.set_pointer(L.MatmulDescAttribute.BIAS_POINTER, bias)
+            status = _run(handle, plan, plan.algo, kind, a, b, d, workspace, workspace_bytes, stream)
         if status:
             raise L.make_error(status, "cublasLtMatmul", {"plan": repr(plan)})
         return asked[len(plan.fused):]

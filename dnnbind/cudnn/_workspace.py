@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .. import _validate
 from ..cuda.memory import Allocation, alloc
 from ..cuda.stream import Stream, as_stream
 
@@ -65,6 +66,8 @@ def workspace(stream: Any, nbytes: int) -> int:
     request for it. Raises :class:`dnnbind.errors.DeviceOutOfMemoryError` when the pool cannot
     grow; the old buffer stays in place and usable.
     """
+    if type(nbytes) is not int:
+        nbytes = _validate.integer(nbytes, "nbytes", "cudnn.workspace")
     if nbytes <= 0:
         return 0
     if type(stream) is not Stream:

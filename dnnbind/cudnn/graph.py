@@ -1526,6 +1526,9 @@ class Plan:
                                  "pass workspace=cuda.empty((n,), 'uint8') made once and reused")
             return 0
         if isinstance(workspace, int) and not isinstance(workspace, bool):
+            if need and not workspace:
+                raise ValueError(f"{what}: this plan needs a workspace of {need} bytes (plan.workspace_size), got "
+                                 "the null pointer 0")
             return workspace
         ptr = getattr(workspace, "ptr", None)
         if not isinstance(ptr, int):

@@ -415,11 +415,17 @@ class Model(Trainer):
         if calibration_data is not None:
             self._calibrate([t for t in targets if t._quantizes_inputs], calibration_data, calibration_steps,
                             batch_size)
-        for layer in targets:
-            amax = layer.__dict__.pop("_calibrated_amax", None)
-            layer.quantize(mode, group_size=group_size)
-            if amax is not None:
-                layer.set_input_scale(amax)
+        try:
+            for layer in targets:
+                amax = layer.__dict__.pop("_calibrated_amax", None)
+                layer.quantize(mode, group_size=group_size)
+                if amax is not None:
+                    layer.set_input_scale(amax)
+        finally:
+            # a layer that failed leaves the later ones' amax behind: a later quantize() without calibration
+            # data must not pick it up
+            for layer in targets:
+                layer.__dict__.pop("_calibrated_amax", None)
         self._drop_graphs()  # they address the float weights
         if self.optimizer is not None and self.optimizer.built:
             # its slots follow the float weights that are gone (training is refused from now on)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import quantizers as Q
+from .._validate import normalize_dtype
 from ._dispatch import BFLOAT16, as_array, check_out, finish, route, to_compute
 
 __all__ = [
@@ -242,9 +243,9 @@ def float8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = Non
 
 def _int4_weight(op: str, kernel: Any, kernel_scale: Any, in_features: Any, group_size: Any) -> "tuple":
     kernel, kernel_scale = as_array(kernel), as_array(kernel_scale)
-    if not isinstance(in_features, int) or in_features < 1:
+    if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1:
         raise ValueError(f"{op}: in_features must be a positive int, got {in_features!r}")
-    if not isinstance(group_size, int) or group_size < 2 or group_size % 2:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2 or group_size % 2:
         raise ValueError(f"{op}: group_size must be an even int >= 2, got {group_size!r}")
     if kernel.dtype != _U8 or kernel.ndim != 2 or int(kernel.shape[1]) != -(-in_features // 2):
         raise ValueError(f"{op}: kernel must be uint8 (out, ceil(in / 2)) = (out, {-(-in_features // 2)}) packed "
@@ -265,7 +266,7 @@ def dequantize_weight(kernel: Any, kernel_scale: Any, *, mode: str, dtype: Any, 
     """
     op = "dequantize_weight"
     Q.check_mode(mode, op)
-    dtype = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
+    dtype = normalize_dtype(dtype, f"{op}: dtype")
     if dtype not in _INPUT_DTYPES:
         raise TypeError(f"{op}: dtype must be float16, bfloat16 or float32, got {dtype}")
     kernel, kernel_scale = as_array(kernel), as_array(kernel_scale)
