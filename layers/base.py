@@ -191,6 +191,10 @@ def is_symbolic(x: Any) -> bool:
     return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(t, KerasTensor) for t in x)
 
 
+# (device is CUDA, policy compute dtype name) -> the dtype a layer computes in
+_EFFECTIVE_DTYPES: "dict[tuple[bool, str], np.dtype]" = {}
+
+
 class Layer:
     """Base class of all layers (Keras 3 contract).
 
@@ -275,9 +279,16 @@ class Layer:
 
     def _effective_compute_dtype(self) -> np.dtype:
         """What the layer really computes in: the policy's dtype on a GPU, float32 on NumPy."""
-        if not self.device.is_cuda and self.compute_dtype in ("float16", "bfloat16"):
-            return np.dtype("float32")
-        return _validate.normalize_dtype(self.compute_dtype)
+        # memoised per (device kind, policy dtype): asked for every input and weight of every step
+        key = (self.device.is_cuda, self.dtype_policy.compute_dtype)
+        dt = _EFFECTIVE_DTYPES.get(key)
+        if dt is None:
+            if not key[0] and key[1] in ("float16", "bfloat16"):
+                dt = np.dtype("float32")
+            else:
+                dt = _validate.normalize_dtype(key[1])
+            _EFFECTIVE_DTYPES[key] = dt
+        return dt
 
     def _cast_input(self, x: Any) -> Any:
         """Inputs are cast to the compute dtype (ints become floats, as Keras)."""

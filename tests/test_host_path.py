@@ -258,3 +258,36 @@ def test_optimizer_table_key_follows_addresses_and_sizes(monkeypatch):
     row = uploads[1][optim.TABLE_COLS: optim.TABLE_COLS + 6]
     assert list(row) == [0x2000, 0x4400, 0x6000, 0, 0, 5]
     assert optim._table(p, g, [m, None, None], s, tables) == first and len(uploads) == 2
+
+
+def test_pool_params_memo_still_rejects_bool_and_float_arguments():
+    from dnnbind.ops import pooling as pool_ops
+
+    args = dict(mode="max", window=2, stride=None, padding="valid", layout="NHWC")
+    first = pool_ops.pool_params("op", (2, 8, 8, 3), **args)
+    assert first[1] == (2, 4, 4, 3)
+    assert pool_ops.pool_params("other_op", (2, 8, 8, 3), **args) is first  # memo hit
+    with pytest.raises(TypeError, match="window"):
+        pool_ops.pool_params("op", (2, 8, 8, 3), **{**args, "window": True})
+    with pytest.raises(TypeError, match="window"):
+        pool_ops.pool_params("op", (2, 8, 8, 3), **{**args, "window": 2.0})  # hashes like 2
+    with pytest.raises(ValueError, match="empty"):
+        pool_ops.pool_params("op", (2, 1, 8, 3), **args)
+
+
+def test_optimizer_list_check_fast_path_keeps_the_messages():
+    from dnnbind.ops import optim as optim_ops
+
+    p = [np.zeros((2, 3), np.float32), np.zeros(4, np.float32)]
+    optim_ops._check_lists("op", p, grads=[np.zeros((2, 3), np.float16), np.zeros(4, np.float32)],
+                           m=[np.zeros((2, 3), np.float32), np.zeros(4, np.float32)], vhat=None)
+    with pytest.raises(ValueError, match=r"m\[1\] has shape \(5,\) but params\[1\] has \(4,\)"):
+        optim_ops._check_lists("op", p, m=[np.zeros((2, 3), np.float32), np.zeros(5, np.float32)])
+    with pytest.raises(TypeError, match=r"v\[0\] has dtype float64"):
+        optim_ops._check_lists("op", p, v=[np.zeros((2, 3)), np.zeros(4, np.float32)])
+    with pytest.raises(ValueError, match=r"grads\[0\] is None"):
+        optim_ops._check_lists("op", p, grads=[None, np.zeros(4, np.float32)])
+    with pytest.raises(ValueError, match="grads has 1 entries"):
+        optim_ops._check_lists("op", p, grads=[np.zeros((2, 3), np.float32)])
+    with pytest.raises(TypeError, match=r"params\[0\] must be float32"):
+        optim_ops._check_lists("op", [np.zeros(2, np.int32)], grads=[np.zeros(2, np.int32)])

@@ -19,6 +19,7 @@ __all__ = [
     "resolve_padding",
     "conv_output_size",
     "check_layout",
+    "is_plain",
 ]
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -44,6 +45,20 @@ def as_pair(value: "int | Sequence[int]", name: str) -> tuple[int, int]:
     if any(v < 1 for v in pair) and name != "padding":
         raise ValueError(f"{name} must be positive, got {value!r}")
     return pair  # type: ignore[return-value]
+
+
+def is_plain(value: object) -> bool:
+    """An exact int or str, or a tuple of exact ints: a spelling safe as a memo key (True, 1.0 and
+    NumPy integers hash like ints but must still reach the checks that refuse or convert them)."""
+    t = type(value)
+    if t is int or t is str:
+        return True
+    if t is tuple:
+        for v in value:
+            if type(v) is not int:
+                return False
+        return True
+    return False
 
 
 def check_layout(layout: str) -> str:

@@ -22,7 +22,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ._dispatch import as_array, check_float, check_out, check_same_dtype, finish, route, to_compute
 from ._host_memory import tune_malloc_once
-from ._params import ConvParams, as_pair, check_layout, resolve_padding
+from ._params import ConvParams, as_pair, check_layout, is_plain, resolve_padding
 from .activation import _forward as _activation_forward, resolve_activation
 
 __all__ = [
@@ -104,16 +104,7 @@ def conv_params(
 _conv_params_memo: dict = {}
 
 
-def _plain(value: Any) -> bool:
-    t = type(value)
-    if t is int or t is str:
-        return True
-    if t is tuple:
-        for v in value:
-            if type(v) is not int:
-                return False
-        return True
-    return False
+_plain = is_plain
 
 
 def _conv_params(op: str, x_shape: Sequence[int], w_shape: Sequence[int], *, stride: Any, padding: Any,

@@ -117,6 +117,26 @@ def _as_list(value: Any) -> list:
 def _check_lists(op: str, params: list, **lists: "list | None") -> None:
     if not params:
         raise ValueError(f"{op}: params is empty")
+    # One pass without indices first (every step of every model comes here); only a list that
+    # fails it goes through the loops below, which name the entry.
+    for p in params:
+        if p.dtype.kind != "f":
+            break
+    else:
+        for name, items in lists.items():
+            if items is None:
+                continue
+            if len(items) != len(params):
+                break
+            same_dtype = name != "grads"
+            for p, a in zip(params, items):
+                if a is None or a.shape != p.shape or (same_dtype and a.dtype != p.dtype):
+                    break
+            else:
+                continue
+            break
+        else:
+            return
     for i, p in enumerate(params):
         if p.dtype.kind != "f":
             raise TypeError(f"{op}: params[{i}] must be float32 or float64, got {p.dtype}")

@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
 from ._host_memory import tune_malloc_once
-from ._params import PoolParams, as_pair, check_layout, resolve_padding
+from ._params import PoolParams, as_pair, check_layout, is_plain, resolve_padding
 
 __all__ = [
     "POOL_MODES",
@@ -39,6 +39,28 @@ _MODE_ALIASES = {"average": "avg", "avg_exclude_pad": "avg", "mean": "avg"}
 def pool_params(op: str, x_shape: Sequence[int], *, mode: str, window: Any, stride: Any, padding: Any,
                 layout: str) -> tuple[PoolParams, tuple[int, int, int, int]]:
     """Check a pooling's geometry; return its :class:`PoolParams` and the output shape (in ``layout``)."""
+    # Memo of accepted geometries, as conv_params': only exact ints/strs (and tuples of ints) are
+    # keys, so True, 2.0 or a NumPy integer still go through the checks and get their errors.
+    key = None
+    if (type(x_shape) is tuple and type(mode) is str and type(layout) is str and is_plain(window)
+            and (stride is None or is_plain(stride)) and is_plain(padding)):
+        key = (x_shape, mode, window, stride, padding, layout)
+        hit = _pool_params_memo.get(key)
+        if hit is not None:
+            return hit
+    result = _pool_params(op, x_shape, mode=mode, window=window, stride=stride, padding=padding, layout=layout)
+    if key is not None:
+        if len(_pool_params_memo) >= 4096:
+            _pool_params_memo.clear()
+        _pool_params_memo[key] = result
+    return result
+
+
+_pool_params_memo: dict = {}
+
+
+def _pool_params(op: str, x_shape: Sequence[int], *, mode: str, window: Any, stride: Any, padding: Any,
+                 layout: str) -> tuple[PoolParams, tuple[int, int, int, int]]:
     name = _MODE_ALIASES.get(str(mode).lower(), str(mode).lower())
     if name not in POOL_MODES:
         raise ValueError(f"{op}: mode must be one of {', '.join(POOL_MODES)}, got {mode!r}")
