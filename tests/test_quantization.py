@@ -152,6 +152,16 @@ def test_float8_and_int4_dense_forward_within_bounds(rng):
     qw = Q.float8_to_bits(Q.quantize_float8(w, qs))
     y8 = ops.float8_dense_forward(x, qw, np.array([ds], np.float32), b)
     assert 0 < _rel(y8, ref) < 0.08
+    # exactly the definition: x to E4M3 with its own per-tensor scale (quantizers.py, tested above), float64
+    # sums of the E4M3 products, times both dequantize scales, + bias, to float32
+    w8 = Q.float8_from_bits(qw).astype(np.float64)
+    for input_scale in (None, np.array([2.0 * np.max(np.abs(x)) / 448], np.float32)):
+        xq, xd = Q.compute_float8_scale(np.max(np.abs(x))) if input_scale is None else (
+            np.float32(1) / input_scale[0], input_scale[0])
+        acc = Q.quantize_float8(x, xq).astype(np.float64) @ w8.T
+        want = (acc * (np.float64(xd) * np.float64(ds)) + b).astype(np.float32)
+        got = ops.float8_dense_forward(x, qw, np.array([ds], np.float32), b, input_scale=input_scale)
+        np.testing.assert_array_equal(got, want)
     q4, s4 = Q.abs_max_quantize_grouped(w, 128)
     y4 = ops.int4_dense_forward(x, Q.pack_int4(q4, axis=1)[0], s4, b, in_features=256, group_size=128)
     np.testing.assert_allclose(y4, x @ Q.dequantize_grouped(q4, s4, 128).T + b, rtol=1e-5, atol=1e-5)
