@@ -16,7 +16,8 @@ the bucket's bytes, so ``t = calls * floor + 2 (n - 1) / n * bytes / busbw``. ``
 measurable on one GPU: the table shows the measured copy bandwidth (optimistic) and the values
 given with ``--busbw`` (GB/s; the defaults bracket what nccl-tests report for H100/H200 NVLink at
 multi-MiB messages). Efficiency is given without overlap (the all-reduce after backward) and with
-perfect overlap (only the last bucket after backward is exposed)::
+perfect overlap (only the last bucket after backward is exposed), for each GPU count of ``--gpus``
+(default 2 4 8); ``--steps`` (default 50) steps time the one-GPU step::
 
     python benchmarks/allreduce_model.py
     python benchmarks/allreduce_model.py --busbw 100 200 360 --json model.json

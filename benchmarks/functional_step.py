@@ -6,8 +6,9 @@ The network (the same in both): a 3x3 conv to 32 channels + BN + ReLU, then two 
 layer; input 32x32x3, batch 256, Adam, sparse cross-entropy. dnnbind builds it with the Keras
 functional API (``Input``, ``layers.Add``); torch runs channels_last with capturable Adam (and
 ``torch.autocast`` for bf16). Both are timed with CUDA events around each of ``--steps`` steps
-after ``--warmup`` steps on a device-resident batch; the table gives medians of three alternating
-rounds and their ratio (torch ms / dnnbind ms: > 1 means dnnbind is faster).
+after ``--warmup`` steps (defaults 50 and 10) on a device-resident batch; the table gives medians of
+``--rounds`` (default 3) alternating rounds and their ratio (torch ms / dnnbind ms: > 1 means dnnbind
+is faster).
 
     python benchmarks/functional_step.py
 """

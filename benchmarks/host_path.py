@@ -16,7 +16,9 @@ cudaStreamIsCapturing, cuLaunchKernel, ...) and cuDNN's handle/compute calls ret
 at once; cuDNN's descriptor functions stay real (they need no GPU), NVRTC compiles for
 ``sm_90``. The fake rows therefore measure what dnnbind's own Python code costs, which is the
 part this benchmark is for; on a GPU the rows add the real runtime/driver/cuDNN host time.
-GPU rows measure enqueue time: the stream is synchronised only between timed batches.
+``--only NAME`` times only the rows whose name contains NAME; ``--repeat N`` sets the calls per
+timing (default 20000 per op row, 200 per step row). GPU rows measure enqueue time: the stream is
+synchronised only between timed batches.
 
 ``--steps``: one row per model of train_step.py (mnist_cnn, vgg_cifar, airbench94) and policy
 (float32, mixed_bfloat16): ``model.train_on_batch`` with ``jit_compile=False`` on a batch already

@@ -4,15 +4,17 @@ Part 1, accuracy: the Keras ``mnist_convnet`` of ``examples/mnist.py`` is traine
 (``--epochs``, default 2; data as that example: ``--data-dir``, or the download, or the test digits shipped
 with dnnbind), then copied and quantized in each mode (``int8``, ``float8``, ``int4``); the table gives the
 test accuracy, its drop from float32 in points, and the weights' bytes. ``--calibrate N`` calibrates
-int8/float8 activation scales on N training images instead of computing them per batch. The issue's
+int8/float8 activation scales on N training images instead of computing them per batch.
+``--no-accuracy`` skips this part; ``--limit N`` keeps at most N training and N test images. The issue's
 goals: a drop of at most 0.3 points for int8 and float8, 1 point for int4.
 
-Part 2, speed (CUDA only; ``--no-mlp`` skips it): three ``Dense(4096, relu)`` layers at batch 4096: the model
-with bfloat16 weights (the baseline), the ``mixed_bfloat16`` one, and quantized copies of the latter (float8, int8, int4 with its
-two paths: ``dequantize`` = weight to bf16 then cuBLAS, ``fused`` = one NVRTC kernel). Each forward
+Part 2, speed (CUDA only; ``--no-mlp`` skips it): three ``Dense(--width, relu)`` layers at
+batch ``--batch`` (both 4096 by default): the model with bfloat16 weights (the baseline), the
+``mixed_bfloat16`` one, and quantized copies of the latter (float8, int8, int4 with its two paths:
+``dequantize`` = weight to bf16 then cuBLAS, ``fused`` = one NVRTC kernel). Each forward
 (``model(x)`` on a device batch) is captured once in a CUDA graph after ``--warmup`` eager calls, then
-``--iters`` replays are each bracketed by CUDA events; the table gives the median ms, the speed-up over
-bf16 and the weight bytes. The goal: FP8 >= 1.6x bf16.
+``--iters`` replays (defaults 3 and 20) are each bracketed by CUDA events; the table gives the median ms,
+the speed-up over bf16 and the weight bytes. The goal: FP8 >= 1.6x bf16.
 
     python benchmarks/quantize.py                       # both parts
     python benchmarks/quantize.py --data-dir ~/mnist --epochs 3 --calibrate 2048 --json quant.json

@@ -35,7 +35,10 @@ Effective TFLOP/s counts the model's FLOPs analytically (convolutions and dense 
 2 x MACs, backward 2 x forward, so 6 x MACs a step) over the step time; the share of the dense
 bf16 peak divides it by what an 8192^3 bfloat16 GEMM (cuBLAS through ``dnnbind.ops.matmul``)
 reaches in the same run. torch is optional (``--no-torch`` or not installed: its columns read
-"-").
+"-"). Defaults: ``--steps 50 --warmup 10 --rounds 3``, both precisions (``float32``,
+``mixed_bfloat16``), every model; ``--torch-nchw`` runs torch in NCHW instead of channels_last;
+``--heuristic`` has dnnbind pick cuDNN algorithms by heuristics instead of measuring them once
+per shape.
 
     python benchmarks/train_step.py --json results.json
     python benchmarks/train_step.py --models mnist_cnn --precisions float32 --steps 20 --rounds 1

@@ -10,7 +10,7 @@ size; every rank must feed a batch of the same size, as ``fit`` under ``DataPara
 
     s1, s2 = sum(x - K), sum((x - K)**2)         # this rank's; K = the moving mean, shared by all ranks
     all-reduce (sum) [s1, s2]
-    mean = K + s1 / N;  var = s2 / N - (s1 / N)**2  (biased; the unbiased one feeds moving_variance)
+    mean = K + s1 / N;  var = s2 / N - (s1 / N)**2  (biased, clamped at 0; the unbiased one feeds moving_variance)
     xhat = (x - mean) / sqrt(var + epsilon);  y = gamma * xhat + beta
 
 The shift ``K`` (any value the ranks share, the moving mean being close to the batch mean) keeps

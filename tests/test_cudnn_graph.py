@@ -286,10 +286,18 @@ def test_execute_checks_bindings_before_any_c_call():
         plan.execute({"x": x, "y": y}, workspace=0)
 
 
-def test_plan_cache_info_and_clear():
+def test_plan_cache_info_counts_hits_and_misses_and_clear_empties_it():
     cg.clear_plan_cache()
+    before = cg.plan_cache_info()
+    assert before["size"] == 0
+    core = _FakeCore()
+    assert cg._plan_cache_get(("test", 1)) is None  # a miss
+    cg._plan_cache_put(("test", 1), core)
+    assert cg._plan_cache_get(("test", 1)) is core and cg._plan_cache_get(("test", 1)) is core  # two hits
     info = cg.plan_cache_info()
-    assert info["size"] == 0 and {"hits", "misses"} <= set(info)
+    assert info == {"hits": before["hits"] + 2, "misses": before["misses"] + 1, "size": 1}
+    cg.clear_plan_cache()
+    assert cg.plan_cache_info()["size"] == 0 and cg._plan_cache_get(("test", 1)) is None
 
 
 def test_every_operation_sets_attributes_cuDNN_accepts(monkeypatch):
