@@ -27,7 +27,7 @@ import numpy as np
 
 __all__ = [
     "MODES", "INT8_MAX", "INT4_MIN", "INT4_MAX", "E4M3_MAX", "EPSILON", "DEFAULT_INT4_GROUP_SIZE", "FLOAT8_E4M3",
-    "abs_max_quantize", "abs_max_quantize_grouped", "dequantize_grouped", "pack_int4", "unpack_int4",
+    "quantize_int", "abs_max_quantize", "abs_max_quantize_grouped", "dequantize_grouped", "pack_int4", "unpack_int4",
     "compute_float8_scale", "quantize_float8", "float8_to_bits", "float8_from_bits", "check_mode",
 ]
 
@@ -52,6 +52,12 @@ def _f32(x: Any) -> np.ndarray:
     return np.asarray(x).astype(np.float32, copy=False)
 
 
+def quantize_int(x: Any, scale: Any, value_range: "tuple[int, int]" = (-INT8_MAX, INT8_MAX)) -> np.ndarray:
+    """The integer rounding of every mode: ``clip(rint(x * scale), *value_range)`` as int8, in float32
+    (round half to even, as the GPU's ``cvt.rni``; ``scale`` broadcasts against ``x``)."""
+    return np.clip(np.rint(_f32(x) * scale), value_range[0], value_range[1]).astype(np.int8)
+
+
 def abs_max_quantize(x: Any, axis: Any, value_range: "tuple[int, int]" = (-INT8_MAX, INT8_MAX),
                      epsilon: float = EPSILON) -> "tuple[np.ndarray, np.ndarray]":
     """``(q int8, scale float32)`` with ``scale = value_range[1] / (max|x| over axis + epsilon)`` (kept dims)
@@ -59,8 +65,7 @@ def abs_max_quantize(x: Any, axis: Any, value_range: "tuple[int, int]" = (-INT8_
     xf = _f32(x)
     scale = np.float32(value_range[1]) / (np.max(np.abs(xf), axis=axis, keepdims=True) + np.float32(epsilon))
     scale = scale.astype(np.float32, copy=False)
-    q = np.clip(np.rint(xf * scale), value_range[0], value_range[1]).astype(np.int8)
-    return q, scale
+    return quantize_int(xf, scale, value_range), scale
 
 
 def abs_max_quantize_grouped(w: Any, group_size: int = DEFAULT_INT4_GROUP_SIZE,
@@ -79,7 +84,7 @@ def abs_max_quantize_grouped(w: Any, group_size: int = DEFAULT_INT4_GROUP_SIZE,
     padded[:, :k] = wf
     g = padded.reshape(n, groups, group_size)
     scale = (np.float32(value_range[1]) / (np.max(np.abs(g), axis=2) + np.float32(epsilon))).astype(np.float32)
-    q = np.clip(np.rint(g * scale[:, :, None]), value_range[0], value_range[1]).astype(np.int8)
+    q = quantize_int(g, scale[:, :, None], value_range)
     return q.reshape(n, groups * group_size)[:, :k], scale
 
 

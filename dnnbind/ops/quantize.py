@@ -141,8 +141,7 @@ def _quantize_int8_np(x: np.ndarray, scale: "np.ndarray | None") -> "tuple[np.nd
     if scale is None:
         q, s = Q.abs_max_quantize(xf, axis=1)
         return q, s.reshape(-1)
-    q = np.clip(np.rint(xf * scale[0]), -Q.INT8_MAX, Q.INT8_MAX).astype(np.int8)
-    return q, scale
+    return Q.quantize_int(xf, scale[0]), scale
 
 
 def quantize_float8(x: Any, *, scale: Any = None, stream: Any = None) -> "tuple[Any, Any]":
