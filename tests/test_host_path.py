@@ -291,3 +291,192 @@ def test_optimizer_list_check_fast_path_keeps_the_messages():
         optim_ops._check_lists("op", p, grads=[np.zeros((2, 3), np.float32)])
     with pytest.raises(TypeError, match=r"params\[0\] must be float32"):
         optim_ops._check_lists("op", [np.zeros(2, np.int32)], grads=[np.zeros(2, np.int32)])
+
+
+class _FakeRuntime:
+    """cudaMallocAsync / cudaFreeAsync / cudaStreamIsCapturing that record what they were asked."""
+
+    def __init__(self, monkeypatch, capturing: bool = False) -> None:
+        rt = mmod.rt
+        self.malloc, self.free = [], []
+        self.next_ptr = 0x10000
+        none = rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone
+        self.status = rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive if capturing else none
+        monkeypatch.setattr(mmod, "_pools", {0: object()})
+        monkeypatch.setattr(rt, "cudaMallocAsync", self._malloc)
+        monkeypatch.setattr(rt, "cudaFreeAsync", lambda ptr, h: self.free.append((int(ptr), h)) or
+                            (rt.cudaError_t.cudaSuccess,))
+        monkeypatch.setattr(rt, "cudaStreamIsCapturing", lambda h: (rt.cudaError_t.cudaSuccess, self.status))
+        monkeypatch.setattr(rt, "cudaStreamGetCaptureInfo", lambda h: (rt.cudaError_t.cudaSuccess, self.status, 7))
+
+    def _malloc(self, nbytes, handle):
+        self.malloc.append((int(nbytes), handle))
+        ptr, self.next_ptr = self.next_ptr, self.next_ptr + 0x10000
+        return mmod.rt.cudaError_t.cudaSuccess, ptr
+
+
+def _open_stream(handle: int = 0x5000) -> Stream:
+    """A borrowed Stream object that reads as open (its record holds the handle), made without a GPU."""
+    s = object.__new__(Stream)
+    s._handle, s._device = handle, 0
+    s._adopt(handle, lambda h: None, owned=False)
+    return s
+
+
+def test_empty_fast_path_gives_the_checked_layout_and_frees_once(monkeypatch):
+    fake = _FakeRuntime(monkeypatch)
+    monkeypatch.setattr(amod, "_layouts", {})
+    s = _open_stream()
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    cases = [((32, 16, 16, 8), np.dtype(np.float32)), ((3, 5), bf16), ((7, 0, 2), np.dtype(np.float64)), ((), bf16)]
+    for shape, dt in cases:
+        for _ in range(2):  # the first call fills the memo, the second is a hit
+            a = amod._empty_on(shape, dt, s)
+            ref = np.empty(shape, dt)
+            # NumPy's strides, except that a zero-size array keeps the nonzero strides it always had
+            strides = ref.strides if ref.size else amod._c_strides(shape, dt.itemsize)
+            assert (a.shape, a.dtype, a.strides, a.nbytes) == (shape, dt, strides, ref.nbytes)
+            assert a.stream is s and a.device_index == 0 and a.ptr == (fake.next_ptr - 0x10000 if ref.nbytes else 0)
+            b = cuda.empty(shape, dt, stream=s)  # the public path shares the memo after its checks
+            assert (b.shape, b.dtype, b.strides, b.nbytes) == (a.shape, a.dtype, a.strides, a.nbytes)
+            del a, b
+    sized = [n for n, _ in fake.malloc]
+    assert sized == [32 * 16 * 16 * 8 * 4] * 4 + [30] * 4 + [2] * 4  # zero-byte arrays allocate nothing
+    assert sorted(p for p, _ in fake.free) == sorted(0x10000 * (i + 1) for i in range(len(fake.malloc)))
+    # a spelling equal to a memoised shape: the internal path gets the canonical Python ints
+    c = amod._empty_on((np.int64(3), np.int64(5)), bf16, s)
+    assert c.shape == (3, 5) and all(type(d) is int for d in c.shape)
+
+
+def test_public_empty_still_refuses_spellings_equal_to_memoised_ones(monkeypatch):
+    _FakeRuntime(monkeypatch)
+    s = _open_stream()
+    cuda.empty((1, 2), np.float32, stream=s)
+    cuda.empty(2, np.float32, stream=s)
+    for bad, err in (((True, 2), TypeError), ((1.0, 2), TypeError), ((1, -2), ValueError), (True, TypeError),
+                     ([1, 2.0], TypeError)):
+        with pytest.raises(err, match="empty"):
+            cuda.empty(bad, np.float32, stream=s)
+    for _ in range(2):
+        with pytest.raises(TypeError, match="empty: dtype complex64 is not supported"):
+            cuda.empty((1, 2), np.complex64, stream=s)
+    assert cuda.empty([1, 2], "float32", stream=s).shape == (1, 2)  # unhashable spelling: checked, not memoised
+
+
+def test_layout_memo_is_bounded(monkeypatch):
+    monkeypatch.setattr(amod, "_layouts", {})
+    monkeypatch.setattr(amod, "_LAYOUTS_MAX", 4)
+    f32 = np.dtype(np.float32)
+    for n in range(1, 10):
+        assert amod._layout((n, 3), f32) == ((n, 3), f32, (12, 4), 12 * n)
+        assert len(amod._layouts) <= 4
+
+
+def test_free_fast_path_defers_while_the_stream_captures(monkeypatch):
+    fake = _FakeRuntime(monkeypatch)
+    monkeypatch.setattr(mmod, "_deferred", [])
+    s = _open_stream()
+    a = amod._empty_on((4,), np.dtype(np.float32), s)
+    ptr = a.ptr
+    fake.status = mmod.rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive  # someone else captures s
+    del a
+    assert fake.free == [] and [r.ptr for r in mmod._deferred] == [ptr]  # not freed into their graph
+    fake.status = mmod.rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusNone
+    assert mmod.flush_deferred_frees() == 1 and fake.free == [(ptr, 0x5000)]
+    closed = _open_stream(0x6000)
+    b = amod._empty_on((4,), np.dtype(np.float32), closed)
+    closed.close()  # its stream is gone: the slow path frees synchronously, never on the dead handle
+    synced = []
+    monkeypatch.setattr(mmod.rt, "cudaFree", lambda p: synced.append(int(p)))
+    monkeypatch.setattr(mmod, "_DeviceGuard", lambda index: __import__("contextlib").nullcontext())
+    bptr = b.ptr
+    del b
+    assert synced == [bptr] and fake.free == [(ptr, 0x5000)]
+
+
+def test_stream_of_none_is_as_stream_none(monkeypatch):
+    from dnnbind.cuda import device as dmod
+    from dnnbind.cuda import stream as smod
+    from dnnbind.ops._cuda import _common as cm
+
+    default, inner = _open_stream(0x7000), _open_stream(0x8000)
+    monkeypatch.setattr(dmod, "_probe", (1, ""))
+    monkeypatch.setattr(smod, "_defaults", {0: default})
+    monkeypatch.setattr(cm, "_default_streams", smod._defaults)
+    assert cm.stream_of(None) is smod.as_stream(None) is default
+    with inner:
+        assert cm.stream_of(None) is smod.as_stream(None) is inner
+    assert cm.stream_of(inner) is inner and cm.stream_of(None) is default
+
+
+def test_bias_backward_plan_memo_launches_as_computed(monkeypatch):
+    from dnnbind._validate import BFLOAT16
+    from dnnbind.ops._cuda import _common as cm
+    from dnnbind.ops._cuda import conv as cconv
+
+    launches: list = []
+    ptrs = iter(range(0x900000, 0xA00000, 0x1000))
+    monkeypatch.setattr(cconv, "_bias_backward_plans", {})
+    monkeypatch.setattr(cm, "_kernels", {})
+    monkeypatch.setattr(cm, "kernel", lambda f, name, device: _RecordingKernel(name, launches))
+    monkeypatch.setattr(cm, "empty", lambda shape, dt, stream: cuda.DeviceArray(
+        None, shape, dt, next(ptrs), device_index=0, stream=stream))
+    s = _fake_stream()
+    f32 = np.dtype(np.float32)
+    cases = [
+        # NHWC, 32 rows: one launch, 4-wide vectors (8 lanes)
+        ((2, 4, 4, 32), f32, "NHWC", 0x10000, [("channel_sum_last_f32", (1, 1, 1), (32, 32, 8, 1, 1.0))]),
+        # not 16-byte aligned: scalar loads, 32 lanes
+        ((2, 4, 4, 32), f32, "NHWC", 0x10008, [("channel_sum_last_f32", (1, 1, 1), (32, 32, 32, 0, 1.0))]),
+        # 1024 rows of bf16: 4 row blocks of float32 partial sums, then their sum
+        ((4, 16, 16, 48), BFLOAT16, "NHWC", 0x20000, [("channel_sum_rows_bf16", (4, 1, 1), (1024, 48, 256, 8, 1)),
+                                                      ("channel_sum_partials_bf16", (1, 1, 1), (4, 48, 16, 1, 1.0))]),
+        # NCHW: one block per channel
+        ((2, 8, 4, 4), f32, "NCHW", 0x30000, [("channel_sum_f32", (8, 1, 1), (2, 8, 16, 1.0))]),
+    ]
+    for shape, dt, layout, ptr, expected in cases:
+        for _ in range(2):  # the second call runs from the memo
+            del launches[:]
+            dy = cuda.DeviceArray(None, shape, dt, ptr, device_index=0, stream=s)
+            db = cconv.bias_backward(dy, layout=layout, stream=s)
+            assert db.shape == (shape[-1] if layout == "NHWC" else shape[1],) and db.dtype == dt
+            got = [(name, grid, args[2:] if name != "channel_sum_partials_bf16" else args[2:]) for name, grid, _, args
+                   in launches]
+            assert [(n, g, a) for n, g, a in got] == expected
+            assert launches[0][3][0] == ptr and launches[-1][3][1] == db.ptr
+    assert len(cconv._bias_backward_plans) == 4  # keyed by shape, layout, dtype, alignment and device
+
+
+def test_optimizer_groups_fast_path_matches_the_general_grouping():
+    from dnnbind._validate import BFLOAT16
+    from dnnbind.ops._cuda import optim
+
+    f32 = np.float32
+    p = [_fake_array((4, 3), f32, 0x1000), _fake_array((5,), f32, 0x2000)]
+    g = [_fake_array((4, 3), f32, 0x3000), _fake_array((5,), f32, 0x4000)]
+    m = [_fake_array((4, 3), f32, 0x5000), _fake_array((5,), f32, 0x6000)]
+    one = optim._groups(p, g, [m, None])
+    assert list(one) == [("f32", "f32")]
+    ps, gs, sts = one[("f32", "f32")]
+    assert ps == p and gs == g and sts == [m, None]
+    g_mixed = [g[0], _fake_array((5,), BFLOAT16, 0x4000)]
+    two = optim._groups(p, g_mixed, [m, None])
+    assert list(two) == [("f32", "f32"), ("f32", "bf16")]
+    assert two[("f32", "bf16")] == ([p[1]], [g_mixed[1]], [[m[1]], None])
+    with pytest.raises(TypeError, match=r"params\[0\] has dtype int32"):
+        optim._groups([_fake_array((2,), np.int32)], [g[0]], [None])
+
+
+def test_kernel_launch_dims_memo_takes_unhashable_spellings(monkeypatch):
+    k = kmod.Kernel(SAXPY, "saxpy", arch="sm_90")
+    k._modules[0] = (None, "func", (4, 8, 8, 8, 4, 8))
+    drv = kmod._driver()
+    dims = []
+    monkeypatch.setattr(drv, "cuLaunchKernel", lambda f, gx, gy, gz, bx, by, bz, *rest: dims.append(
+        ((gx, gy, gz), (bx, by, bz))) or (drv.CUresult.CUDA_SUCCESS,))
+    args = (np.float32(1), _fake_array(), None, np.int64(3), np.int32(1), np.float64(0))
+    for grid, block in (([5, 2], [64]), ((5, 2), (64,)), ((5, 2), (64,))):
+        k(grid, block, args, stream=_fake_stream())
+    assert dims == [((5, 2, 1), (64, 1, 1))] * 3
+    with pytest.raises(ValueError, match="1024 threads"):
+        k([1], [32, 64], args, stream=_fake_stream())

@@ -25,7 +25,7 @@ from . import _dlpack
 from ._util import check, rt
 from .device import CudaDevice, _index_of
 from .graph import upload_slot
-from .memory import PinnedBuffer, alloc, pinned_buffer, release_pinned
+from .memory import PinnedBuffer, _alloc_on, alloc, pinned_buffer, release_pinned
 from .stream import Event, as_stream, current_stream
 from .stream import Stream as _Stream
 
@@ -136,17 +136,11 @@ class DeviceArray:
         return self
 
     # ----------------------------------------------------------------- attributes
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        return self._strides
+    # Read-only properties whose getter is a C attrgetter, not a def: the ops read shape, dtype and
+    # ptr hundreds of times per training step, and a Python getter frame costs several times more.
+    shape = property(operator.attrgetter("_shape"), doc="The shape, a tuple of ints.")
+    dtype = property(operator.attrgetter("_dtype"), doc="The element type, an np.dtype.")
+    strides = property(operator.attrgetter("_strides"), doc="Byte strides (NumPy convention).")
 
     @property
     def ndim(self) -> int:
@@ -164,10 +158,7 @@ class DeviceArray:
     def nbytes(self) -> int:
         return self.size * self._dtype.itemsize
 
-    @property
-    def ptr(self) -> int:
-        """Device address of element 0 (0 for an empty array)."""
-        return self._ptr
+    ptr = property(operator.attrgetter("_ptr"), doc="Device address of element 0 (0 for an empty array).")
 
     @property
     def device(self) -> CudaDevice:
@@ -486,15 +477,64 @@ def _placement(stream: Any, device: Any, what: str):
     return s, s.device_index
 
 
+# (shape, dtype) as a caller spelled them -> (shape, dtype, byte strides, nbytes), normalised and
+# checked once. Ops allocate their outputs with a handful of shapes over and over; re-validating
+# and re-deriving the C-contiguous layout every time was a third of an allocation's host time.
+# The shape and dtype stored in the value are what the array gets, so an entry found through a
+# spelling that compares equal to the canonical one (np.int64 dims) still yields Python ints and
+# an np.dtype. Only the internal _empty_on looks spellings up unnormalised; the public empty()
+# normalises first, because spellings it must refuse can compare equal (True == 1, 2.0 == 2).
+# Bounded: cleared when full (it holds only small tuples). A dict get/set is atomic, so threads
+# need no lock (two threads may both fill an entry, with equal values). Nothing in it refers to a
+# stream, a device or memory, so a hit can never hand out something that was closed.
+_layouts: "dict[tuple, tuple[tuple[int, ...], np.dtype, tuple[int, ...], int]]" = {}
+_LAYOUTS_MAX = 4096
+
+
+def _layout(shape: Any, dtype: Any, what: str = "empty") -> "tuple[tuple[int, ...], np.dtype, tuple[int, ...], int]":
+    """``(shape, dtype, strides, nbytes)`` of a new C-contiguous array; ValueError/TypeError
+    naming ``what`` for a bad shape or an unsupported dtype."""
+    try:
+        key = (shape, dtype)
+        hit = _layouts.get(key)
+    except TypeError:  # an unhashable spelling (a list shape): checked, never memoised
+        key = hit = None
+    if hit is not None:
+        return hit
+    shp = normalize_shape(shape, what)
+    dt = normalize_dtype(dtype, what, _SUPPORTED)
+    hit = (shp, dt, _c_strides(shp, dt.itemsize), _prod(shp) * dt.itemsize)
+    if key is not None:
+        if len(_layouts) >= _LAYOUTS_MAX:
+            _layouts.clear()
+        _layouts[key] = hit
+    return hit
+
+
+def _empty_on(shape: "tuple[int, ...]", dtype: np.dtype, stream: _Stream) -> DeviceArray:
+    """:func:`empty` for the ops' outputs: ``stream`` already a :class:`Stream`, ``shape`` a tuple
+    and ``dtype`` a dtype the caller derived from arrays it holds (they are still checked the first
+    time each spelling is seen, by :func:`_layout`)."""
+    hit = _layouts.get((shape, dtype))
+    if hit is None:
+        hit = _layout(shape, dtype)
+    shape, dtype, strides, nbytes = hit
+    # ``what`` is only formatted when the allocation fails (a tuple, not an f-string per call).
+    allocation = _alloc_on(nbytes, stream, ("an array of shape {} {}", shape, dtype))
+    return DeviceArray._make(allocation, shape, dtype, allocation._record.ptr, strides, stream._device, stream)
+
+
 def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any = None) -> DeviceArray:
     """An uninitialised array, allocated stream-ordered on ``stream`` (default: the current stream)."""
+    # Normalised before the memo is asked: a spelling equal to a valid one (True == 1, 2.0 == 2)
+    # must still be refused here.
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty", _SUPPORTED)
+    hit = _layouts.get((shape, dt))
+    shape, dt, strides, nbytes = hit if hit is not None else _layout(shape, dt)
     s, index = _placement(stream, device, "empty")
-    # ``what`` is only formatted when the allocation fails (a tuple, not an f-string per call).
-    allocation = alloc(_prod(shape) * dt.itemsize, s, what=("an array of shape {} {}", shape, dt))
-    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, _c_strides(shape, dt.itemsize),
-                             index, s)
+    allocation = _alloc_on(nbytes, s, ("an array of shape {} {}", shape, dt))
+    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, strides, index, s)
 
 
 def constant(array: Any, stream: Any = None, device: Any = None) -> DeviceArray:

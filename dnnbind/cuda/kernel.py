@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import operator
 import os
 import re
 import tempfile
@@ -326,8 +327,9 @@ def _launch_dims(name: str, grid: Any, block: Any) -> "tuple[tuple[int, int, int
     return g, b
 
 
-def _pointer_value(arg: "Pointer") -> int:
-    return arg.value
+# attrgetter, not a def: called for every pointer argument of every launch, and a C getter
+# costs a fraction of a Python frame.
+_pointer_value = operator.attrgetter("value")
 
 
 def _null(arg: Any) -> int:
@@ -356,8 +358,8 @@ _PLAN_TYPES: "dict[type, tuple[Any, Any]]" = {
 }
 
 
-def _device_array_ptr(arg: Any) -> int:
-    return arg._ptr
+_device_array_ptr = operator.attrgetter("_ptr")
+_NO_PLAN_YET = object()
 
 
 class _LaunchPlan:
@@ -537,8 +539,11 @@ class Kernel:
     def __call__(self, grid: Any, block: Any, args: Sequence[Any] = (), *, shared_mem: int = 0,
                  stream: Any = None) -> None:
         """Launch on ``stream`` (default: the current stream); asynchronous."""
-        g, b = _launch_dims(self.name, grid, block)
-        if not isinstance(args, (tuple, list)):
+        try:  # _launch_dims' memo hit, inlined (a list spelling is unhashable: the full check)
+            g, b = _launch_dims_ok[(grid, block)]
+        except (KeyError, TypeError):
+            g, b = _launch_dims(self.name, grid, block)
+        if type(args) is not tuple and not isinstance(args, (tuple, list)):
             raise TypeError(f"Kernel {self.name!r}: args must be a tuple or list, got {type(args).__name__}")
         s = stream if type(stream) is _Stream else _as_stream(stream)
         index = s._device
@@ -548,8 +553,11 @@ class Kernel:
             raise TypeError(f"Kernel {self.name!r} takes {len(sizes)} arguments, got {len(args)}")
         if type(shared_mem) is not int:
             shared_mem = int(shared_mem)
-        launch = _driver().cuLaunchKernel
-        plan = self._plan(index, tuple(map(type, args)), sizes)
+        launch = (_drv_module or _driver()).cuLaunchKernel
+        types = tuple(map(type, args))
+        plan = self._plans.get((index, types), _NO_PLAN_YET)
+        if plan is _NO_PLAN_YET:
+            plan = self._plan(index, types, sizes)
         if plan is not None:
             with self._launch_lock:
                 for value, get, arg in zip(plan.values, plan.getters, args):

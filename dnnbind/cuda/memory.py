@@ -177,7 +177,10 @@ set_capture_gate(capture_in_progress, defer_until_capture_ends)
 
 
 def _free(record: _AllocRecord) -> None:
-    """Return ``record``'s memory to the pool, honouring graph capture (see module doc)."""
+    """Return ``record``'s memory to the pool, honouring graph capture (see module doc).
+
+    ``Allocation.__del__`` inlines the common case (no capture anywhere, an eager allocation, its
+    stream open and not capturing) and comes here for every other one."""
     if record.ptr == 0:
         return
     try:
@@ -269,7 +272,22 @@ class Allocation:
         try:
             if self._live and not _exiting:
                 self._live = False
-                _free(self._record)
+                record = self._record
+                # _free's common case, inlined (every array an op makes and drops comes here, and
+                # _free's property and helper calls cost more host time than the free itself): no
+                # capture anywhere, an eager allocation, its stream open and not capturing.
+                ptr = record.ptr
+                if ptr and not _captures_in_progress and not record.capture_id:
+                    stream = record.stream
+                    owner = stream._record
+                    if owner is not None and owner.ptr:
+                        handle = stream._handle
+                        result = rt.cudaStreamIsCapturing(handle)
+                        if not result[0] and result[1] == _CAPTURE_NONE:
+                            rt.cudaFreeAsync(ptr, handle)
+                            record.ptr = 0
+                            return
+                _free(record)
         except Exception:  # pragma: no cover - interpreter teardown
             pass
 
@@ -321,16 +339,23 @@ def alloc(nbytes: int, stream: Any = None, *, what: "str | tuple" = "") -> Alloc
         nbytes = int(nbytes)
     if nbytes < 0:
         raise ValueError(f"alloc: nbytes must be >= 0, got {nbytes}")
-    s = stream if type(stream) is Stream else as_stream(stream)
-    index = s._device
+    return _alloc_on(nbytes, stream if type(stream) is Stream else as_stream(stream), what)
+
+
+def _alloc_on(nbytes: int, s: Stream, what: "str | tuple") -> Allocation:
+    """:func:`alloc` for arguments already known good (``nbytes`` an int >= 0, ``s`` a
+    :class:`Stream`): what the ops' output allocation calls, without re-checking them."""
     if _deferred:
         flush_deferred_frees()
-    if nbytes == 0:
+    index = s._device
+    if not nbytes:
         return Allocation(_AllocRecord(0, 0, s, index, 0))
     if index not in _pools:
         _pool(index)
     handle = s._handle
-    capture_id = _capture_id(handle)
+    # _capture_id's cheap question, inlined (the common answer: not capturing).
+    result = rt.cudaStreamIsCapturing(handle)
+    capture_id = 0 if not result[0] and result[1] == _CAPTURE_NONE else _capture_id(handle)
     err, ptr = rt.cudaMallocAsync(nbytes, handle)
     if err:
         if isinstance(what, tuple):  # ("format {} {}", args...): formatted only now

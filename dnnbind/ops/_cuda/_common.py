@@ -27,11 +27,12 @@ from ...backend import is_device_array
 from ...cublas import get_handle as _cublas_get_handle
 from ...cuda import Kernel
 from ...cuda._util import check, rt
-from ...cuda.array import DeviceArray
-from ...cuda.array import empty as _cuda_empty
-from ...cuda.device import CudaDevice
+from ...cuda.array import DeviceArray, _empty_on
+from ...cuda.device import CudaDevice, current_device_index
 from ...cuda.kernel import Pointer
 from ...cuda.stream import Stream, as_stream
+from ...cuda.stream import _defaults as _default_streams  # stream_of's inlined as_stream(None)
+from ...cuda.stream import _local as _stream_local
 from ...cudnn import Handle
 from ...cudnn import get_handle as _cudnn_get_handle
 from ...errors import CudnnError, DeviceOutOfMemoryError
@@ -70,6 +71,15 @@ def stream_of(stream: Any):
     """The :class:`dnnbind.cuda.Stream` for ``stream=`` (None: the current stream)."""
     if type(stream) is Stream:
         return stream
+    if stream is None:
+        # as_stream(None)'s answer without its frames (every op called without a stream): the
+        # innermost `with stream:` of this thread, else the current device's default stream.
+        stack = getattr(_stream_local, "stack", None)
+        if stack:
+            return stack[-1]
+        found = _default_streams.get(current_device_index())
+        if found is not None:
+            return found
     return as_stream(stream)
 
 
@@ -141,17 +151,21 @@ def nchw_dims(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:
 # ------------------------------------------------------------------------------- memory
 
 def empty(shape: Sequence[int], dtype: Any, stream) -> Any:
-    """A new DeviceArray on ``stream`` (stream-ordered pool allocation)."""
+    """A new DeviceArray on ``stream`` (a :class:`Stream`, as :func:`stream_of` returns it;
+    stream-ordered pool allocation). ``shape`` and ``dtype`` come from the op's own arrays, so
+    the allocation fast path skips re-checking them (``cuda.array._empty_on``)."""
     if type(shape) is not tuple:
         shape = tuple(int(s) for s in shape)
-    return _cuda_empty(shape, dtype, stream=stream)
+    return _empty_on(shape, dtype, stream if type(stream) is Stream else as_stream(stream))
 
 
 def output(out: Any, shape: Sequence[int], dtype: Any, stream) -> Any:
     """``out`` when given (the public op checked its shape/dtype), else a new array."""
     if out is not None:
         return out
-    return empty(shape, dtype, stream)
+    if type(shape) is not tuple:
+        shape = tuple(int(s) for s in shape)
+    return _empty_on(shape, dtype, stream if type(stream) is Stream else as_stream(stream))
 
 
 def memset(array: Any, byte: int, stream) -> None:
@@ -223,9 +237,16 @@ def launch(filename: str, name: str, n: int, args: Sequence[Any], stream, *, blo
     """
     if n <= 0:
         return
-    device = stream.device_index
-    grid = max(1, min(-(-int(n) // block), _sm_count(device) * 32))
-    kernel(filename, name, device)((grid, 1, 1), (block, 1, 1), tuple(args), stream=stream)
+    device = stream._device
+    # kernel() and _sm_count() hits inlined: this runs for most launches of every step
+    k = _kernels.get((filename, name, device))
+    if k is None:
+        k = kernel(filename, name, device)
+    sms = _sm_counts.get(device)
+    if sms is None:
+        sms = _sm_count(device)
+    grid = max(1, min(-(-int(n) // block), sms * 32))
+    k((grid, 1, 1), (block, 1, 1), args if type(args) is tuple else tuple(args), stream=stream)
 
 
 def launch_rows(filename: str, name: str, rows: int, args: Sequence[Any], stream, *,
@@ -233,9 +254,12 @@ def launch_rows(filename: str, name: str, rows: int, args: Sequence[Any], stream
     """Launch a kernel that takes one block per row (rows beyond the grid are strided)."""
     if rows <= 0:
         return
-    device = stream.device_index
-    kernel(filename, name, device)((max(1, min(int(rows), max_grid)), 1, 1), (block, 1, 1), tuple(args),
-                                   stream=stream)
+    device = stream._device
+    k = _kernels.get((filename, name, device))
+    if k is None:
+        k = kernel(filename, name, device)
+    k((max(1, min(int(rows), max_grid)), 1, 1), (block, 1, 1), args if type(args) is tuple else tuple(args),
+      stream=stream)
 
 
 # Kernel argument helpers: NumPy scalars carry their exact C type; pointers are

@@ -301,6 +301,41 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
     return res
 
 
+# (shape, layout, dtype, 16-byte aligned, device) -> bias_backward's launches, worked out once:
+# ("last1", kernel, grid, c, outer, lanes, vec) | ("last2", rows kernel, grid, partials kernel,
+# grid, c, outer, blocks, rows per block, lanes, vec, partials lanes, partials vec, partial dtype)
+# | ("planes", kernel name, c, outer, inner). Every step repeats a few shapes, and the tiling
+# arithmetic and kernel names cost more host time than the launches. Bounded: cleared when full.
+_bias_backward_plans: dict = {}
+
+
+def _bias_backward_plan(shape: tuple, layout: str, dtype: np.dtype, aligned: bool, device: int) -> tuple:
+    outer, c, inner = _channel_split(shape, layout)
+    sfx = cm.suffix(dtype)
+    if not (inner == 1 and outer > 0 and c > 0):
+        return ("planes", f"channel_sum_{sfx}", c, outer, inner)
+    acc = cm.F64 if dtype == cm.F64 else cm.F32
+
+    def tiles(dt: np.dtype, is_aligned: bool) -> "tuple[int, int, int]":
+        """(vectorised, column lanes per block (a power of two), column blocks) for 256 threads."""
+        vw = 16 // dt.itemsize
+        vec = is_aligned and c % vw == 0
+        vectors = -(-c // (vw if vec else 1))
+        lanes = min(256, 1 << (vectors - 1).bit_length())
+        return int(vec), lanes, -(-vectors // lanes)
+
+    rows_per_block = max(256, -(-outer // 512))
+    blocks = -(-outer // rows_per_block)
+    vec, lanes, col_blocks = tiles(dtype, aligned)
+    if blocks == 1:
+        return ("last1", cm.kernel("layout.cu", f"channel_sum_last_{sfx}", device), (1, col_blocks, 1),
+                c, outer, lanes, vec)
+    part_vec, part_lanes, part_col_blocks = tiles(acc, True)
+    return ("last2", cm.kernel("layout.cu", f"channel_sum_rows_{sfx}", device), (blocks, col_blocks, 1),
+            cm.kernel("layout.cu", f"channel_sum_partials_{sfx}", device), (1, part_col_blocks, 1),
+            c, outer, blocks, rows_per_block, lanes, vec, part_lanes, part_vec, acc)
+
+
 def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
     """``db[c] = sum of dy over every axis but the channel axis``, dtype of dy, shape (C,).
 
@@ -311,38 +346,35 @@ def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
     channel planes are contiguous, takes one block per channel.
     """
     s = cm.stream_of(stream)
-    outer, c, inner = _channel_split(dy.shape, layout)
-    db = cm.empty((c,), dy.dtype, s)
-    sfx = cm.suffix(dy.dtype)
-    if inner == 1 and outer > 0 and c > 0:
-        acc = cm.F64 if dy.dtype == cm.F64 else cm.F32
-
-        def tiles(dtype: np.dtype, aligned: bool) -> "tuple[int, int, int]":
-            """(vectorised, column lanes per block (a power of two), column blocks) for 256 threads."""
-            vw = 16 // dtype.itemsize
-            vec = aligned and c % vw == 0
-            vectors = -(-c // (vw if vec else 1))
-            lanes = min(256, 1 << (vectors - 1).bit_length())
-            return int(vec), lanes, -(-vectors // lanes)
-
-        rows_per_block = max(256, -(-outer // 512))
-        blocks = -(-outer // rows_per_block)
-        vec, lanes, col_blocks = tiles(dy.dtype, dy.ptr % 16 == 0)
-        if blocks == 1:
-            cm.kernel("layout.cu", f"channel_sum_last_{sfx}", s.device_index)(
-                (1, col_blocks, 1), (256, 1, 1), (cm.p(dy), cm.p(db), cm.i64(outer), cm.i64(c), cm.i32(lanes),
-                                                  cm.i32(vec), cm.f64(1.0)), stream=s)
-            return db
-        partial = cm.empty((blocks, c), acc, s)
-        cm.kernel("layout.cu", f"channel_sum_rows_{sfx}", s.device_index)(
-            (blocks, col_blocks, 1), (256, 1, 1), (cm.p(dy), cm.p(partial), cm.i64(outer), cm.i64(c),
-                                                   cm.i64(rows_per_block), cm.i32(lanes), cm.i32(vec)), stream=s)
-        vec, lanes, col_blocks = tiles(acc, True)
-        cm.kernel("layout.cu", f"channel_sum_partials_{sfx}", s.device_index)(
-            (1, col_blocks, 1), (256, 1, 1), (cm.p(partial), cm.p(db), cm.i64(blocks), cm.i64(c), cm.i32(lanes),
-                                              cm.i32(vec), cm.f64(1.0)), stream=s)
+    dtype = dy.dtype
+    key = (dy.shape, layout, dtype, dy.ptr % 16 == 0, s._device)
+    plan = _bias_backward_plans.get(key)
+    if plan is None:
+        plan = _bias_backward_plan(*key)
+        if len(_bias_backward_plans) >= 1024:
+            _bias_backward_plans.clear()
+        _bias_backward_plans[key] = plan
+    kind = plan[0]
+    if kind == "last1":
+        _, kern, grid, c, outer, lanes, vec = plan
+        db = cm.empty((c,), dtype, s)
+        kern(grid, (256, 1, 1), (dy, db, cm.i64(outer), cm.i64(c), cm.i32(lanes), cm.i32(vec), cm.f64(1.0)),
+             stream=s)
         return db
-    cm.launch_rows("layout.cu", f"channel_sum_{sfx}", c,
+    if kind == "last2":
+        (_, rows_kern, rows_grid, part_kern, part_grid, c, outer, blocks, rows_per_block, lanes, vec,
+         part_lanes, part_vec, acc) = plan
+        db = cm.empty((c,), dtype, s)
+        partial = cm.empty((blocks, c), acc, s)
+        rows_kern(rows_grid, (256, 1, 1), (dy, partial, cm.i64(outer), cm.i64(c), cm.i64(rows_per_block),
+                                           cm.i32(lanes), cm.i32(vec)), stream=s)
+        part_kern(part_grid, (256, 1, 1), (partial, db, cm.i64(blocks), cm.i64(c), cm.i32(part_lanes),
+                                           cm.i32(part_vec),
+                                           cm.f64(1.0)), stream=s)
+        return db
+    _, name, c, outer, inner = plan
+    db = cm.empty((c,), dtype, s)
+    cm.launch_rows("layout.cu", name, c,
                    (cm.p(dy), cm.p(db), cm.i64(outer), cm.i64(c), cm.i64(inner), cm.f64(1.0)), s)
     return db
 

@@ -120,6 +120,17 @@ def _table(params: list, grads: list, states: Sequence["list | None"], stream,
 
 def _groups(params: list, grads: list, states: Sequence["list | None"]) -> dict:
     """{(param suffix, grad suffix): (params, grads, states...)} preserving order."""
+    # The common case, one group (every parameter and every gradient of one dtype each), in one
+    # pass of comparisons instead of a dict entry and appends per tensor; the lists are the
+    # caller's (nothing below writes into them).
+    pd, gd = params[0].dtype, grads[0].dtype
+    for p, g in zip(params, grads):
+        if p.dtype != pd or g.dtype != gd:
+            break
+    else:
+        psfx = _PARAM_SUFFIX.get(pd)
+        if psfx is not None:
+            return {(psfx, cm.suffix(gd)): (params, grads, list(states))}
     groups: dict = {}
     for i, (p, g) in enumerate(zip(params, grads)):
         try:
