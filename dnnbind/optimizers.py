@@ -200,6 +200,7 @@ class Optimizer:
         self._state_version = 0
         # the CUDA updates' device pointer tables for this optimizer's arrays (made on first use)
         self._tables = ops.UpdateTables()
+        self._prepared = None  # the update, checked once per parameter set (see _fused)
         self.built = False
 
     def _check_lr(self, lr):
@@ -330,6 +331,7 @@ class Optimizer:
         self._lr_uploaded = lr
         self._step_array = backend.asarray(np.array(iterations, np.int64), device=self._device)
         self._tables.clear()  # they address the old slots (no captured graph uses a kept table)
+        self._prepared = None
         self._state_version += 1
         self.built = True
 
@@ -365,6 +367,27 @@ class Optimizer:
 
     def _update(self, params, grads, *, grad_scale, skip) -> None:
         raise NotImplementedError
+
+    def _fused(self, kind: str, params: list, grads: list, states: tuple, hyper: dict, *, grad_scale: Any,
+               skip: Any, step: Any = None) -> None:
+        """Run the ``ops.optim`` update ``kind`` through an ``ops.optim.PreparedUpdate``: the public
+        op's checks of the parameters, slots and hyper-parameters run when one of them changed (a new
+        parameter set, rebuilt slots, a hyper-parameter set by the user), not every step; the
+        gradients are still checked every step."""
+        prepared = self._prepared
+        if prepared is None or prepared.kind != kind or not prepared.matches(params, *states, **hyper):
+            prepared = self._prepared = ops.optim.PreparedUpdate(kind, params, *states, **hyper)
+        prepared(grads, lr=self._lr_array, step=step, grad_scale=grad_scale, skip=skip)
+
+    def _reads_compute_grads(self) -> bool:
+        """Whether this update may be given float16/bfloat16 gradients of float32 parameters instead
+        of their float32 casts, with bitwise the same result: the fused updates of ``ops.optim``
+        convert each gradient element exactly, as the cast would. Not with ``clipnorm`` or
+        ``global_clipnorm``: the update groups tensors by gradient dtype, and a group's chunk size
+        follows its total size, so the norms' sums would be taken in another order. Not for a
+        subclass with its own ``_update`` (it may expect the casts)."""
+        return (type(self)._update in _FUSED_UPDATES and self._clipnorm is None
+                and self._global_clipnorm is None)
 
     def _slot_lists(self, name: str) -> list:
         return [slots[name] for slots in self._slots]
@@ -412,6 +435,7 @@ class Optimizer:
         self._lr_array, self._step_array = move(self._lr_array), move(self._step_array)
         self._device = dev
         self._tables.clear()
+        self._prepared = None
         self._state_version += 1
 
     def get_config(self) -> dict:
@@ -448,9 +472,9 @@ class SGD(Optimizer):
 
     def _update(self, params, grads, *, grad_scale, skip):
         velocities = self._slot_lists("momentum") if self.momentum else None
-        ops.sgd_update(params, grads, velocities, lr=self._lr_array, momentum=self.momentum, nesterov=self.nesterov,
-                       weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, tables=self._tables,
-                       **self._clip_kwargs())
+        self._fused("sgd", params, grads, (velocities,),
+                    dict(momentum=self.momentum, nesterov=self.nesterov, weight_decay=self._wd(), tables=self._tables,
+                         **self._clip_kwargs()), grad_scale=grad_scale, skip=skip)
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
@@ -472,13 +496,11 @@ class Adam(Optimizer):
         return ("m", "v", "vhat") if self.amsgrad else ("m", "v")
 
     def _update(self, params, grads, *, grad_scale, skip):
-        kwargs = {}
-        if self.amsgrad:
-            kwargs["vhat"] = self._slot_lists("vhat")
-        ops.adam_update(params, grads, self._slot_lists("m"), self._slot_lists("v"), lr=self._lr_array,
-                        step=self._step_array, beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon,
-                        weight_decay=self._wd(), amsgrad=self.amsgrad, grad_scale=grad_scale, skip=skip,
-                        tables=self._tables, **kwargs, **self._clip_kwargs())
+        self._fused("adam", params, grads, (self._slot_lists("m"), self._slot_lists("v")),
+                    dict(beta1=self.beta_1, beta2=self.beta_2, epsilon=self.epsilon, weight_decay=self._wd(),
+                         amsgrad=self.amsgrad, vhat=self._slot_lists("vhat") if self.amsgrad else None,
+                         tables=self._tables, **self._clip_kwargs()),
+                    grad_scale=grad_scale, skip=skip, step=self._step_array)
 
     def get_config(self):
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
@@ -511,12 +533,12 @@ class RMSprop(Optimizer):
         return tuple(names)
 
     def _update(self, params, grads, *, grad_scale, skip):
-        ops.rmsprop_update(params, grads, self._slot_lists("velocity"), lr=self._lr_array, rho=self.rho,
-                           momentum=self.momentum, epsilon=self.epsilon, centered=self.centered,
-                           mom=self._slot_lists("momentum") if self.momentum else None,
-                           avg=self._slot_lists("average_gradient") if self.centered else None,
-                           weight_decay=self._wd(), grad_scale=grad_scale, skip=skip, tables=self._tables,
-                           **self._clip_kwargs())
+        self._fused("rmsprop", params, grads, (self._slot_lists("velocity"),),
+                    dict(rho=self.rho, momentum=self.momentum, epsilon=self.epsilon, centered=self.centered,
+                         mom=self._slot_lists("momentum") if self.momentum else None,
+                         avg=self._slot_lists("average_gradient") if self.centered else None,
+                         weight_decay=self._wd(), tables=self._tables, **self._clip_kwargs()),
+                    grad_scale=grad_scale, skip=skip)
 
     def get_config(self):
         return {**super().get_config(), "rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon,
@@ -524,6 +546,8 @@ class RMSprop(Optimizer):
 
 
 _BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+# the updates that hand their gradients straight to the fused ops (see _reads_compute_grads)
+_FUSED_UPDATES = frozenset([SGD._update, Adam._update, RMSprop._update])
 
 
 def get(identifier: Any) -> Optimizer:

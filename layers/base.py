@@ -12,6 +12,7 @@ batch placeholder, as in ``(None, 28, 28, 1)``) is accepted and kept.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import Any, Callable, Sequence
@@ -194,6 +195,20 @@ def is_symbolic(x: Any) -> bool:
 # (device is CUDA, policy compute dtype name) -> the dtype a layer computes in
 _EFFECTIVE_DTYPES: "dict[tuple[bool, str], np.dtype]" = {}
 
+# Bumped whenever a layer casts a weight it had not cast (to that dtype) before: trainers keep
+# the list of weights they precast and rebuild it when this moved. next() on a count is atomic.
+_cast_counter = itertools.count(1)
+_cast_generation = [0]
+
+
+def _note_new_cast() -> None:
+    _cast_generation[0] = next(_cast_counter)
+
+
+def cast_generation() -> int:
+    """Changes whenever some layer starts casting a weight (see ``Layer._compute_weight``)."""
+    return _cast_generation[0]
+
 
 class Layer:
     """Base class of all layers (Keras 3 contract).
@@ -213,6 +228,13 @@ class Layer:
 
     #: True for layers called on a list of inputs (see the class docstring)
     multi_input = False
+    # Set by a trainer for the length of one step (class defaults: no step running). _precast:
+    # {Weight: its compute-dtype copy}; _keep_grad_dtype: leave weight gradients in the compute dtype.
+    _precast: "dict | None" = None
+    _keep_grad_dtype = False
+    # {Weight: compute dtype} of the weights _compute_weight has cast (what a trainer precasts);
+    # replaced, never mutated
+    _cast_weights: dict = {}
 
     def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
                  input_shape: Sequence[int] | None = None, **kwargs: Any) -> None:
@@ -298,14 +320,31 @@ class Layer:
         return x
 
     def _compute_weight(self, w: Weight) -> Any:
-        """The weight in the compute dtype (a per-step cast from the float32 master copy)."""
+        """The weight in the compute dtype (a per-step cast from the float32 master copy).
+
+        Inside a model's step the trainer has usually made every such copy already, with one
+        multi-tensor cast before the forward (``_precast``: Weight -> copy, dropped when the step
+        ends, so a copy never outlives the weights it was made from); otherwise this casts now
+        and remembers that ``w`` is cast to that dtype, so that the next step's cast covers it."""
         want = self._effective_compute_dtype()
         if w.value.dtype != want:
+            pre = self._precast
+            if pre is not None:
+                hit = pre.get(w)
+                if hit is not None and hit.dtype == want:
+                    return hit
+            if self._cast_weights.get(w) != want:
+                # copy-on-write: a trainer may be reading the dict (another thread's step)
+                self._cast_weights = {**self._cast_weights, w: want}
+                _note_new_cast()
             return ops.cast(w.value, want)
         return w.value
 
     def _to_variable_dtype(self, g: Any, w: Weight) -> Any:
-        if g.dtype != w.value.dtype:
+        """A weight gradient in the weight's dtype; unchanged while ``_keep_grad_dtype`` is set (a
+        trainer step whose optimizer reads low-precision gradients itself: the update kernels
+        convert each element exactly as this cast would, so the result is the same bits)."""
+        if g.dtype != w.value.dtype and not self._keep_grad_dtype:
             return ops.cast(g, w.value.dtype)
         return g
 

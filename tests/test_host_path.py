@@ -480,3 +480,108 @@ def test_kernel_launch_dims_memo_takes_unhashable_spellings(monkeypatch):
     assert dims == [((5, 2, 1), (64, 1, 1))] * 3
     with pytest.raises(ValueError, match="1024 threads"):
         k([1], [32, 64], args, stream=_fake_stream())
+
+
+def test_cast_many_table_offsets_vector_flags_and_keeping(monkeypatch):
+    """The multi-tensor cast's pointer table (what elementwise.cu's cast_chunks reads), where it is
+    kept (the caller's tables, or the prepared CastMany's own), and that a capture keeps nothing."""
+    from dnnbind import ops
+    from dnnbind.ops._cuda import elementwise as cew
+
+    uploads = []
+
+    class Table:  # what constant() would return: a device array of the uploaded table
+        device_index = 0
+
+        def __init__(self, n):
+            self.n = n
+
+    monkeypatch.setattr(amod, "constant", lambda host, stream=None: (uploads.append(host.copy()),
+                                                                     Table(len(uploads)))[1])
+
+    class FakeStream:
+        device_index = _device = 0
+        capturing = False
+
+        def is_capturing(self):
+            return self.capturing
+
+    s = FakeStream()
+    xs = [_fake_array((3, 5), ptr=0x10000), _fake_array((3000,), ptr=0x20004), _fake_array((0,), ptr=0x30000)]
+    entry = cew._cast_entry(xs, np.dtype(ml_dtypes.bfloat16), s, ops.UpdateTables(), None)
+    table, plan = entry
+    assert table.n == 1 and plan.kernel == "cast_many_f32_bf16" and plan.chunk == 1024
+    rows = uploads[0][:cew._CAST_COLS * 3].reshape(3, cew._CAST_COLS)
+    # source, byte offset (256-byte steps), size, first chunk, vectorised (0x20004: off 16 bytes)
+    assert rows.tolist() == [[0x10000, 0, 15, 0, 1], [0x20004, 256, 3000, 1, 0], [0x30000, 256 + 6144, 0, 4, 1]]
+    assert uploads[0][cew._CAST_COLS * 3:].tolist() == [0, 0, 1, 0, 1, 1024, 1, 2048]  # (tensor, start)
+    assert plan.nchunks == 4 and plan.nbytes == 256 + 6144
+    assert [(v[0], v[3]) for v in plan.views] == [((3, 5), 0), ((3000,), 256), ((0,), 6400)]
+    tables = ops.UpdateTables()
+    first = cew._cast_entry(xs, np.dtype(np.float16), s, tables, None)
+    assert cew._cast_entry(xs, np.dtype(np.float16), s, tables, None) is first and len(uploads) == 2
+    moved = [xs[0], _fake_array((3000,), ptr=0x20010), xs[2]]  # another address: another table
+    assert cew._cast_entry(moved, np.dtype(np.float16), s, tables, None) is not first and len(tables) == 2
+
+    class Owner:
+        _entry = None
+
+    owner = Owner()
+    kept = cew._cast_entry(xs, np.dtype(np.float16), s, tables, owner)
+    assert owner._entry is kept and cew._cast_entry(xs, np.dtype(np.float16), s, tables, owner) is kept
+    count = len(uploads)
+    s.capturing = True  # a captured launch makes its own table and keeps none
+    fresh = cew._cast_entry(xs, np.dtype(np.float16), s, tables, owner)
+    assert fresh is not kept and owner._entry is kept and len(tables) == 2 and len(uploads) == count + 1
+
+
+def test_prepared_update_checks_gradients_every_call_and_changes_nothing_on_bad_ones():
+    from dnnbind import ops
+
+    p = [np.ones((2, 3), np.float32), np.ones(4, np.float32)]
+    m, v = [np.zeros_like(a) for a in p], [np.zeros_like(a) for a in p]
+    prepared = ops.optim.PreparedUpdate("adam", p, m, v, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
+                                        amsgrad=False, vhat=None, tables=None)
+    before = [a.copy() for a in p + m + v]
+    for bad, words in (([np.ones((3, 2), np.float32), np.ones(4, np.float32)], r"grads\[0\] has shape \(3, 2\)"),
+                       ([np.ones((2, 3), np.float32)], "grads has 1 entries but params has 2"),
+                       ([np.ones((2, 3), np.int32), np.ones(4, np.float32)], "every gradient must be a float")):
+        with pytest.raises((ValueError, TypeError), match=words):
+            prepared(bad, lr=0.1, step=1)
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        prepared([np.ones((2, 3), np.float32), np.ones(4, np.float32)], lr=0.1, step=0)
+    assert all(np.array_equal(a, b) for a, b in zip(p + m + v, before))
+    g = [np.full((2, 3), 0.5, np.float32), np.full(4, -0.25, np.float32)]
+    prepared(g, lr=0.1, step=1)
+    q, mq, vq = [np.ones((2, 3), np.float32), np.ones(4, np.float32)], [np.zeros_like(a) for a in p], \
+        [np.zeros_like(a) for a in p]
+    ops.adam_update(q, g, mq, vq, lr=0.1, step=1)
+    assert all(np.array_equal(a, b) for a, b in zip(p + m + v, q + mq + vq)) and not np.array_equal(p[0], before[0])
+    assert prepared.matches(p, m, v, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0, amsgrad=False,
+                            vhat=None, tables=None)
+    assert not prepared.matches(p, m, v, beta1=0.8, beta2=0.999, epsilon=1e-7, weight_decay=0.0, amsgrad=False,
+                                vhat=None, tables=None)
+    assert not prepared.matches(p, [m[0], m[1].copy()], v, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
+                                amsgrad=False, vhat=None, tables=None)
+    with pytest.raises(ValueError, match=r"beta1 must be in \[0, 1\)"):
+        ops.optim.PreparedUpdate("adam", p, m, v, beta1=1.0, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
+                                 amsgrad=False, vhat=None, tables=None)
+
+
+def test_optimizer_prepares_again_when_a_hyper_parameter_or_the_slots_change():
+    import dnnbind
+
+    opt = dnnbind.optimizers.SGD(0.1, momentum=0.9)
+    p, g = [np.ones(3, np.float32)], [np.full(3, 0.5, np.float32)]
+    opt.apply(p, g)
+    first = opt._prepared
+    opt.apply(p, g)
+    assert opt._prepared is first
+    opt.momentum = 0.5  # set by the user: checked and baked in again
+    opt.apply(p, g)
+    assert opt._prepared is not first and opt._prepared._kw["momentum"] == 0.5
+    second = opt._prepared
+    opt.set_state(opt.get_state(), p)  # new slot arrays
+    assert opt._prepared is None
+    opt.apply(p, g)
+    assert opt._prepared is not second

@@ -288,8 +288,11 @@ def fake_cudnn(monkeypatch):
 
     handle = cudnn.Handle.__new__(cudnn.Handle)  # borrowed, around a made-up pointer: never reaches cuDNN
     handle._adopt(0x99, lambda ptr: 0, owned=False)
+    def output(out, shape, dtype, stream):
+        return out if out is not None else empty(shape, dtype, stream)
+
     for attr, value in (("stream_of", lambda s: _FakeStream()), ("cudnn_handle", lambda s: handle),
-                        ("empty", empty)):
+                        ("empty", empty), ("output", output)):
         monkeypatch.setattr(cm, attr, value)
     monkeypatch.setattr(cudnn, "workspace", lambda s, n: 0x5000 if n else 0)
     monkeypatch.setattr(bn, "_fwd_sizes", cudnn.LRUCache(8))

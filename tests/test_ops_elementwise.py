@@ -116,3 +116,36 @@ def test_random_crop_flip(rng, layout):
         flips += found == "flip"
     assert 0 < flips < 16
     assert np.array_equal(ops.random_crop_flip(x, padding=0, flip=False, layout=layout, seed=1), x)
+
+
+def test_cast_many_is_cast_per_array_and_checks_before_running(rng):
+    xs = [random(rng, (3, 4), np.float32), random(rng, (7,), np.float32), np.zeros((0, 2), np.float32),
+          random(rng, (2, 1, 5), np.float32)]
+    for dt in (np.float16, ml_dtypes.bfloat16, np.float64):
+        got = ops.cast_many(xs, dt)
+        assert len(got) == len(xs)
+        for g, x in zip(got, xs):
+            assert g.dtype == np.dtype(dt) and g.shape == x.shape
+            assert np.array_equal(g.view(np.uint8), ops.cast(x, dt).view(np.uint8))  # bitwise
+    assert ops.cast_many([], np.float16) == []
+    with pytest.raises(TypeError, match="every array must have one dtype; xs\\[0\\] is float32 but xs\\[1\\] is "
+                                        "float64"):
+        ops.cast_many([xs[0], xs[1].astype(np.float64)], np.float16)
+    with pytest.raises(TypeError, match="cast_many: xs\\[0\\] must be float16, bfloat16, float32 or float64"):
+        ops.cast_many([np.arange(3)], np.float32)
+    with pytest.raises(TypeError, match="cast_many: xs must be a list of arrays, got one array"):
+        ops.cast_many(xs[0], np.float16)
+    with pytest.raises(TypeError, match="tables must be a dnnbind.ops.UpdateTables or None"):
+        ops.cast_many(xs, np.float16, tables={})
+    with pytest.raises(TypeError, match="cast_many: dtype int32 is not supported; supported: bfloat16, float16"):
+        ops.cast_many(xs, np.int32)
+
+
+def test_cast_many_prepared_casts_the_current_values(rng):
+    xs = [random(rng, (5,), np.float32), random(rng, (2, 3), np.float32)]
+    prepared = ops.elementwise.CastMany(xs, np.float16)
+    first = prepared()
+    xs[0] *= 3  # the same arrays, new values: the next call reads them
+    second = prepared()
+    assert np.array_equal(second[0], xs[0].astype(np.float16)) and not np.array_equal(first[0], second[0])
+    assert np.array_equal(second[1], xs[1].astype(np.float16))

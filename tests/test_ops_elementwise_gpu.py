@@ -136,3 +136,80 @@ def test_random_crop_flip_gives_a_valid_crop_per_sample(rng, layout, flip):
         assert any(np.array_equal(got[i], cand) for cand in candidates), f"sample {i} is no crop/flip of the input"
     again = host(ops.random_crop_flip(dev(np.ascontiguousarray(xl)), padding=p, flip=flip, layout=layout, seed=5))
     assert np.array_equal(again if layout == "NCHW" else again.transpose(0, 3, 1, 2), got)  # same seed, same crops
+
+
+FLOAT_NAMES = [np.float32, np.float64, np.float16, BF16]
+
+
+def _poison_pool(nbytes):
+    """Leave a freed block of 0xFF bytes in the stream's pool, where the next allocation of that size
+    lands: outputs a cast_many launch leaves unwritten then read as NaN, not as stale zeros."""
+    from dnnbind.cuda import empty
+
+    empty((nbytes,), np.uint8).fill_bytes(0xFF)
+
+
+@pytest.mark.parametrize("src, dst", list(itertools.product(FLOAT_NAMES, FLOAT_NAMES)))
+def test_cast_many_every_float_pair_tails_chunks_and_misaligned_sources(rng, src, dst):
+    """One launch for arrays that take the vector path, a tail, several chunks (2**17 + 5 items:
+    chunks of 1024 and more) and the scalar path (a source one item off its vector boundary)."""
+    sizes = [(257,), (3, 5), (1 << 17) + 5, (0,), (7, 1, 3), (1003,)]
+    xs_host = []
+    for shape in sizes:
+        x = rng.uniform(-100, 100, size=shape).round(2)
+        if x.size:
+            x.flat[0] = 1.5
+        xs_host.append(x.astype(src))
+    xs = [dev(x) for x in xs_host[:-1]] + [dev_offset(xs_host[-1], 1)]
+    tables = ops.UpdateTables()
+    _poison_pool(sum(-(-x.size * np.dtype(dst).itemsize // 256) * 256 for x in xs_host))
+    got = ops.cast_many(xs, dst, tables=tables)
+    for g, x in zip(got, xs_host):
+        # each output at a 256-byte boundary of the one allocation
+        assert g.dtype == np.dtype(dst) and g.shape == x.shape and (g.ptr - got[0].ptr) % 256 == 0
+        expected = ops.cast(x, dst)  # the NumPy reference of the one-tensor cast
+        assert np.array_equal(np.asarray(g.to_host()).view(np.uint8), expected.view(np.uint8))
+    assert len(tables) == 1
+
+
+def test_cast_many_reuses_its_table_and_reads_current_values(rng):
+    xs_host = [rng.normal(size=(33,)).astype(np.float32), rng.normal(size=(4, 4)).astype(np.float32)]
+    xs = [dev(x) for x in xs_host]
+    tables = ops.UpdateTables()
+    ops.cast_many(xs, BF16, tables=tables)
+    xs[0].copy_from_host(xs_host[0] * 3)
+    got = ops.cast_many(xs, BF16, tables=tables)
+    assert len(tables) == 1  # looked up by the same addresses and shapes
+    assert np.array_equal(np.asarray(got[0].to_host()), (xs_host[0] * 3).astype(BF16))
+    prepared = ops.elementwise.CastMany(xs, np.float16)
+    xs[1].copy_from_host(xs_host[1] + 1)
+    got = prepared()
+    assert prepared._entry is not None and len(tables) == 1  # the prepared one keeps its own
+    assert np.array_equal(np.asarray(got[1].to_host()), (xs_host[1] + 1).astype(np.float16))
+
+
+def test_cast_many_in_a_captured_graph_keeps_nothing_and_replays(rng):
+    from dnnbind import cuda
+
+    xs_host = [rng.normal(size=(300,)).astype(np.float32), rng.normal(size=(2, 9)).astype(np.float32)]
+    xs = [dev(x) for x in xs_host]
+    out = [cuda.empty(x.shape, BF16) for x in xs_host]
+    tables = ops.UpdateTables()
+    prepared = ops.elementwise.CastMany(xs, BF16)
+    ops.copy(ops.cast_many(xs, BF16)[0], out=out[0])  # warm-up: kernels compiled and loaded before capturing
+    stream = cuda.Stream()
+    cuda.default_stream().synchronize()
+    with cuda.capture(stream) as graph:
+        copies = ops.cast_many(xs, BF16, tables=tables, stream=stream) + prepared(stream=stream)
+        for src, dst in zip(copies, out + out):
+            ops.copy(src, out=dst, stream=stream)
+        del copies, src, dst  # nothing made in the capture may outlive it
+    # the tables were made inside the capture and died in it: nothing kept, nothing outstanding
+    assert len(tables) == 0 and prepared._entry is None and not graph.outstanding_allocations
+    xs[0].copy_from_host(xs_host[0] - 2)
+    xs[1].copy_from_host(xs_host[1] * 2)
+    cuda.default_stream().synchronize()
+    graph.launch(stream)
+    stream.synchronize()
+    assert np.array_equal(np.asarray(out[0].to_host()), (xs_host[0] - 2).astype(BF16))
+    assert np.array_equal(np.asarray(out[1].to_host()), (xs_host[1] * 2).astype(BF16))

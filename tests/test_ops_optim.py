@@ -316,13 +316,24 @@ def test_cuda_tables_without_an_owner_live_with_the_first_parameter(uploads):
     assert len(optim._tables_of_params) == before - 1
 
 
-def test_optimizers_pass_their_own_tables(monkeypatch):
+def test_optimizers_pass_their_own_tables_through_one_prepared_update(monkeypatch):
     from dnnbind import optimizers
 
-    seen = []
-    monkeypatch.setattr(ops, "adam_update", lambda *args, **kwargs: seen.append(kwargs["tables"]))
+    checks = []
+    real = ops.optim._check_lists
+    monkeypatch.setattr(ops.optim, "_check_lists", lambda *a, **k: (checks.append(a[0]), real(*a, **k))[1])
     opt = optimizers.Adam(0.1)
     p, g = np.ones(3, np.float32), np.full(3, 0.5, np.float32)
     opt.apply([p], [g])
-    opt.apply([p], [g])
-    assert len(seen) == 2 and seen[0] is seen[1] is opt._tables and isinstance(opt._tables, ops.UpdateTables)
+    prepared = opt._prepared
+    opt.apply([p], [g.copy()])
+    # the lists were checked once (the gradients each step by the prepared update's one pass)
+    assert checks == ["adam_update"] and opt._prepared is prepared
+    assert prepared._kw["tables"] is opt._tables and isinstance(opt._tables, ops.UpdateTables)
+    # and the result is the public op's, step for step
+    q, m, v = np.ones(3, np.float32), np.zeros(3, np.float32), np.zeros(3, np.float32)
+    for step in (1, 2):
+        ops.adam_update([q], [g], [m], [v], lr=0.1, step=step)
+    np.testing.assert_array_equal(p, q)
+
+

@@ -277,6 +277,12 @@ class Model(Trainer):
         finally:
             tape.clear()  # nothing allocated in the step outlives it
 
+    def _applies_a_layer_twice(self) -> bool:
+        """After a training forward: whether it applied some layer more than once (the tape's
+        backward then sums that layer's weight gradients over its applications)."""
+        tape = self.__dict__.get("_tape")
+        return tape is not None and any(uses > 1 for uses in tape._uses.values())
+
     def _discard_forward(self) -> None:
         """Drop a recorded forward whose backward will not run (a step that failed half-way)."""
         tape = self._tape

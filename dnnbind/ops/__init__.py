@@ -33,6 +33,7 @@ from .elementwise import (
     argmax,
     axpy,
     cast,
+    cast_many,
     copy,
     empty_like,
     fill,
@@ -82,7 +83,7 @@ __all__ = [
     "dense_forward", "dense_backward_input", "dense_backward_weight", "matmul",
     # elementwise
     "add", "subtract", "multiply", "scale", "axpy", "sum", "mean", "argmax", "accuracy_count",
-    "top_k_count", "cast", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
+    "top_k_count", "cast", "cast_many", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
     "random_crop_flip",
     # merging, reshaping, preprocessing
     "maximum", "minimum", "extremum_backward", "concatenate", "concatenate_backward",

@@ -26,10 +26,11 @@ from ._dispatch import (
     to_compute,
 )
 from ._params import check_layout
+from .optim import _check_tables
 
 __all__ = [
     "add", "subtract", "multiply", "scale", "axpy", "sum", "mean", "argmax", "accuracy_count",
-    "top_k_count", "cast", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
+    "top_k_count", "cast", "cast_many", "CastMany", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
     "random_crop_flip",
 ]
 
@@ -247,6 +248,71 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
         np.copyto(out, x, casting="unsafe")
         return out
     return x.astype(dt)
+
+
+def cast_many(xs: Sequence[Any], dtype: Any, *, tables: Any = None, stream: Any = None) -> list:
+    """``[cast(x, dtype) for x in xs]`` for float arrays of one dtype, converted to a float ``dtype``.
+
+    CUDA: one launch for the whole list (a mixed-precision step casts every weight; a launch per
+    tensor is launch-bound). The results are views of one new allocation (each starting on a
+    256-byte boundary), freed when the last of them dies; the inputs must be contiguous and on one
+    device. The launch reads a device table of the sources' addresses and sizes, kept in ``tables``
+    (a :class:`dnnbind.ops.UpdateTables`; None: kept with ``xs[0]``, as the optimizer updates keep
+    theirs) and looked up by those addresses and shapes; while the stream is captured into a CUDA
+    graph nothing is looked up or kept. The values are bitwise those of :func:`cast`.
+
+    CUDA: ``_cuda.elementwise.cast_many(xs, dt, tables=tables, stream=stream)`` with ``xs`` a list
+    and ``dt`` a np.dtype.
+    """
+    # owner None: the table is kept in ``tables`` (or with xs[0]), not in this throwaway CastMany
+    return CastMany(xs, dtype)._run(tables, stream, None)
+
+
+class CastMany:
+    """:func:`cast_many`'s arguments checked once, for a caller that casts the same arrays again and
+    again (a trainer's mixed-precision weight copies, every step): ``CastMany(xs, dtype)`` checks
+    what :func:`cast_many` checks; ``cast(tables=None, stream=None)`` (or calling it) casts the
+    arrays' current values. On CUDA the instance also keeps the device table of its arrays'
+    addresses (valid while it holds them), so a call neither checks nor looks anything up; while the
+    stream is captured it makes a table for the captured launch instead (see ``UpdateTables``)."""
+
+    __slots__ = ("xs", "dtype", "_impl", "_entry")
+
+    def __init__(self, xs: Sequence[Any], dtype: Any) -> None:
+        op = "cast_many"
+        if hasattr(xs, "shape"):
+            raise TypeError(f"{op}: xs must be a list of arrays, got one array; use cast for one")
+        items = [as_array(x) for x in xs]
+        dt = normalize_dtype(dtype, op, FLOAT_DTYPES)
+        impl = None
+        if items:
+            src = items[0].dtype
+            check_float(op, "xs[0]", items[0])
+            impl = route(op, "elementwise", **{f"xs[{i}]": a for i, a in enumerate(items)})
+            device = getattr(items[0], "device_index", None)
+            for i, a in enumerate(items):
+                if a.dtype != src:
+                    raise TypeError(f"{op}: every array must have one dtype; xs[0] is {src} but xs[{i}] is "
+                                    f"{a.dtype} (cast each dtype's list separately)")
+                if impl is not None and (a.device_index != device or not a.is_contiguous):
+                    where = f"on device {a.device_index}" if a.device_index != device else "strided"
+                    raise ValueError(f"{op}: xs[{i}] must be contiguous and on device {device} like xs[0] "
+                                     f"(it is {where})")
+        self.xs, self.dtype, self._impl, self._entry = items, dt, impl, None
+
+    def __call__(self, *, tables: Any = None, stream: Any = None) -> list:
+        # with ``tables`` given, the table is kept there (as cast_many keeps it); else by this instance
+        return self._run(tables, stream, self if tables is None else None)
+
+    def _run(self, tables: Any, stream: Any, owner: "CastMany | None") -> list:
+        _check_tables("cast_many", tables)
+        if not self.xs:
+            return []
+        if self._impl is None:
+            return [x.astype(self.dtype) for x in self.xs]
+        return self._impl.cast_many(self.xs, self.dtype, tables=tables, stream=stream, owner=owner)
+
+    cast = __call__
 
 
 def fill(x: Any, value: Any, *, stream: Any = None) -> Any:

@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections import OrderedDict
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
 from .. import _validate
-from ._dispatch import as_array, route, scalar
+from ._dispatch import FLOAT_DTYPES, as_array, route, scalar
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "GradientClipping", "UpdateTables"]
+__all__ = ["sgd_update", "adam_update", "rmsprop_update", "advance_step", "GradientClipping", "UpdateTables",
+           "PreparedUpdate"]
 
 
 class UpdateTables:
@@ -253,6 +255,17 @@ def sgd_update(
     with lists (``velocities`` None or a list), ``momentum``/``weight_decay`` floats and ``clip`` a
     :class:`GradientClipping`.
     """
+    impl, args, kw = _sgd_checked(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
+                                  weight_decay=weight_decay, grad_scale=grad_scale, clipnorm=clipnorm,
+                                  global_clipnorm=global_clipnorm, clipvalue=clipvalue, tables=tables)
+    if impl is not None:
+        return impl.sgd_update(*args, **kw, skip=skip, stream=stream)
+    return _sgd_numpy(*args, **kw, skip=skip)
+
+
+def _sgd_checked(params, grads, velocities, *, lr, momentum=0.0, nesterov=False, weight_decay=0.0, grad_scale=None,
+                 clipnorm=None, global_clipnorm=None, clipvalue=None, tables=None) -> tuple:
+    """sgd_update's checks: (implementation module or None, lists, keyword arguments of the update)."""
     op = "sgd_update"
     _check_number(lr, "lr", op, low=0.0)
     _check_number(grad_scale, "grad_scale", op, low=0.0, low_open=True)
@@ -267,10 +280,14 @@ def sgd_update(
     _check_tables(op, tables)
     _check_lists(op, params, grads=grads, velocities=velocities)
     impl = _route(op, params, grads, velocities or [])
-    if impl is not None:
-        return impl.sgd_update(params, grads, velocities, lr=lr, momentum=momentum, nesterov=nesterov,
-                               weight_decay=weight_decay, grad_scale=grad_scale, skip=skip, clip=clip,
-                               tables=tables, stream=stream)
+    return impl, (params, grads, velocities), dict(lr=lr, momentum=momentum, nesterov=nesterov,
+                                                   weight_decay=weight_decay, grad_scale=grad_scale, clip=clip,
+                                                   tables=tables)
+
+
+def _sgd_numpy(params, grads, velocities, *, lr, momentum, nesterov, weight_decay, grad_scale, clip, tables,
+               skip) -> None:
+    op = "sgd_update"
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
@@ -323,6 +340,19 @@ def adam_update(
     epsilon=epsilon, weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
     skip=skip, clip=clip, tables=tables, stream=stream)`` with lists and float hyper-parameters.
     """
+    impl, args, kw = _adam_checked(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2,
+                                   epsilon=epsilon, weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat,
+                                   grad_scale=grad_scale, clipnorm=clipnorm, global_clipnorm=global_clipnorm,
+                                   clipvalue=clipvalue, tables=tables)
+    if impl is not None:
+        return impl.adam_update(*args, **kw, skip=skip, stream=stream)
+    return _adam_numpy(*args, **kw, skip=skip)
+
+
+def _adam_checked(params, grads, m, v, *, lr, step, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
+                  amsgrad=False, vhat=None, grad_scale=None, clipnorm=None, global_clipnorm=None, clipvalue=None,
+                  tables=None) -> tuple:
+    """adam_update's checks: (implementation module or None, lists, keyword arguments of the update)."""
     op = "adam_update"
     _check_number(lr, "lr", op, low=0.0)
     _check_number(step, "step", op, low=1.0)
@@ -341,10 +371,14 @@ def adam_update(
     _check_tables(op, tables)
     _check_lists(op, params, grads=grads, m=m, v=v, vhat=vhat)
     impl = _route(op, params, grads, m, v)
-    if impl is not None:
-        return impl.adam_update(params, grads, m, v, lr=lr, step=step, beta1=beta1, beta2=beta2, epsilon=epsilon,
-                                weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat, grad_scale=grad_scale,
-                                skip=skip, clip=clip, tables=tables, stream=stream)
+    return impl, (params, grads, m, v), dict(lr=lr, step=step, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                                             weight_decay=weight_decay, amsgrad=amsgrad, vhat=vhat,
+                                             grad_scale=grad_scale, clip=clip, tables=tables)
+
+
+def _adam_numpy(params, grads, m, v, *, lr, step, beta1, beta2, epsilon, weight_decay, amsgrad, vhat, grad_scale,
+                clip, tables, skip) -> None:
+    op = "adam_update"
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
@@ -399,6 +433,19 @@ def rmsprop_update(
     epsilon=epsilon, centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
     grad_scale=grad_scale, skip=skip, clip=clip, tables=tables, stream=stream)``.
     """
+    impl, args, kw = _rmsprop_checked(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum, epsilon=epsilon,
+                                      centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
+                                      grad_scale=grad_scale, clipnorm=clipnorm, global_clipnorm=global_clipnorm,
+                                      clipvalue=clipvalue, tables=tables)
+    if impl is not None:
+        return impl.rmsprop_update(*args, **kw, skip=skip, stream=stream)
+    return _rmsprop_numpy(*args, **kw, skip=skip)
+
+
+def _rmsprop_checked(params, grads, avg_sq, *, lr, rho=0.9, momentum=0.0, epsilon=1e-7, centered=False, mom=None,
+                     avg=None, weight_decay=0.0, grad_scale=None, clipnorm=None, global_clipnorm=None, clipvalue=None,
+                     tables=None) -> tuple:
+    """rmsprop_update's checks: (implementation module or None, lists, keyword arguments of the update)."""
     op = "rmsprop_update"
     _check_number(lr, "lr", op, low=0.0)
     _check_number(grad_scale, "grad_scale", op, low=0.0, low_open=True)
@@ -419,10 +466,14 @@ def rmsprop_update(
     _check_tables(op, tables)
     _check_lists(op, params, grads=grads, avg_sq=avg_sq, mom=mom if momentum else None, avg=avg if centered else None)
     impl = _route(op, params, grads, avg_sq)
-    if impl is not None:
-        return impl.rmsprop_update(params, grads, avg_sq, lr=lr, rho=rho, momentum=momentum, epsilon=epsilon,
-                                   centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
-                                   grad_scale=grad_scale, skip=skip, clip=clip, tables=tables, stream=stream)
+    return impl, (params, grads, avg_sq), dict(lr=lr, rho=rho, momentum=momentum, epsilon=epsilon,
+                                               centered=centered, mom=mom, avg=avg, weight_decay=weight_decay,
+                                               grad_scale=grad_scale, clip=clip, tables=tables)
+
+
+def _rmsprop_numpy(params, grads, avg_sq, *, lr, rho, momentum, epsilon, centered, mom, avg, weight_decay,
+                   grad_scale, clip, tables, skip) -> None:
+    op = "rmsprop_update"
     if _skipped(skip):
         return None
     lr_f = scalar(lr, op, "lr")
@@ -450,6 +501,104 @@ def rmsprop_update(
         else:
             p -= inc
     return None
+
+
+_CHECKED = {"sgd": (_sgd_checked, _sgd_numpy, "sgd_update"), "adam": (_adam_checked, _adam_numpy, "adam_update"),
+            "rmsprop": (_rmsprop_checked, _rmsprop_numpy, "rmsprop_update")}
+
+
+class PreparedUpdate:
+    """One of the fused updates with its parameter and state lists and hyper-parameters checked once,
+    for a caller that updates the same arrays step after step (each ``Optimizer``).
+
+    ``PreparedUpdate("sgd" | "adam" | "rmsprop", params, *states, **hyper)`` runs the public op's
+    checks, with the parameters standing in for the gradients (``states`` and ``hyper`` as that op
+    takes them: ``velocities``; ``m, v``; ``avg_sq``; every keyword but ``grads``, ``lr``, ``step``,
+    ``grad_scale``, ``skip`` and ``stream``). ``prepared(grads, lr=, step=, grad_scale=, skip=,
+    stream=)`` then checks only what may change per call, in one pass: the gradients (one per
+    parameter, its shape, a float dtype, on the parameters' backend and device) and, when given as
+    numbers, ``lr``/``step``/``grad_scale``. The checks of anything that changes otherwise are the
+    caller's to redo by preparing again (an Optimizer does when its slots, hyper-parameters or
+    parameter arrays change: :meth:`matches`). The CUDA implementation also keeps, with this object,
+    the gradient-dtype grouping and the part of each pointer table's key the gradients do not change.
+    """
+
+    def __init__(self, kind: str, params: Sequence[Any], *states: Any, **hyper: Any) -> None:
+        checked, self._numpy, self._op = _CHECKED[kind]
+        self.kind = kind
+        extra = {"lr": 0.0, "grad_scale": None}
+        if kind == "adam":
+            extra["step"] = 1
+        self._impl, args, kw = checked(params, params, *states, **extra, **hyper)
+        for name in extra:
+            del kw[name]
+        self._args, self._kw = args, kw
+        self._given = (list(params), *[None if st is None else list(st) for st in states],
+                       {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in hyper.items()})
+        params = args[0]
+        self._shapes = [p.shape for p in params]
+        self._type = type(params[0])
+        self._device = getattr(params[0], "device_index", None)
+        self._impl_fn = None if self._impl is None else getattr(self._impl, self._op)
+        # kept by the CUDA implementation (ops._cuda.optim): {gradient dtypes: grouping}
+        self._groupings: dict = {}
+
+    def matches(self, params: Sequence[Any], *states: Any, **hyper: Any) -> bool:
+        """Whether this was prepared for these very arrays (by identity; lists of arrays among
+        ``hyper`` too) and equal hyper-parameters."""
+        given = self._given
+        kept_hyper = given[-1]
+        if len(states) + 2 != len(given) or hyper.keys() != kept_hyper.keys():
+            return False
+        for name, value in hyper.items():
+            kept = kept_hyper[name]
+            if isinstance(value, (list, tuple)):
+                if not _same_arrays(value, kept):
+                    return False
+            elif value is not kept and (isinstance(kept, (list, tuple)) or value != kept):
+                return False
+        return _same_arrays(params, given[0]) and all(map(_same_arrays, states, given[1:-1]))
+
+    def _check_grads(self, grads: list) -> None:
+        ok = (len(grads) == len(self._shapes) and list(map(_shape_of, grads)) == self._shapes
+              and set(map(type, grads)) == {self._type} and set(map(_dtype_of, grads)) <= _FLOAT_SET)
+        if ok and self._device is not None:
+            ok = set(map(_device_of, grads)) == {self._device}
+        if not ok:
+            # the full check names the first bad gradient (and raises); a device mismatch it cannot
+            # see is reported here
+            _check_lists(self._op, self._args[0], grads=[as_array(g) for g in grads])
+            raise TypeError(f"{self._op}: every gradient must be a float {self._type.__name__} like the "
+                            f"parameters" + ("" if self._device is None else f", on their device ({self._device})"))
+
+    def __call__(self, grads: Sequence[Any], *, lr: Any, step: Any = None, grad_scale: Any = None, skip: Any = None,
+                 stream: Any = None) -> None:
+        op = self._op
+        grads = list(grads)
+        self._check_grads(grads)
+        _check_number(lr, "lr", op, low=0.0)
+        _check_number(grad_scale, "grad_scale", op, low=0.0, low_open=True)
+        kw = dict(self._kw, lr=lr, grad_scale=grad_scale)
+        if self.kind == "adam":
+            _check_number(step, "step", op, low=1.0)
+            kw["step"] = step
+        args = (self._args[0], grads, *self._args[2:])
+        if self._impl_fn is None:
+            return self._numpy(*args, **kw, skip=skip)
+        return self._impl_fn(*args, **kw, skip=skip, stream=stream, prepared=self)
+
+
+def _same_arrays(a: "Sequence[Any] | None", b: "Sequence[Any] | None") -> bool:
+    """Both None, or lists of the same arrays (by identity) in the same order."""
+    if a is None or b is None:
+        return a is b
+    return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+_shape_of = operator.attrgetter("shape")
+_dtype_of = operator.attrgetter("dtype")
+_device_of = operator.attrgetter("device_index")
+_FLOAT_SET = frozenset(FLOAT_DTYPES)
 
 
 _STEP_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))

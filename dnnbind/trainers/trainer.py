@@ -29,6 +29,7 @@ float32 sample-weight array per output with a loss to the targets (:meth:`Traine
 from __future__ import annotations
 
 import math
+import operator
 import sys
 import warnings
 from typing import Any, Sequence
@@ -44,7 +45,9 @@ from .. import optimizers as optimizers_module
 from .._step_graphs import StepGraphs
 from ..backend import Device
 from ..errors import DnnbindError
+from ..layers.base import cast_generation
 from ..mixed_precision import global_policy
+from ..ops._dispatch import FLOAT_DTYPES
 from ..utils import draw_seed
 from .data_adapters import (ArrayDataAdapter, EpochIterator, GeneratorDataAdapter, PyDatasetAdapter,
                             class_weight_to_sample_weights, data_kind, flatten_structure, unpack_x_y_sample_weight)
@@ -486,7 +489,8 @@ class Trainer:
         """Train under ``replica`` from now on; rank 0's weights and optimizer state go to every rank
         (``always``, or when the distribution changed) once the model is built."""
         changed = self.__dict__.get("_replica") is not replica
-        self._replica = replica
+        if changed:  # (an attribute set on a Model goes through its tracking __setattr__: every step)
+            self._replica = replica
         if replica is not None and (always or changed) and self.built:
             replica.broadcast_state(self)
 
@@ -667,6 +671,71 @@ class Trainer:
             grads.append(g if g is not None else ops.zeros_like(w.value))
         return params, grads
 
+    # ----- compute-dtype weight copies (mixed precision) -----------------------------------------
+    def _precast_groups(self, layers: list) -> list:
+        """``[([(layer, weight)], ops.elementwise.CastMany)]``: the weights the layers cast to their
+        compute dtype (``Layer._cast_weights``), grouped by (source, target) dtype. Kept while the
+        layer list, every layer's cast set (``layers.base.cast_generation``), dtype policy and weight
+        array stay the same: made once, checked per step by identity."""
+        gen = cast_generation()
+        kept = self.__dict__.get("_precast_kept")
+        policies = [layer.dtype_policy for layer in layers]
+        if kept is not None and kept[0] == gen and kept[1] == layers and all(
+                map(operator.is_, [w.value for _, w in kept[3]], kept[4])) and all(map(operator.is_, policies, kept[5])):
+            return kept[2]
+        groups: dict = {}
+        for layer in layers:
+            cast = layer._cast_weights
+            if not cast:
+                continue
+            want = layer._effective_compute_dtype()
+            owned = set(map(id, layer._weights))
+            for w, dt in cast.items():
+                value = w.value
+                # a stale entry (policy or device changed, weight dropped) is simply not precast
+                if dt == want and value.dtype != dt and id(w) in owned and value.dtype in FLOAT_DTYPES:
+                    groups.setdefault((value.dtype, dt), ([], []))
+                    groups[(value.dtype, dt)][0].append((layer, w))
+                    groups[(value.dtype, dt)][1].append(value)
+        # CastMany: checked here, once; it keeps its device table while it holds the arrays
+        out = [(entries, ops.elementwise.CastMany(values, dt)) for (_, dt), (entries, values) in groups.items()]
+        pairs = [e for entries, _ in out for e in entries]
+        self._precast_kept = (gen, list(layers), out, pairs, [w.value for _, w in pairs], policies)
+        return out
+
+    def _precast_weights(self, layers: list) -> list:
+        """Every compute-dtype weight copy of this step, made by one multi-tensor cast per dtype pair
+        before the forward (instead of one launch per weight inside it); ``Layer._compute_weight``
+        returns them. Returns the layers given copies: :meth:`_end_precast` drops them when the step
+        ends, so no copy outlives its step (a captured step frees them inside the graph) or reads
+        weights the optimizer has since updated."""
+        groups = self._precast_groups(layers)
+        if not groups:
+            return []
+        made: dict = {}
+        for entries, cast in groups:
+            for (layer, w), copy in zip(entries, cast()):
+                made.setdefault(id(layer), (layer, {}))[1][w] = copy
+        # handed out only once every cast was queued: a failed one leaves no layer holding copies
+        for layer, pre in made.values():
+            layer._precast = pre
+        return [layer for layer, _ in made.values()]
+
+    @staticmethod
+    def _end_precast(touched: list) -> None:
+        for layer in touched:
+            layer._precast = None
+            layer._keep_grad_dtype = False
+
+    def _grads_in_compute_dtype(self, replica: Any) -> bool:
+        """Whether layers may leave their weight gradients in the compute dtype this step: the
+        optimizer's fused update reads them (bitwise as if they had been cast first), nobody else
+        does (a distribution all-reduces float32 gradients), and no layer was applied twice (the tape
+        sums such a layer's gradients, in the weight's dtype)."""
+        opt = self.optimizer
+        return (replica is None and opt is not None and opt._reads_compute_grads()
+                and not self._applies_a_layer_twice())
+
     def _train_step(self, x: Any, y: Any) -> None:
         """One training step on packed device/host arrays ``x``, ``y`` (prepared labels). Never waits
         for the host.
@@ -677,8 +746,13 @@ class Trainer:
         layers = self._flat_layers()
         replica = self.__dict__.get("_replica")
         reducer = None
+        touched = []
         try:
+            touched = self._precast_weights(layers)
             douts = self._loss_and_metrics(_unpack(x), _unpack(y), training=True)
+            if touched and self._grads_in_compute_dtype(replica):
+                for layer in touched:
+                    layer._keep_grad_dtype = True
             slots = self._trainable_slots()  # after the forward: a subclassed model may build layers in it
             # a distribution all-reduces the gradients bucket by bucket while backward runs (each layer
             # reports its gradients through the hook), all before the finiteness check: every rank skips alike
@@ -695,6 +769,7 @@ class Trainer:
                 reducer.close()  # joins the communication stream back on every path (a capture must end joined)
             # drop the gradient references: nothing allocated inside the step outlives it (graph capture)
             self._discard_forward()
+            self._end_precast(touched)
             for layer in layers:
                 layer.grads = {}
         if not params:
@@ -714,10 +789,18 @@ class Trainer:
             self.optimizer._confirm_iterations()
 
     def _test_step(self, x: Any, y: Any) -> None:
-        self._loss_and_metrics(_unpack(x), _unpack(y), training=False)
+        touched = self._precast_weights(self._flat_layers())
+        try:
+            self._loss_and_metrics(_unpack(x), _unpack(y), training=False)
+        finally:
+            self._end_precast(touched)
 
     def _predict_step(self, x: Any) -> Any:
-        outs = self._run_forward(_unpack(x), training=False, logits=[False] * len(self.output_names))
+        touched = self._precast_weights(self._flat_layers())
+        try:
+            outs = self._run_forward(_unpack(x), training=False, logits=[False] * len(self.output_names))
+        finally:
+            self._end_precast(touched)
         return _pack([_to_f32(o) for o in outs])
 
     # ----- batching ---------------------------------------------------------------------------

@@ -192,6 +192,51 @@ template <typename S, typename D> __device__ __forceinline__ void cast_items(con
 FOR_ALL_TYPES(CAST_FROM)
 FOR_ALL_TYPES(FILL_ONE)
 
+// --- multi-tensor cast: every tensor of a list converted in one launch (a mixed-precision step
+// casts every weight; one launch per tensor ran launch-bound, at a few % of memory bandwidth).
+// `table` (int64) holds per tensor CAST_COLS columns [source, destination byte offset from
+// `dst`, size, first chunk, vectorised], then per chunk [tensor, start]; a block takes a chunk
+// (striding when chunks outnumber the grid). Chunks are `chunk` items, a multiple of VW, so a
+// chunk of a row marked vectorised (its source and destination offset aligned to their
+// vectors' sizes, checked on the host; `dst_vec`: the destination base too) starts aligned.
+// The conversion is Convert<S, D>, the same as cast_<s>_<d>: the results are the same bits.
+#define CAST_COLS 5
+template <typename S, typename D>
+__device__ __forceinline__ void cast_chunks(const i64* table, i64 ntensors, i64 nchunks, i64 chunk, char* dst,
+                                            int dst_vec) {
+    constexpr int VW = 16 / (int)(sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
+    for (i64 ck = blockIdx.x; ck < nchunks; ck += gridDim.x) {
+        const i64* c = table + CAST_COLS * ntensors + 2 * ck;
+        const i64 start = c[1];
+        const i64* row = table + CAST_COLS * c[0];
+        const S* x = (const S*)row[0];
+        D* y = (D*)(dst + row[1]);
+        const i64 end = start + chunk < row[2] ? start + chunk : row[2];
+        i64 i = start;
+        if (row[4] && dst_vec) {
+            const i64 vend = start + (end - start) / VW * VW;
+            for (i64 j = start + (i64)threadIdx.x * VW; j < vend; j += (i64)blockDim.x * VW) {
+                const Pack<S, VW> a = load_pack<S, VW>(x, j);
+                Pack<D, VW> b;
+#pragma unroll
+                for (int k = 0; k < VW; ++k) b.e[k] = Convert<S, D>::run(a.e[k]);
+                store_pack<D, VW>(y, j, b);
+            }
+            i = vend;
+        }
+        for (i64 j = i + threadIdx.x; j < end; j += blockDim.x) y[j] = Convert<S, D>::run(x[j]);
+    }
+}
+#define CAST_MANY_ONE(ST, SS, DT, DS)                                                              \
+    extern "C" __global__ void cast_many_##SS##_##DS(const i64* table, i64 ntensors, i64 nchunks,  \
+                                                     i64 chunk, char* dst, int dst_vec) {          \
+        cast_chunks<ST, DT>(table, ntensors, nchunks, chunk, dst, dst_vec);                        \
+    }
+#define FLOAT_TYPES_X(M, A1, A2)                                                                   \
+    M(A1, A2, float, f32) M(A1, A2, double, f64) M(A1, A2, half_t, f16) M(A1, A2, bf16_t, bf16)
+#define CAST_MANY_FROM(ST, SS) FLOAT_TYPES_X(CAST_MANY_ONE, ST, SS)
+FOR_FLOAT_TYPES(CAST_MANY_FROM)
+
 // --- y[r] = x[indices[r]] for rows of `row_units` units (4-byte words or bytes). An index out
 // of [0, nrows) (after wrapping one negative turn, as NumPy) fills the row with 0xFF bytes
 // (NaN for floats) instead of reading out of bounds: no host check is possible without a sync.

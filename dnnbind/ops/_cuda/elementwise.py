@@ -5,23 +5,29 @@ stream and nothing is synchronised (counts and flags stay on the device as 0-d a
 
 from __future__ import annotations
 
+import builtins
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
 
 from ...utils import draw_seed
-from ...cuda.array import to_device
+from ...cuda import array as _array
+from ...cuda.array import DeviceArray, _layout, to_device
+from ..optim import UpdateTables
 from . import _common as cm
+from .optim import chunk_items
 
 __all__ = [
     "add", "subtract", "multiply", "scale", "axpy", "sum", "mean", "argmax", "accuracy_count",
-    "top_k_count", "cast", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
+    "top_k_count", "cast", "cast_many", "fill", "zeros_like", "empty_like", "copy", "take", "all_finite",
     "random_crop_flip",
 ]
 
 _FILE = "elementwise.cu"
 _I64 = np.dtype(np.int64)
 _I32 = np.dtype(np.int32)
+_U8 = np.dtype(np.uint8)
 
 
 def _binary(op: int, a: Any, b: Any, out: Any, stream: Any) -> Any:
@@ -232,6 +238,93 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     grid = max(1, min(-(-items // cm.BLOCK), max_grid))
     kern((grid, 1, 1), (cm.BLOCK, 1, 1), (cm.p(x), cm.p(res), cm.i64(n), cm.i32(vec)), stream=s)
     return res
+
+
+# ---- the multi-tensor cast (cast_many in elementwise.cu)
+_CAST_COLS = 5  # per tensor: source, destination byte offset, size, first chunk, vectorised
+# Each output starts at a multiple of this many bytes from the shared buffer's start, as if
+# cudaMalloc had made it: cuDNN and cuBLASLt, which read the copies, see the alignment their own
+# allocations would have (and the kernel's vector stores need 16).
+_OUT_ALIGN = 256
+# The tables of callers that pass none, kept with their first source array (weakly, by identity),
+# as the optimizer's (ops/_cuda/optim.py).
+_cast_tables_of: "weakref.WeakKeyDictionary[Any, UpdateTables]" = weakref.WeakKeyDictionary()
+
+
+class _CastPlan:
+    """What a cast_many launch needs besides its device table: the outputs' layouts and offsets in
+    the shared buffer, its size, the table's shape and the kernel."""
+
+    __slots__ = ("views", "nbytes", "ntensors", "nchunks", "chunk", "kernel", "host")
+
+    def __init__(self, xs: Sequence[Any], dt: np.dtype) -> None:
+        src = xs[0].dtype
+        vw = 16 // max(src.itemsize, dt.itemsize)
+        align = min(16, vw * src.itemsize)
+        sizes = [x.size for x in xs]
+        self.chunk = chunk = chunk_items(builtins.sum(sizes))  # (this module's sum is the op)
+        views, rows, chunks, offset = [], [], [], 0
+        for t, (x, size) in enumerate(zip(xs, sizes)):
+            shape, dtype, strides, nbytes = _layout(x.shape, dt)
+            views.append((shape, dtype, strides, offset))
+            first = len(chunks)
+            chunks += [(t, start) for start in range(0, size, chunk)]
+            rows.append((x.ptr, offset, size, first, int(x.ptr % align == 0)))
+            offset += -(-nbytes // _OUT_ALIGN) * _OUT_ALIGN
+        self.views, self.nbytes = views, max(offset, _OUT_ALIGN)
+        self.ntensors, self.nchunks = len(xs), len(chunks)
+        self.kernel = f"cast_many_{cm.suffix(src)}_{cm.suffix(dt)}"
+        self.host = np.asarray([v for row in rows for v in row] + [v for c in chunks for v in c], dtype=np.int64)
+
+
+def _cast_entry(xs: Sequence[Any], dt: np.dtype, stream, tables: "UpdateTables | None", owner: Any) -> tuple:
+    """(device table, plan) for casting ``xs`` to ``dt``: ``owner``'s (an ``ops.elementwise.CastMany``,
+    which holds ``xs``, so the addresses in its table stay theirs), else kept in ``tables`` by the
+    sources' addresses and shapes (a hit is right whatever lives at those addresses now: the table
+    holds nothing else). While ``stream`` is captured nothing is looked up or kept (see UpdateTables)."""
+    capturing = stream.is_capturing()
+    if owner is not None and not capturing:
+        entry = owner._entry
+        if entry is None or entry[0].device_index != stream._device:
+            plan = _CastPlan(xs, dt)
+            entry = owner._entry = (_array.constant(plan.host, stream=stream), plan)
+        return entry
+    if not capturing:
+        if tables is None:
+            tables = _cast_tables_of.get(xs[0])
+            if tables is None:
+                tables = _cast_tables_of[xs[0]] = UpdateTables()
+        key = ("cast", stream.device_index, xs[0].dtype, dt, tuple([x.ptr for x in xs]),
+               tuple([x.shape for x in xs]))
+        hit = tables._get(key)
+        if hit is not None:
+            return hit
+    plan = _CastPlan(xs, dt)
+    # constant(): the table may be made while a step is captured (then it is graph memory that
+    # dies with the captured step, and the graph re-uploads it from its own pinned bytes)
+    entry = (_array.constant(plan.host, stream=stream), plan)
+    if not capturing:
+        tables._put(key, entry)
+    return entry
+
+
+def cast_many(xs: Sequence[Any], dtype: Any, *, tables: "UpdateTables | None" = None, stream: Any = None,
+              owner: Any = None) -> list:
+    """Every array of ``xs`` (one float dtype, contiguous) converted to float ``dtype`` by one
+    launch; the results are views of one new allocation, each at a 256-byte boundary. ``owner``:
+    the ``ops.elementwise.CastMany`` holding ``xs`` (it keeps their table)."""
+    s = cm.stream_of(stream)
+    dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+    table, plan = _cast_entry(xs, dt, s, tables, owner)
+    out = cm.empty((plan.nbytes,), _U8, s)
+    base, ptr, device = out._base, out.ptr, s._device
+    if plan.nchunks:
+        cm.launch_rows(_FILE, plan.kernel, plan.nchunks,
+                       (cm.p(table), cm.i64(plan.ntensors), cm.i64(plan.nchunks), cm.i64(plan.chunk), cm.p(out),
+                        cm.i32(ptr % 16 == 0)), s, max_grid=4096)
+    # views that keep the one allocation alive; it is freed (stream-ordered) when the last dies
+    return [DeviceArray._make(base, shape, dtype, ptr + offset, strides, device, s)
+            for shape, dtype, strides, offset in plan.views]
 
 
 def fill(x: Any, value: float, *, stream: Any = None) -> Any:

@@ -73,23 +73,33 @@ def _vectorisable(arrays: Sequence[Any], vw: int) -> bool:
     return True
 
 
+def _static_key(params: list, grads: list, states: Sequence["list | None"], device: int) -> tuple:
+    """The part of a group's table key the gradients' addresses do not change (see _table)."""
+    cols = [params] + [s if s is not None else [None] * len(params) for s in states]
+    return ((device, params[0].dtype, grads[0].dtype) + tuple([tuple([0 if a is None else a.ptr for a in col])
+                                                               for col in cols])
+            + (tuple([int(p.size) for p in params]),))
+
+
 def _table(params: list, grads: list, states: Sequence["list | None"], stream,
-           tables: UpdateTables) -> "tuple[Any, int, int, int]":
+           tables: UpdateTables, static_key: "tuple | None" = None) -> "tuple[Any, int, int, int]":
     """(device table, ntensors, nchunks, chunk items) for one dtype group, kept in ``tables`` by
-    pointers and sizes."""
-    cols = [params, grads] + [s if s is not None else [None] * len(params) for s in states]
-    cols += [[None] * len(params)] * (5 - len(cols))
-    sizes = [int(p.size) for p in params]
+    pointers and sizes. ``static_key``: :func:`_static_key` of these lists, kept by a caller that
+    updates the same parameters and states every step (a ``PreparedUpdate``)."""
     capturing = stream.is_capturing()
     if not capturing:
         # The key is the table's whole content (with the group's dtypes, on which the vector
         # flags depend), so a hit is right even when other arrays now live at these addresses.
         # (list comprehensions, not generators: this runs for every step of an eager loop)
-        key = ((stream.device_index, params[0].dtype, grads[0].dtype)
-               + tuple([tuple([0 if a is None else a.ptr for a in col]) for col in cols]) + (tuple(sizes),))
+        if static_key is None:
+            static_key = _static_key(params, grads, states, stream.device_index)
+        key = static_key + (tuple([g.ptr for g in grads]),)
         hit = tables._get(key)
         if hit is not None:
             return hit
+    cols = [params, grads] + [s if s is not None else [None] * len(params) for s in states]
+    cols += [[None] * len(params)] * (5 - len(cols))
+    sizes = [int(p.size) for p in params]
     n = len(params)
     chunk = chunk_items(sum(sizes))
     vw = _VECTOR_BYTES // np.dtype(params[0].dtype).itemsize
@@ -192,12 +202,40 @@ def _step(step: Any, op: str) -> "tuple[float, int, int]":
 _CLIP_MODES = {"norm": 1, "global_norm": 2}
 
 
-def _prepare(params: list, grads: list, states: list, stream, tables: "UpdateTables | None") -> dict:
+def _prepare(params: list, grads: list, states: list, stream, tables: "UpdateTables | None",
+             prepared: Any = None) -> dict:
     """{group key: (params, grads, states, (table, ntensors, nchunks, chunk))}: one table per dtype
-    group, shared by the clipping reduction and the update."""
+    group, shared by the clipping reduction and the update. ``prepared`` (an
+    ``ops.optim.PreparedUpdate`` of these parameters and states) keeps, per tuple of gradient
+    dtypes, the grouping (gradient indices, parameter and state lists) and each group's static key."""
     tables = _tables_for(tables, params)
-    return {key: (ps, gs, sts, _table(ps, gs, sts, stream, tables))
-            for key, (ps, gs, sts) in _groups(params, grads, states).items()}
+    if prepared is None:
+        return {key: (ps, gs, sts, _table(ps, gs, sts, stream, tables))
+                for key, (ps, gs, sts) in _groups(params, grads, states).items()}
+    dtypes = tuple([g.dtype for g in grads])
+    grouping = prepared._groupings.get((dtypes, stream.device_index))
+    if grouping is None:
+        grouping = prepared._groupings[(dtypes, stream.device_index)] = _grouping(params, grads, states,
+                                                                                  stream.device_index)
+    out = {}
+    for key, idx, ps, sts, static in grouping:
+        gs = grads if idx is None else [grads[i] for i in idx]
+        out[key] = (ps, gs, sts, _table(ps, gs, sts, stream, tables, static))
+    return out
+
+
+def _grouping(params: list, grads: list, states: list, device: int) -> list:
+    """[(group key, gradient indices or None for all, params, states, static key)]: _groups' groups,
+    with where each group's gradients sit in ``grads``."""
+    groups = _groups(params, grads, states)
+    if len(groups) == 1:
+        (key, (ps, gs, sts)), = groups.items()
+        return [(key, None, ps, sts, _static_key(ps, gs, sts, device))]
+    # _groups makes its groups in first-seen order, each in parameter order: the same walk
+    indices: dict = {}
+    for i, (p, g) in enumerate(zip(params, grads)):
+        indices.setdefault((_PARAM_SUFFIX[np.dtype(p.dtype)], cm.suffix(g.dtype)), []).append(i)
+    return [(key, indices[key], ps, sts, _static_key(ps, gs, sts, device)) for key, (ps, gs, sts) in groups.items()]
 
 
 def _clip_factors(groups: dict, clip: Any, inv: float, gs_ptr: int, skip_ptr: int, stream) -> "tuple[Any, dict]":
@@ -243,7 +281,8 @@ def _launch(name: str, group_key: tuple, entry: tuple, args: tuple, clip: Any, c
 
 def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any, momentum: float = 0.0,
                nesterov: bool = False, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
-               clip: Any = None, tables: "UpdateTables | None" = None, stream: Any = None) -> None:
+               clip: Any = None, tables: "UpdateTables | None" = None, stream: Any = None,
+               prepared: Any = None) -> None:
     """SGD (momentum, nesterov, decoupled weight decay) in place over every tensor."""
     op = "sgd_update"
     s = cm.stream_of(stream)
@@ -252,7 +291,7 @@ def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any,
         return None
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    groups = _prepare(params, grads, [velocities if momentum else None], s, tables)
+    groups = _prepare(params, grads, [velocities if momentum else None], s, tables, prepared)
     scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
     for key, (_, _, _, entry) in groups.items():
         _launch("sgd", key, entry, (cm.f32(lr_v), cm.p(lr_ptr), cm.f32(momentum), cm.i32(bool(nesterov)),
@@ -265,7 +304,7 @@ def sgd_update(params: list, grads: list, velocities: "list | None", *, lr: Any,
 def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: Any, beta1: float = 0.9,
                 beta2: float = 0.999, epsilon: float = 1e-7, weight_decay: float = 0.0, amsgrad: bool = False,
                 vhat: "list | None" = None, grad_scale: Any = None, skip: Any = None, clip: Any = None,
-                tables: "UpdateTables | None" = None, stream: Any = None) -> None:
+                tables: "UpdateTables | None" = None, stream: Any = None, prepared: Any = None) -> None:
     """Adam / AdamW (amsgrad optional) in place over every tensor; ``step`` is 1-based."""
     op = "adam_update"
     s = cm.stream_of(stream)
@@ -275,7 +314,7 @@ def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: A
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     step_v, step_ptr, step_kind = _step(step, op)
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    groups = _prepare(params, grads, [m, v, vhat if amsgrad else None], s, tables)
+    groups = _prepare(params, grads, [m, v, vhat if amsgrad else None], s, tables, prepared)
     scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
     for key, (_, _, _, entry) in groups.items():
         _launch("adam", key, entry,
@@ -289,7 +328,8 @@ def adam_update(params: list, grads: list, m: list, v: list, *, lr: Any, step: A
 def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: float = 0.9, momentum: float = 0.0,
                    epsilon: float = 1e-7, centered: bool = False, mom: "list | None" = None,
                    avg: "list | None" = None, weight_decay: float = 0.0, grad_scale: Any = None, skip: Any = None,
-                   clip: Any = None, tables: "UpdateTables | None" = None, stream: Any = None) -> None:
+                   clip: Any = None, tables: "UpdateTables | None" = None, stream: Any = None,
+                   prepared: Any = None) -> None:
     """RMSprop (momentum, centered; epsilon inside the root as Keras) in place over every tensor."""
     op = "rmsprop_update"
     s = cm.stream_of(stream)
@@ -298,7 +338,8 @@ def rmsprop_update(params: list, grads: list, avg_sq: list, *, lr: Any, rho: flo
         return None
     lr_v, lr_ptr = cm.device_scalar_ptr(lr, op, "lr")
     inv, gs_ptr = _inv_scale(grad_scale, op)
-    groups = _prepare(params, grads, [avg_sq, mom if momentum else None, avg if centered else None], s, tables)
+    groups = _prepare(params, grads, [avg_sq, mom if momentum else None, avg if centered else None], s, tables,
+                      prepared)
     scratch, clip_ptrs = _clip_factors(groups, clip, inv, gs_ptr, skip_ptr, s)
     for key, (_, _, _, entry) in groups.items():
         _launch("rmsprop", key, entry,
