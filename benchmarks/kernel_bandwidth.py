@@ -16,6 +16,12 @@ shapes from its ``layer_shapes``), in float32 and bfloat16:
 * ``bias_backward``: the NHWC output gradient of every conv with a bias, and the dense
   layer's (batch, units); bytes: dy read, db written;
 * ``maxpool_backward``: every max-pooling's NHWC input; bytes: x, y, dy read, dx written;
+* ``maxpool_forward``: every max-pooling's NHWC input, dnnbind's kernel and (``cudnn`` rows,
+  ``pooling.MAXPOOL_NHWC_KERNELS = False``) cuDNN's; bytes: x read, y written;
+* ``activation forward`` / ``backward`` (relu, gelu): the model's largest activation input, the
+  kernels and, for relu, (``cudnn`` rows, ``activation.CUDNN_ACTIVATIONS = True``) cuDNN's;
+  bytes: x read and y written; dy and x read and dx written (cuDNN's backward also reads y: its
+  rows count the kernels' bytes);
 * ``cast``: each model's parameters float32 -> bfloat16 (the per-step weight casts) and the
   largest activation bfloat16 <-> float32; bytes: source read, result written.
 
@@ -30,6 +36,7 @@ CUDA-event time over them divided by their number; the table shows the median of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -123,8 +130,20 @@ def baselines(timer: Timer, gib: float) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def _switch(module: Any, name: str, value: bool):
+    """A module-level path switch set for the timing, restored after."""
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
 def model_rows(name: str, timer: Timer, rng: np.random.Generator) -> list[dict]:
     from dnnbind import cuda, ops
+    from dnnbind.ops._cuda import activation, pooling
 
     layers = train_step.layer_shapes(name)
     shapes = [p for rec in layers for p in rec["params"]]
@@ -160,10 +179,33 @@ def model_rows(name: str, timer: Timer, rng: np.random.Generator) -> list[dict]:
                 x = _device(rec["input"], dtype, rng)
                 y = ops.pool2d_forward(x, mode="max", window=k, layout="NHWC", stream=timer.stream)
                 dy = _device(tuple(y.shape), dtype, rng)
+                for cudnn in (False, True):
+                    with _switch(pooling, "MAXPOOL_NHWC_KERNELS", not cudnn):
+                        add(f"maxpool_forward {k}x{k}" + (" (cudnn)" if cudnn else ""), label,
+                            "x".join(map(str, rec["input"])), x.nbytes + y.nbytes,
+                            lambda x=x, y=y, k=k: ops.pool2d_forward(x, mode="max", window=k, layout="NHWC", out=y,
+                                                                     stream=timer.stream))
                 add(f"maxpool_backward {k}x{k}", label, "x".join(map(str, rec["input"])),
                     2 * x.nbytes + 2 * y.nbytes,
                     lambda x=x, y=y, dy=dy, k=k: ops.pool2d_backward(dy, x, y, mode="max", window=k, layout="NHWC",
                                                                      stream=timer.stream))
+        # The largest activation input of the model (its first block's), each kind on it.
+        acts = [rec["input"] for rec in layers if rec["kind"] in ("relu", "gelu")]
+        if acts:
+            shape = max(acts, key=lambda s: int(np.prod(s)))
+            x = _device(shape, dtype, rng)
+            dy = _device(shape, dtype, rng)
+            y = ops.empty_like(x)
+            size = "x".join(map(str, shape))
+            for kind in ("relu", "gelu"):
+                for cudnn in (False, True) if kind == "relu" else (False,):
+                    tag = f"activation {kind} " + "{}" + (" (cudnn)" if cudnn else "")
+                    with _switch(activation, "CUDNN_ACTIVATIONS", cudnn):
+                        add(tag.format("forward"), label, size, 2 * x.nbytes,
+                            lambda x=x, y=y, kind=kind: ops.activation_forward(x, kind, out=y, stream=timer.stream))
+                        add(tag.format("backward"), label, size, 3 * x.nbytes,
+                            lambda x=x, dy=dy, kind=kind: ops.activation_backward(dy, x, x, kind,
+                                                                                  stream=timer.stream))
     add("cast params fp32->bf16", "fp32->bf16", f"{len(shapes)} tensors, {count} params", count * 6,
         lambda: [ops.cast(p, BF16, stream=timer.stream) for p in params])
     biggest = max((rec["output"] for rec in layers if len(rec["output"]) == 4), key=lambda s: int(np.prod(s)))

@@ -323,6 +323,14 @@ class StepGraphs:
             self.stats["warmups"] += 1
             if kind == "predict":
                 entry.out_spec = _spec(result)
+            # The key holds ops.config.capture_key(), whose registered module switches appear when an op
+            # module is first imported, which may be inside this first step: key the entry as the next
+            # call of the same step will.
+            settled = step_key(kind, backend.stream_key(stream), x_shape, x_dtype, y_shape, y_dtype)
+            if settled != key:
+                del self._entries[key]
+                self._entries[settled] = entry
+                entry.key = key = settled
             # The warm-up may have built state (the optimizer's slots on the first step): graphs
             # captured before it would address the old buffers.
             sig = model._graph_signature()

@@ -112,7 +112,25 @@ class BatchNormalization(Layer):
         dist = _distribution.distribution()
         return None if dist is None else dist.replica()
 
+    def _fusable(self, training: bool) -> bool:
+        """Whether a forward with ``training`` runs the plain training op, the one a following relu
+        can fuse into (:meth:`_forward_fused`): trainable, and no replica to synchronise with."""
+        return bool(training) and self.trainable and self._replica() is None
+
+    def _forward_fused(self, x, training, activation: str):
+        """``forward(x, training)`` followed by ``activation`` (``"relu"``), applied by the batch-norm
+        op itself; the next :meth:`backward` takes the gradient w.r.t. the activated output. For
+        ``Sequential``'s fusion schedule, which asks :meth:`_fusable` first."""
+        if activation != "relu" or not self._fusable(training):
+            raise RuntimeError(f"BatchNormalization '{self.name}': cannot fuse activation {activation!r} into a "
+                               f"forward with training={training!r} (trainable={self.trainable}, "
+                               f"synchronized={self.synchronized})")
+        return self._forward(x, training, activation)
+
     def forward(self, x, training=False):
+        return self._forward(x, training, None)
+
+    def _forward(self, x, training, activation):
         x = self._cast_input(x)
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
         replica = self._replica() if training and self.trainable else None
@@ -127,8 +145,10 @@ class BatchNormalization(Layer):
         if training and self.trainable:
             y, self._saved = ops.batchnorm_forward_training(
                 x, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
-                **self._kwargs())
+                activation=activation, **self._kwargs())
             self._x, self._training_forward = x, True
+            # with a fused activation, its backward needs the activated output (its mask is y > 0)
+            self._activation, self._y = activation, (None if activation is None else y)
             return y
         self._training_forward = False
         return ops.batchnorm_forward_inference(x, gamma, beta, self.moving_mean.value, self.moving_variance.value,
@@ -149,13 +169,16 @@ class BatchNormalization(Layer):
                                                         all_reduce=replica.step_all_reduce)
             self._sync_xhat = self._sync_scale = self._sync_replica = None
         else:
-            dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._saved, **self._kwargs())
+            activation = self.__dict__.get("_activation")
+            dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._saved, activation=activation,
+                                                       y=self._y if activation is not None else None,
+                                                       **self._kwargs())
         if self.gamma is not None:
             self.grads["gamma"] = dgamma
         if self.beta is not None:
             self.grads["beta"] = dbeta
         # Dropping the saved state frees cuDNN's reserve space here, inside a captured step.
-        self._x = self._saved = None
+        self._x = self._saved = self._y = self._activation = None
         return dx
 
     def get_config(self):

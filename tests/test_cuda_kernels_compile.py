@@ -30,15 +30,18 @@ ALL = FLOATS + ("i32", "i64", "u8", "i8", "bool")
 
 
 def _expected_kernels() -> dict[str, list[str]]:
-    act = [f"act_{d}_{t}" for d in ("fwd", "bwd") for t in FLOATS]
+    from dnnbind.ops._cuda.activation import KERNEL_KINDS
+
+    act = [f"act_{d}_{k}_{t}" for d in ("fwd", "bwd") for k in KERNEL_KINDS for t in FLOATS]
     layout = [f"{k}_{t}" for k in ("pad2d", "crop2d", "scale_hw", "bias_add", "bias_add_f32bias", "channel_sum",
                                    "channel_sum_rows", "channel_sum_partials", "channel_sum_last", "broadcast_hw",
-                                   "maxpool2d_bwd_nhwc")
+                                   "maxpool2d_fwd_nhwc", "maxpool2d_bwd_nhwc")
               for t in FLOATS]
     elem = [f"{k}_{t}" for k in ("binary", "scale", "axpy", "reduce_rows", "reduce_mid", "argmax", "all_finite",
                                  "random_crop_flip") for t in FLOATS]
     elem += [f"{k}_{t}_{i}" for k in ("accuracy_count", "top_k_count") for t in FLOATS for i in ("i32", "i64")]
     elem += [f"cast_{a}_{b}" for a, b in itertools.product(ALL, ALL)]
+    elem += [f"cast_many_{a}_{b}" for a, b in itertools.product(FLOATS, FLOATS)]
     elem += [f"fill_{t}" for t in ALL]
     elem += [f"take_rows_{w}_{i}" for w in ("w4", "b1") for i in ("i32", "i64")]
     losses = [f"{k}_{t}_{lab}" for k in ("softmax_xent", "probs_xent") for t in FLOATS for lab in ("i32", "i64", "dense")]
@@ -57,7 +60,8 @@ def _expected_kernels() -> dict[str, list[str]]:
                                   "dequant_int8", "dequant_fp8", "dequant_int4", "int4_gemm") for t in q_types]
     quant += [f"int8_epilogue_{t}_{a}" for t in q_types for a in ("i32", "f32")]
     quant += ["fp8_scales", "int8_to_f32", "fp8_to_f32"]
-    return {"quant.cu": quant, "activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
+    timing = ["hold_stream"]
+    return {"timing.cu": timing, "quant.cu": quant, "activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
             "optim.cu": optim, "merging.cu": merging, "reshaping.cu": reshaping, "preprocessing.cu": preprocessing,
             "layernorm.cu": layernorm, "spatial_dropout.cu": spatial_dropout}
 
@@ -251,13 +255,53 @@ def test_dtype_tables():
     assert cm.ONE.of(cm.F64)._obj.value == 1.0 and isinstance(cm.ONE.of(cm.F32)._obj, ctypes.c_float)
 
 
-def test_activation_kernel_kinds_cover_everything_cudnn_lacks():
+def test_activation_kernels_cover_every_kind_and_cudnn_is_opt_in():
+    from dnnbind.ops._cuda import activation
     from dnnbind.ops.activation import ACTIVATIONS
-    from dnnbind.ops._cuda.activation import CUDNN_KINDS, KERNEL_KINDS
 
-    assert set(CUDNN_KINDS) | set(KERNEL_KINDS) == set(ACTIVATIONS)
-    # only clipped_relu has both: the kernel serves bfloat16, where cuDNN's backward is off
-    assert set(CUDNN_KINDS) & set(KERNEL_KINDS) == {"clipped_relu"}
+    # every kind has its own kernels but linear, which is a device copy
+    assert set(activation.KERNEL_KINDS) == set(ACTIVATIONS) - {"linear"}
+    assert set(activation.CUDNN_KINDS) <= set(activation.KERNEL_KINDS)
+    # the kernels by default; cuDNN only behind the module switch, and never for bfloat16 clipped_relu
+    assert activation.CUDNN_ACTIVATIONS is False
+    assert not any(activation._uses_cudnn(k, d) for k in ACTIVATIONS for d in cm.FLOAT_DTYPES)
+    try:
+        activation.CUDNN_ACTIVATIONS = True
+        assert activation._uses_cudnn("relu", cm.BF16) and not activation._uses_cudnn("gelu", cm.F32)
+        assert not activation._uses_cudnn("clipped_relu", cm.BF16) and activation._uses_cudnn("clipped_relu", cm.F16)
+    finally:
+        activation.CUDNN_ACTIVATIONS = False
+    assert activation._kernel("bwd", "gelu_tanh", cm.BF16) == "act_bwd_gelu_tanh_bf16"
+
+
+def test_activation_kernel_sources_agree_with_the_host_on_what_each_backward_reads():
+    """activation.cu's ActReads and the host's alignment check name the same arrays per kind."""
+    import re
+
+    text = cm.source("activation.cu")
+    reads_y = re.search(r"y = (K == ACT_\w+(?: \|\| K == ACT_\w+)*)", text).group(1)
+    not_x = re.search(r"x = (K != ACT_\w+(?: && K != ACT_\w+)*)", text).group(1)
+    kinds_y = {m.lower() for m in re.findall(r"ACT_(\w+)", reads_y)}
+    kinds_no_x = {m.lower() for m in re.findall(r"ACT_(\w+)", not_x)}
+    from dnnbind.ops._cuda.activation import _BACKWARD_READS
+
+    assert kinds_y == {k for k, v in _BACKWARD_READS.items() if "y" in v}
+    assert kinds_no_x == {k for k, v in _BACKWARD_READS.items() if "x" not in v}
+
+
+def test_maxpool_kernel_eligibility():
+    from dnnbind.ops._cuda import pooling
+
+    plain = PoolParams(mode="max", window=(2, 2), stride=(2, 2), pad=(0, 0, 0, 0))
+    assert pooling._own_maxpool(plain, "NHWC") and not pooling._own_maxpool(plain, "NCHW")
+    assert not pooling._own_maxpool(PoolParams(mode="avg", window=(2, 2), stride=(2, 2), pad=(0, 0, 0, 0)), "NHWC")
+    assert not pooling._own_maxpool(PoolParams(mode="max", window=(3, 3), stride=(2, 2), pad=(0, 0, 0, 0)), "NHWC")
+    assert not pooling._own_maxpool(PoolParams(mode="max", window=(2, 2), stride=(2, 2), pad=(0, 1, 0, 1)), "NHWC")
+    try:
+        pooling.MAXPOOL_NHWC_KERNELS = False
+        assert not pooling._own_maxpool(plain, "NHWC")
+    finally:
+        pooling.MAXPOOL_NHWC_KERNELS = True
 
 
 def test_quant_kernels_compile_without_the_sm89_fp8_conversion():

@@ -144,3 +144,93 @@ def test_backward_validation(rng):
     bad = ops.BatchNormSaved(saved.mean, saved.inv_std.astype(np.float16))
     with pytest.raises(TypeError, match="saved.inv_std must be float32 for x of dtype float32, got float16"):
         ops.batchnorm_backward(dy, x, p, bad)
+
+
+# ------------------------------------------------------------------- fused relu (issue 9)
+
+def relu_safe_beta(x, gamma, axes, **kw):
+    """beta that puts every pre-activation gamma * xhat + beta at least ``margin`` from 0 (the middle
+    of each parameter's widest gap between sorted values), so relu's kink is never crossed by a
+    finite-difference step or a rounding error; returns (beta, margin)."""
+    pshape = gamma.shape
+    scaled, _ = ops.batchnorm_forward_training(x, gamma, np.zeros(pshape, gamma.dtype), np.zeros(pshape, gamma.dtype),
+                                               np.ones(pshape, gamma.dtype), **kw)
+    v = np.sort(np.moveaxis(np.asarray(scaled, np.float64), axes, tuple(range(len(axes)))).reshape(-1, *pshape),
+                axis=0)
+    gaps = np.diff(v, axis=0)
+    k = np.argmax(gaps, axis=0)[None]
+    mid = (np.take_along_axis(v, k, 0) + np.take_along_axis(v, k + 1, 0))[0] / 2
+    return (-mid).astype(gamma.dtype), float(np.min(np.take_along_axis(gaps, k, 0)) / 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("shape, mode, layout, axes", CASES)
+def test_fused_relu_equals_batchnorm_then_relu_exactly(rng, dtype, shape, mode, layout, axes):
+    x = random(rng, shape, low=-2, high=3).astype(dtype)
+    gamma, beta, rm, rv = (p.astype(np.float64 if dtype == np.float64 else np.float32)
+                           for p in _params(rng, x, axes))
+    kw = dict(momentum=0.9, epsilon=1e-3, mode=mode, layout=layout)
+    rm2, rv2 = rm.copy(), rv.copy()
+    y, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, activation="relu", **kw)
+    pre, saved_plain = ops.batchnorm_forward_training(x, gamma, beta, rm2, rv2, **kw)
+    unfused = ops.activation_forward(pre, "relu")
+    assert y.dtype == x.dtype and np.array_equal(y, unfused)
+    assert np.any(y == 0) and np.any(y > 0)  # both sides of the kink are exercised
+    assert np.array_equal(rm, rm2) and np.array_equal(rv, rv2)
+    assert saved.activation == "relu" and saved_plain.activation is None and saved.path == "numpy"
+    dy = random(rng, shape).astype(dtype)
+    bkw = dict(epsilon=1e-3, mode=mode, layout=layout)
+    fused = ops.batchnorm_backward(dy, x, gamma, saved, activation="relu", y=y, **bkw)
+    plain = ops.batchnorm_backward(ops.activation_backward(dy, pre, unfused, "relu"), x, gamma, saved_plain, **bkw)
+    for name, got, want in zip(("dx", "dgamma", "dbeta"), fused, plain):
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+
+
+@pytest.mark.parametrize("shape, mode, layout, axes", CASES)
+def test_fused_relu_backward_finite_differences(rng, shape, mode, layout, axes):
+    x = random(rng, shape, low=-2, high=3)
+    gamma, _, rm, rv = _params(rng, x, axes)
+    kw = dict(epsilon=1e-3, mode=mode, layout=layout)
+    beta, margin = relu_safe_beta(x, gamma, axes, **kw)
+    assert margin > 1e-3  # a step of 1e-6 in x, gamma or beta moves a pre-activation far less
+    y, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, activation="relu", **kw)
+    assert np.any(y == 0) and np.any(y > 0)
+    g = random(rng, shape)
+
+    def loss():
+        return float(np.sum(g * ops.batchnorm_forward_training(x, gamma, beta, rm.copy(), rv.copy(),
+                                                               activation="relu", **kw)[0]))
+
+    dx, dgamma, dbeta = ops.batchnorm_backward(g, x, gamma, saved, activation="relu", y=y, **kw)
+    assert rel_error(dx, numerical_grad(loss, x)) < FD_TOL
+    assert rel_error(dgamma, numerical_grad(loss, gamma)) < FD_TOL
+    assert rel_error(dbeta, numerical_grad(loss, beta)) < FD_TOL
+
+
+def test_fused_relu_validation_and_record(rng):
+    x = random(rng, (4, 3, 2, 2), np.float32)
+    p = np.ones(3, np.float32)
+    dy = random(rng, x.shape, np.float32)
+    with pytest.raises(ValueError, match="batchnorm_forward_training: activation must be None or 'relu', got 'gelu'"):
+        ops.batchnorm_forward_training(x, p, p - 1, p - 1, p.copy(), activation="gelu")
+    y, saved = ops.batchnorm_forward_training(x, p, p - 1, p - 1, p.copy(), activation="relu")
+    assert repr(saved) == ("BatchNormSaved(path='numpy', x_shape=(4, 3, 2, 2), mean=(3,) float32, reserve=None, "
+                           "activation='relu')")
+    with pytest.raises(ValueError, match="batchnorm_backward: activation='relu' needs y, the forward's activated"):
+        ops.batchnorm_backward(dy, x, p, saved, activation="relu")
+    with pytest.raises(ValueError, match=r"batchnorm_backward: y has shape \(4, 3, 2, 2\) and dtype float16, "
+                                         r"expected x's \(4, 3, 2, 2\), float32"):
+        ops.batchnorm_backward(dy, x, p, saved, activation="relu", y=y.astype(np.float16))
+    with pytest.raises(ValueError, match="batchnorm_backward: saved comes from a forward with activation='relu', "
+                                         "got activation=None"):
+        ops.batchnorm_backward(dy, x, p, saved)
+    _, plain = ops.batchnorm_forward_training(x, p, p - 1, p - 1, p.copy())
+    with pytest.raises(ValueError, match="saved comes from a forward with activation=None, got activation='relu'"):
+        ops.batchnorm_backward(dy, x, p, plain, activation="relu", y=y)
+    with pytest.raises(ValueError, match="batchnorm_backward: y is only read with activation='relu'"):
+        ops.batchnorm_backward(dy, x, p, plain, y=y)
+    # a record built by hand carries no activation: the backward takes the caller's word
+    by_hand = ops.BatchNormSaved(saved.mean, saved.inv_std)
+    for got, want in zip(ops.batchnorm_backward(dy, x, p, by_hand, activation="relu", y=y),
+                         ops.batchnorm_backward(dy, x, p, saved, activation="relu", y=y)):
+        assert np.array_equal(got, want)

@@ -21,7 +21,8 @@ import pytest
 from dnnbind import ops
 from dnnbind.ops._cuda import _common as cm
 from dnnbind.ops._cuda import batchnorm as bn
-from gpu_errlog import BF16, DTYPES, check, dev, poisoned, quantize
+from gpu_errlog import BF16, DTYPES, check, dev, host, poisoned, quantize
+from test_ops_batchnorm import relu_safe_beta
 from testutil import random
 
 # (mode, layout, shape): odd channel counts, batch 1, spatial 1x1 (never a single value per
@@ -355,3 +356,202 @@ def test_ex_refusal_falls_back_to_legacy_once_with_a_warning(fake_cudnn, monkeyp
     fake_cudnn.clear()
     bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC")  # no second try
     assert [name for name, _ in fake_cudnn] == ["cudnnBatchNormalizationForwardTraining"]
+
+
+# ------------------------------------------------------------------- fused relu (issue 9)
+
+@pytest.fixture
+def fake_relu(monkeypatch):
+    """Record the separate relu launches of the unfused fallback (cuDNN's BN calls are faked apart)."""
+    calls: list[tuple] = []
+
+    def forward(x, kind, *, out=None, stream=None, alpha=None):
+        calls.append(("relu_forward", kind, x.ptr, out.ptr))
+        return out
+
+    def backward(dy, x, y, kind, *, stream=None, alpha=None):
+        calls.append(("relu_backward", kind, dy.ptr, x.ptr, y.ptr))
+        return _FakeArray(dy.shape, dy.dtype, ptr=0xD0000)
+
+    monkeypatch.setattr(bn, "activation_forward", forward)
+    monkeypatch.setattr(bn, "activation_backward", backward)
+    monkeypatch.setattr(bn, "_ex_refused", set())
+    return calls
+
+
+def test_fused_relu_is_one_ex_call_each_way_with_the_relu_descriptor(fake_cudnn, fake_relu):
+    from dnnbind import cudnn
+    from dnnbind._lib import cudnn as C
+
+    x = _FakeArray((8, 4, 4, 64), ptr=0x1000)
+    p = [_FakeArray((64,), ptr=0x2000 + i * 0x100) for i in range(4)]
+    y, saved = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC", activation="relu")
+    assert fake_relu == []  # no separate relu launch
+    names = [name for name, _ in fake_cudnn]
+    assert names == ["cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
+                     "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
+                     "cudnnBatchNormalizationForwardTrainingEx"]
+    calls = dict(fake_cudnn)
+    relu = cudnn.ActivationDescriptor.cached(C.ActivationMode.RELU, 0.0, None, True)
+    info = relu.get()
+    assert info.mode == "relu" and info.coef == 0.0 and info.nan_propagation
+    ws_q = calls["cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize"]
+    assert ws_q[1:3] == (2, 1) and ws_q[4] is None and ws_q[7] == relu.handle  # BN_ACTIVATION, no z, the relu
+    res_q = calls["cudnnGetBatchNormalizationTrainingExReserveSpaceSize"]
+    assert res_q[1:4] == (2, 1, relu.handle)
+    fwd = calls["cudnnBatchNormalizationForwardTrainingEx"]
+    assert fwd[1:3] == (2, 1) and fwd[7:9] == (None, None) and fwd[10] == y.ptr and fwd[20] == relu.handle
+    assert fwd[23] == saved.reserve.ptr and fwd[24] == 512
+    assert saved.path == bn.FUSED and saved.activation == "relu" and saved.beta is p[1]
+    # the fused sizes are cached apart from the plain ones
+    assert [key for key, _ in bn._fwd_sizes.items()] == [(0, (8, 64, 4, 4), np.dtype(np.float32), "relu")]
+    fake_cudnn.clear()
+    dy = _FakeArray(x.shape, ptr=0x3000)
+    bn.batchnorm_backward(dy, x, p[0], saved, epsilon=1e-3, layout="NHWC", activation="relu", y=y)
+    assert fake_relu == []
+    calls = dict(fake_cudnn)
+    bws = calls["cudnnGetBatchNormalizationBackwardExWorkspaceSize"]
+    assert bws[1:3] == (2, 1) and bws[6] is None and bws[9] == relu.handle
+    bwd = calls["cudnnBatchNormalizationBackwardEx"]
+    assert bwd[1:3] == (2, 1) and bwd[8] == x.ptr and bwd[10] == y.ptr and bwd[12] == dy.ptr
+    assert bwd[18:20] == (p[0].ptr, p[1].ptr) and bwd[25] == relu.handle  # gamma, beta, the relu
+    assert bwd[28:30] == (saved.reserve.ptr, 512)
+    # the plain backward never takes the fused reserve, nor the fused backward a plain one
+    assert bn._reserve_for(saved, x, 512) is None and bn._reserve_for(saved, x, 512, bn.FUSED) is saved.reserve
+
+
+@pytest.mark.parametrize("shape, layout, why", [
+    ((8, 4, 4, 6), "NHWC", "C not a multiple of 4"),
+    ((32, 8), "NCHW", "2-d (N, C)"),
+    ((8, 8, 4, 4), "NCHW", "legacy NCHW"),
+])
+def test_fused_relu_elsewhere_runs_the_plain_calls_then_the_relu(fake_cudnn, fake_relu, shape, layout, why):
+    x = _FakeArray(shape, ptr=0x1000)
+    c = shape[3] if (len(shape) == 4 and layout == "NHWC") else shape[1]
+    p = [_FakeArray((c,), ptr=0x2000 + i * 0x100) for i in range(4)]
+    y, saved = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout=layout, activation="relu")
+    assert fake_relu == [("relu_forward", "relu", y.ptr, y.ptr)], why  # in place on y
+    assert all(args[2] == 0 for name, args in fake_cudnn if "Ex" in name), why  # only CUDNN_BATCHNORM_OPS_BN
+    assert saved.activation == "relu" and saved.path in (bn.PERSISTENT, bn.LEGACY) and saved.beta is None
+    fake_relu.clear()
+    fake_cudnn.clear()
+    dy = _FakeArray(x.shape, ptr=0x3000)
+    bn.batchnorm_backward(dy, x, p[0], saved, epsilon=1e-3, layout=layout, activation="relu", y=y)
+    assert fake_relu == [("relu_backward", "relu", dy.ptr, y.ptr, y.ptr)], why
+    backward = [args for name, args in fake_cudnn if name.startswith("cudnnBatchNormalizationBackward")]
+    assert len(backward) == 1
+    dy_arg = backward[0][12] if len(backward[0]) == 30 else backward[0][9]  # BackwardEx / legacy Backward
+    assert dy_arg == 0xD0000, why  # the relu backward's result, not dy
+
+
+def test_fused_refusal_falls_back_to_the_plain_ex_call_without_a_warning(fake_cudnn, fake_relu, monkeypatch):
+    import warnings
+
+    from dnnbind._lib import cudnn as C
+    from dnnbind.errors import CudnnError
+
+    recorded = C.cudnnBatchNormalizationForwardTrainingEx
+
+    def refuse_fused(*args):
+        if args[2] == 1:
+            raise CudnnError(3000, "CUDNN_STATUS_NOT_SUPPORTED", "cudnnBatchNormalizationForwardTrainingEx")
+        recorded(*args)
+
+    monkeypatch.setattr(C, "cudnnBatchNormalizationForwardTrainingEx", refuse_fused)
+    x = _FakeArray((4, 3, 3, 8), cm.BF16, ptr=0x1000)
+    p = [_FakeArray((8,), ptr=0x2000 + i * 0x100) for i in range(4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, saved = bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC", activation="relu")
+    assert bn._ex_refused == {(0, (4, 3, 3, 8), "bfloat16", "relu")}  # the plain Ex call stays in use
+    assert saved.path == bn.PERSISTENT and saved.activation == "relu"
+    assert fake_relu == [("relu_forward", "relu", y.ptr, y.ptr)]
+    fake_cudnn.clear()
+    bn.batchnorm_forward_training(x, *p, momentum=0.9, epsilon=1e-3, layout="NHWC", activation="relu")
+    assert [args[2] for name, args in fake_cudnn if name == "cudnnBatchNormalizationForwardTrainingEx"] == [0]
+
+
+def test_fused_switch_is_in_the_capture_key(monkeypatch):
+    key = ops.config.capture_key()
+    monkeypatch.setattr(bn, "FUSE_ACTIVATION", False)
+    assert ops.config.capture_key() != key
+    monkeypatch.setattr(bn, "FUSE_ACTIVATION", True)
+    with ops.config.override(fuse_layers=False):
+        assert ops.config.capture_key() != key
+    assert ops.config.capture_key() == key
+
+
+# (layout, shape): the fused cuDNN calls (4-d NHWC, C a multiple of 4; of 8 and not), and the
+# unfused fallback (odd C, 2-d (N, C), legacy NCHW)
+FUSED_CASES = [("NHWC", (4, 5, 6, 8)), ("NHWC", (3, 4, 4, 64)), ("NHWC", (2, 3, 5, 12)), ("NHWC", (4, 5, 6, 3)),
+               ("NHWC", (2, 3, 3, 7)), ("NCHW", (16, 8)), ("NCHW", (16, 7)), ("NCHW", (4, 3, 5, 6))]
+
+
+def _fused_inputs(rng, layout, shape, dtype):
+    """x (rounded to dtype) and float32 gamma/beta/running stats with every pre-activation at
+    least 1e-3 from relu's kink (in the float64 reference), so GPU and reference masks agree."""
+    axes = (0,) if len(shape) == 2 else ((0, 1, 2) if layout == "NHWC" else (0, 2, 3))
+    pshape = (shape[1],) if (len(shape) == 2 or layout == "NCHW") else (shape[3],)
+    x = quantize(random(rng, shape, low=-2, high=3), dtype)
+    gamma = random(rng, pshape, low=0.5, high=1.5).astype(np.float32)
+    beta, margin = relu_safe_beta(x, gamma.astype(np.float64), axes, epsilon=1e-3, layout=layout)
+    assert margin > 1e-3, margin
+    beta = beta.astype(np.float32)
+    rm, rv = random(rng, pshape).astype(np.float32), random(rng, pshape, low=0.5, high=2).astype(np.float32)
+    return x, gamma, beta, rm, rv
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("layout, shape", FUSED_CASES)
+def test_fused_relu_matches_the_reference(rng, label, dtype, layout, shape):
+    x, gamma, beta, rm, rv = _fused_inputs(rng, layout, shape, dtype)
+    kw = dict(epsilon=1e-3, mode="spatial", layout=layout)
+    g64, b64, rm_ref, rv_ref = (a.astype(np.float64) for a in (gamma, beta, rm, rv))
+    y_ref, saved_ref = ops.batchnorm_forward_training(x, g64, b64, rm_ref, rv_ref, momentum=0.9, activation="relu",
+                                                      **kw)
+    assert np.any(y_ref == 0) and np.any(y_ref > 0)
+    xd, dgamma, dbeta, drm, drv = dev(x, dtype), dev(gamma), dev(beta), dev(rm), dev(rv)
+    y, saved = ops.batchnorm_forward_training(xd, dgamma, dbeta, drm, drv, momentum=0.9, activation="relu",
+                                              out=poisoned(shape, dtype), **kw)
+    case = f"{layout} {shape} path {saved.path}"
+    assert saved.activation == "relu", case
+    check("batchnorm_relu_forward_training", label, y, y_ref, case)
+    assert np.all(host(y) >= 0), case  # the relu was applied (a fused call that ignored it would leave negatives)
+    check("batchnorm_relu.save_mean", label, saved.mean, saved_ref.mean, case)
+    check("batchnorm_relu.save_inv_std", label, saved.inv_std, saved_ref.inv_std, case)
+    check("batchnorm_relu.running_mean", label, drm, rm_ref, case)
+    check("batchnorm_relu.running_var", label, drv, rv_ref, case)
+    dy = quantize(random(rng, shape), dtype)
+    got = ops.batchnorm_backward(dev(dy, dtype), xd, dgamma, saved, activation="relu", y=y, **kw)
+    ref = ops.batchnorm_backward(dy, x, g64, saved_ref, activation="relu", y=y_ref, **kw)
+    for name, a, r in zip(("dx", "dgamma", "dbeta"), got, ref):
+        check(f"batchnorm_relu_backward.{name}", label, a, r, case)
+    if dtype == np.float16 and len(shape) == 4 and layout == "NHWC" and shape[3] % 8 == 0:
+        # the case every framework that fuses (TensorFlow, MXNet, nnabla) runs: it must not have fallen back
+        assert saved.path == bn.FUSED, case
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("label, dtype", DTYPES)
+@pytest.mark.parametrize("layout, shape", FUSED_CASES[:4])
+def test_fused_relu_matches_the_unfused_gpu_ops(rng, label, dtype, layout, shape):
+    x, gamma, beta, rm, rv = _fused_inputs(rng, layout, shape, dtype)
+    kw = dict(epsilon=1e-3, mode="spatial", layout=layout)
+    xd, dgamma, dbeta = dev(x, dtype), dev(gamma), dev(beta)
+    dyd = dev(quantize(random(rng, shape), dtype), dtype)
+    drm_f, drv_f, drm_u, drv_u = dev(rm), dev(rv), dev(rm), dev(rv)
+    y, saved = ops.batchnorm_forward_training(xd, dgamma, dbeta, drm_f, drv_f, momentum=0.9, activation="relu",
+                                              out=poisoned(shape, dtype), **kw)
+    fused = ops.batchnorm_backward(dyd, xd, dgamma, saved, activation="relu", y=y, **kw)
+    # what the layers run without fusion: the batch norm, the relu layer, and their backwards in reverse
+    pre, saved_u = ops.batchnorm_forward_training(xd, dgamma, dbeta, drm_u, drv_u, momentum=0.9,
+                                                  out=poisoned(shape, dtype), **kw)
+    y_u = ops.activation_forward(pre, "relu", out=poisoned(shape, dtype))
+    unfused = ops.batchnorm_backward(ops.activation_backward(dyd, pre, y_u, "relu"), xd, dgamma, saved_u, **kw)
+    case = f"{layout} {shape} fused path {saved.path}"
+    check("batchnorm_relu_vs_unfused.y", label, y, host(y_u), case)
+    check("batchnorm_relu_vs_unfused.running_mean", label, drm_f, host(drm_u), case)
+    check("batchnorm_relu_vs_unfused.running_var", label, drv_f, host(drv_u), case)
+    for name, a, r in zip(("dx", "dgamma", "dbeta"), fused, unfused):
+        check(f"batchnorm_relu_vs_unfused.{name}", label, a, host(r), case)

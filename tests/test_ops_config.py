@@ -13,7 +13,7 @@ from dnnbind.ops import config
 
 def test_defaults_and_override_restores():
     assert config.get() == {"allow_tf32": True, "deterministic": False, "benchmark": False, "workspace_limit": None,
-                            "fused_graphs": True}
+                            "fused_graphs": True, "fuse_layers": True}
     with config.override(allow_tf32=False, workspace_limit=1 << 20):
         assert config.allow_tf32 is False and config.get("workspace_limit") == 1 << 20
         with config.override(deterministic=True):

@@ -4,19 +4,48 @@ The special case of a model whose graph is a chain: the forward runs the layers 
 backward in reverse (no tape needed: every layer is applied once, to the previous one's output),
 the first layer with ``need_dx=False``. The last layer's softmax is skipped and fused with a
 cross-entropy (``has_final_softmax`` / ``forward_logits``).
+
+Layer fusion (``ops.config.fuse_layers``): in a training forward, a ``BatchNormalization``
+immediately followed by a plain relu (``Activation("relu")``, or ``ReLU()`` with its defaults) that
+is not the last layer runs as one batch-norm op with ``activation="relu"``
+(``BatchNormalization._forward_fused``); the relu layer's forward is skipped and its backward passes
+``dy`` through (the batch norm's backward takes it w.r.t. the activated output). The candidate
+pairs come from the layer list (:func:`fusion_candidates`, recomputed when it changes); each
+training forward keeps those whose batch norm runs its plain training op now (trainable, no
+replica) in the same compute dtype as the relu. Inference forwards never fuse.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Sequence
 
-from .. import _validate
+from .. import _validate, ops
 from .. import saving_lib
 from ..layers.base import InputLayer, KerasTensor, Layer, deserialize, unique_name
+from ..layers.core import Activation, ReLU
+from ..layers.normalization import BatchNormalization
 from ..layers.tape import Tape
 from .model import Model
 
-__all__ = ["Sequential"]
+__all__ = ["Sequential", "fusion_candidates"]
+
+
+def _is_plain_relu(layer: Layer) -> bool:
+    """``Activation("relu")`` or ``ReLU()`` with its defaults (exact classes: a subclass may change forward)."""
+    if type(layer) is Activation:
+        return layer._fn().name == "relu"
+    return (type(layer) is ReLU and layer.max_value is None and layer.negative_slope == 0.0
+            and layer.threshold == 0.0)
+
+
+def fusion_candidates(layers: Sequence[Layer]) -> "tuple[int, ...]":
+    """Indices ``i`` of the batch norms that ``layers[i + 1]``'s relu may fuse into: a
+    ``BatchNormalization`` (whose ``forward`` is BatchNormalization's own) followed by a plain relu
+    that is not the last layer (the last one's output is the model's, left to the loss's handling)."""
+    return tuple(i for i in range(len(layers) - 2)
+                 if isinstance(layers[i], BatchNormalization)
+                 and type(layers[i]).forward is BatchNormalization.forward and _is_plain_relu(layers[i + 1]))
 
 
 class Sequential(Model):
@@ -30,6 +59,8 @@ class Sequential(Model):
     def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None, trainable: bool = True) -> None:
         self._init_model(name if name is not None else unique_name("sequential"), trainable)
         self._layers: list[Layer] = []
+        self._fusion_cache: "tuple[tuple[Layer, ...], tuple[int, ...]]" = ((), ())
+        self._fused_now: "tuple[int, ...]" = ()  # the batch norms the last training forward fused
         self._input_layer: InputLayer | None = None
         self._output_shape: tuple[int, ...] | None = None
         for layer in layers or []:
@@ -171,18 +202,45 @@ class Sequential(Model):
     def _fusable_outputs(self) -> list[bool]:
         return [self._layers[-1].has_final_softmax]
 
+    def _fused_pairs(self, training: bool) -> "tuple[int, ...]":
+        """The batch norms (indices) a forward with ``training`` runs fused with the next layer's relu."""
+        if not training or not ops.config.fuse_layers:
+            return ()
+        layers, (known, candidates) = self._layers, self._fusion_cache
+        if len(known) != len(layers) or not all(map(operator.is_, known, layers)):
+            candidates = fusion_candidates(layers)
+            self._fusion_cache = (tuple(layers), candidates)
+        # same compute dtype: the relu layer's input cast, which the fused op skips, would do nothing
+        return tuple(i for i in candidates if layers[i]._fusable(training)
+                     and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
+
     def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
         x = xs[0]
-        for layer in self._layers[:-1]:
-            x = layer.forward(x, training=training)
-        last = self._layers[-1]
+        layers = self._layers
+        fused = self._fused_now = self._fused_pairs(training)
+        if fused:
+            skip = -1
+            for i in range(len(layers) - 1):
+                if i == skip:
+                    continue
+                if i in fused:
+                    x, skip = layers[i]._forward_fused(x, training, "relu"), i + 1
+                else:
+                    x = layers[i].forward(x, training=training)
+        else:
+            for layer in layers[:-1]:
+                x = layer.forward(x, training=training)
+        last = layers[-1]
         return [last.forward_logits(x, training=training) if logits[0] else last.forward(x, training=training)]
 
     def _run_backward(self, douts: list, on_grads: "Callable[[Layer], None] | None" = None) -> None:
         dy = douts[0]
+        fused, self._fused_now = self._fused_now, ()
         for i in range(len(self._layers) - 1, -1, -1):
             layer = self._layers[i]
-            dy = layer.backward(dy, need_dx=i > 0)
+            if i - 1 not in fused:
+                dy = layer.backward(dy, need_dx=i > 0)
+            # else: a relu fused into the batch norm before it, whose backward takes dy as it is
             if on_grads is not None:
                 on_grads(layer)
 

@@ -19,6 +19,12 @@ cuDNN and PyTorch), while the normalisation itself uses the biased variance.
 What the backward needs travels with the op: the training forward returns ``(y, saved)``, a
 :class:`BatchNormSaved` (the saved statistics and, on CUDA's SPATIAL_PERSISTENT path, cuDNN's
 reserve space), and :func:`batchnorm_backward` takes it back. No table on the side.
+
+Fused activation: ``batchnorm_forward_training(..., activation="relu")`` returns ``relu(bn(x))``
+(one cuDNN call with CUDNN_BATCHNORM_OPS_BN_ACTIVATION on CUDA's channels-last path, else the
+batch norm then the relu in place), and ``batchnorm_backward(dy, ..., activation="relu", y=y)``
+takes ``dy`` w.r.t. that activated output and ``y`` itself (its mask ``y > 0`` is relu's
+derivative). Every path gives the unfused ops' numbers.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ import numpy as np
 from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
 from ._params import check_layout
 
-__all__ = ["BN_MODES", "BatchNormSaved", "batchnorm_forward_training", "batchnorm_forward_inference",
-           "batchnorm_backward"]
+__all__ = ["BN_MODES", "BN_ACTIVATIONS", "BatchNormSaved", "batchnorm_forward_training",
+           "batchnorm_forward_inference", "batchnorm_backward"]
 
 BN_MODES = ("spatial", "per_activation")
+BN_ACTIVATIONS = (None, "relu")  # what the training forward may apply to its output
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +68,12 @@ class BatchNormSaved:
     x_shape, x_dtype:
         Shape and dtype of the ``x`` that was normalised (for bfloat16 ``x`` run through float32
         copies on CUDA, float32): a reserve is only valid for the same ``x``. None when built by hand.
+    activation:
+        The activation the forward applied to its output (None or ``"relu"``); a backward given
+        another one is refused (a record built by hand, ``path`` None, accepts either).
+    beta:
+        CUDA ``"cudnn_persistent_relu"`` path only: the beta the forward read, which
+        ``cudnnBatchNormalizationBackwardEx`` takes with CUDNN_BATCHNORM_OPS_BN_ACTIVATION; else None.
     """
 
     mean: Any
@@ -69,12 +82,15 @@ class BatchNormSaved:
     path: "str | None" = None
     x_shape: "tuple[int, ...] | None" = None
     x_dtype: Any = None
+    activation: "str | None" = None
+    beta: Any = None
 
     def __repr__(self) -> str:
         reserve = "None" if self.reserve is None else f"{int(self.reserve.nbytes)} bytes"
         mean = np.asarray(self.mean) if not hasattr(self.mean, "shape") else self.mean
+        activation = "" if self.activation is None else f", activation={self.activation!r}"
         return (f"BatchNormSaved(path={self.path!r}, x_shape={self.x_shape}, mean={tuple(mean.shape)} "
-                f"{mean.dtype}, reserve={reserve})")
+                f"{mean.dtype}, reserve={reserve}{activation})")
 
 
 def _geometry(op: str, x: Any, mode: str, layout: str) -> "tuple[str, str, tuple[int, ...], tuple[int, ...]]":
@@ -93,6 +109,12 @@ def _geometry(op: str, x: Any, mode: str, layout: str) -> "tuple[str, str, tuple
     if layout == "NCHW":
         return mode, layout, (0, 2, 3), (x.shape[1],)
     return mode, layout, (0, 1, 2), (x.shape[3],)
+
+
+def _check_activation(op: str, activation: Any) -> "str | None":
+    if activation is None or (type(activation) is str and activation in BN_ACTIVATIONS):
+        return activation
+    raise ValueError(f"{op}: activation must be None or 'relu', got {activation!r}")
 
 
 def _param_dtype(x_dtype: np.dtype) -> np.dtype:
@@ -127,6 +149,7 @@ def batchnorm_forward_training(
     epsilon: float = 1e-3,
     mode: str = "spatial",
     layout: str = "NCHW",
+    activation: "str | None" = None,
     out: Any = None,
     stream: Any = None,
 ) -> "tuple[Any, BatchNormSaved]":
@@ -137,11 +160,15 @@ def batchnorm_forward_training(
     else the backward needs (on CUDA possibly cuDNN's reserve space); pass it to
     :func:`batchnorm_backward`.
 
+    ``activation="relu"``: ``y = relu(bn(x))`` (the same numbers as the batch norm followed by
+    ``activation_forward(y, "relu")``); pass ``y`` and the same ``activation`` to the backward.
+
     CUDA: ``_cuda.batchnorm.batchnorm_forward_training(x, gamma, beta, running_mean, running_var,
-    momentum=momentum, epsilon=epsilon, mode=mode, layout=layout, out=out, stream=stream)``
-    (floats; ``mode`` lower case, ``layout`` upper case), which returns the same pair.
+    momentum=momentum, epsilon=epsilon, mode=mode, layout=layout, activation=activation, out=out,
+    stream=stream)`` (floats; ``mode`` lower case, ``layout`` upper case), which returns the same pair.
     """
     op = "batchnorm_forward_training"
+    activation = _check_activation(op, activation)
     x = as_array(x)
     gamma, beta, running_mean, running_var = map(as_array, (gamma, beta, running_mean, running_var))
     mode, layout, axes, pshape = _geometry(op, x, mode, layout)
@@ -157,7 +184,7 @@ def batchnorm_forward_training(
     if impl is not None:
         return impl.batchnorm_forward_training(
             x, gamma, beta, running_mean, running_var, momentum=momentum, epsilon=epsilon, mode=mode,
-            layout=layout, out=out, stream=stream,
+            layout=layout, activation=activation, out=out, stream=stream,
         )
     xc = to_compute(x)
     count = x.size // int(np.prod(pshape))
@@ -168,6 +195,9 @@ def batchnorm_forward_training(
     scale = _broadcast(to_compute(gamma) * inv_std, xc, axes)
     centered *= scale
     centered += _broadcast(to_compute(beta), xc, axes)
+    if activation is not None:
+        # relu commutes with the final rounding, so this equals the separate activation_forward
+        np.maximum(centered, 0, out=centered)
     unbiased = var * (count / (count - 1)) if count > 1 else var
     running_mean *= momentum
     running_mean += (1 - momentum) * mean
@@ -175,7 +205,7 @@ def batchnorm_forward_training(
     running_var += (1 - momentum) * unbiased
     sdt = _param_dtype(x.dtype)
     saved = BatchNormSaved(mean.astype(sdt, copy=False), inv_std.astype(sdt, copy=False), path="numpy",
-                           x_shape=tuple(x.shape), x_dtype=x.dtype)
+                           x_shape=tuple(x.shape), x_dtype=x.dtype, activation=activation)
     return finish(centered, out, x.dtype), saved
 
 
@@ -231,6 +261,8 @@ def batchnorm_backward(
     epsilon: float = 1e-3,
     mode: str = "spatial",
     layout: str = "NCHW",
+    activation: "str | None" = None,
+    y: Any = None,
     stream: Any = None,
 ) -> tuple[Any, Any, Any]:
     """Gradients of :func:`batchnorm_forward_training`: ``(dx, dgamma, dbeta)``.
@@ -238,10 +270,15 @@ def batchnorm_backward(
     ``saved`` is the :class:`BatchNormSaved` that forward returned for this ``x``; ``epsilon``
     must be the forward's (cuDNN checks it; the NumPy reference does not need it).
 
+    ``activation="relu"`` (the forward's): ``dy`` is the gradient w.r.t. the activated output
+    and ``y`` (required then, like ``x``) that output; the result equals
+    ``activation_backward(dy, y, y, "relu")`` followed by the plain backward.
+
     CUDA: ``_cuda.batchnorm.batchnorm_backward(dy, x, gamma, saved, epsilon=epsilon, mode=mode,
-    layout=layout, stream=stream)``.
+    layout=layout, activation=activation, y=y, stream=stream)``.
     """
     op = "batchnorm_backward"
+    activation = _check_activation(op, activation)
     if not isinstance(saved, BatchNormSaved):
         raise TypeError(
             f"{op}: saved must be the BatchNormSaved returned by batchnorm_forward_training, got "
@@ -259,11 +296,31 @@ def batchnorm_backward(
             f"{op}: saved comes from a forward on x of shape {tuple(saved.x_shape)}, got x of shape {tuple(x.shape)}"
         )
     _check_params(op, x, pshape, gamma=gamma, **{"saved.mean": save_mean, "saved.inv_std": save_inv_std})
+    if saved.path is not None and saved.activation != activation:
+        raise ValueError(
+            f"{op}: saved comes from a forward with activation={saved.activation!r}, got activation={activation!r} "
+            "(pass the forward's activation, and y with it)"
+        )
+    if activation is None and y is not None:
+        raise ValueError(f"{op}: y is only read with activation='relu'; got y with activation=None")
+    if activation is not None:
+        if y is None:
+            raise ValueError(f"{op}: activation={activation!r} needs y, the forward's activated output")
+        y = as_array(y)
+        if tuple(y.shape) != tuple(x.shape) or y.dtype != x.dtype:
+            raise ValueError(
+                f"{op}: y has shape {tuple(y.shape)} and dtype {y.dtype}, expected x's {tuple(x.shape)}, {x.dtype}"
+            )
     epsilon = float(epsilon)
-    impl = route(op, "batchnorm", dy=dy, x=x, gamma=gamma, **{"saved.mean": save_mean, "saved.inv_std": save_inv_std})
+    impl = route(op, "batchnorm", dy=dy, x=x, gamma=gamma, y=y,
+                 **{"saved.mean": save_mean, "saved.inv_std": save_inv_std})
     if impl is not None:
-        return impl.batchnorm_backward(dy, x, gamma, saved, epsilon=epsilon, mode=mode, layout=layout, stream=stream)
+        return impl.batchnorm_backward(dy, x, gamma, saved, epsilon=epsilon, mode=mode, layout=layout,
+                                       activation=activation, y=y, stream=stream)
     g, xc = to_compute(dy), to_compute(x)
+    if activation is not None:
+        # relu's derivative as a mask of its output (y > 0 exactly where bn(x) > 0)
+        g = g * np.greater(y, 0).view(np.uint8).astype(g.dtype)
     cdt = xc.dtype
     count = x.size // int(np.prod(pshape))
     inv_std = save_inv_std.astype(cdt, copy=False)

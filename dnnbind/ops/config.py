@@ -9,8 +9,13 @@
 ``workspace_limit``
     the most workspace bytes an algorithm may use (``None``: no cap).
 ``fused_graphs``
-    let ops run fused cuDNN graph-API plans where one builds (``ops/_cuda/fused.py``: conv + bias +
-    activation); False keeps the legacy calls only.
+    let ops run cuDNN graph-API plans where one builds (``ops/_cuda/fused.py``: conv + bias +
+    activation; ``ops/_cuda/conv_graph.py``: the plain convolutions); False keeps the legacy calls only.
+``fuse_layers``
+    let ``Sequential`` fuse adjacent layers in training forwards: a ``BatchNormalization`` followed
+    by a plain relu (``Activation("relu")`` / ``ReLU()``) runs as one batch-norm op with
+    ``activation="relu"`` (on CUDA's channels-last path one cuDNN call each way). The same numbers
+    as unfused; False runs every layer on its own.
 
 Read them as module attributes (``config.allow_tf32``) or with :func:`get`; change them
 by assignment or temporarily with ``with config.override(allow_tf32=False): ...``.
@@ -28,16 +33,17 @@ import sys
 import threading
 from typing import Any, Callable, Iterator
 
-__all__ = ["allow_tf32", "deterministic", "benchmark", "workspace_limit", "fused_graphs", "get", "override",
-           "capture_key", "register_switches"]
+__all__ = ["allow_tf32", "deterministic", "benchmark", "workspace_limit", "fused_graphs", "fuse_layers", "get",
+           "override", "capture_key", "register_switches"]
 
 allow_tf32: bool = True
 deterministic: bool = False
 benchmark: bool = False
 workspace_limit: "int | None" = None
 fused_graphs: bool = True
+fuse_layers: bool = True
 
-_NAMES = ("allow_tf32", "deterministic", "benchmark", "workspace_limit", "fused_graphs")
+_NAMES = ("allow_tf32", "deterministic", "benchmark", "workspace_limit", "fused_graphs", "fuse_layers")
 _lock = threading.RLock()
 _module = sys.modules[__name__]
 
@@ -52,7 +58,7 @@ def register_switches(owner: str, snapshot: "Callable[[], tuple]") -> None:
 
 def capture_key() -> tuple:
     """The settings and registered switches, as one hashable tuple (cheap: read before every step)."""
-    key = (allow_tf32, deterministic, benchmark, workspace_limit, fused_graphs)
+    key = (allow_tf32, deterministic, benchmark, workspace_limit, fused_graphs, fuse_layers)
     if _switches:
         key += tuple((owner, snapshot()) for owner, snapshot in _switches.items())
     return key

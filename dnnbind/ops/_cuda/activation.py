@@ -1,8 +1,9 @@
-"""Pointwise activations: cuDNN for relu, sigmoid, tanh, elu, clipped_relu and swish;
-NVRTC kernels (``activation.cu``) for gelu, gelu_tanh, leaky_relu, softplus and linear.
+"""Pointwise activations on NVRTC kernels (``activation.cu``), one per (direction, kind, dtype),
+with 16-byte accesses when every array is 16-byte aligned; ``linear`` is a device copy.
 
-Any shape: the array is described to cuDNN as (1, size, 1, 1). float16/bfloat16 compute
-in float32 inside cuDNN and inside the kernels.
+``CUDNN_ACTIVATIONS = True`` sends relu, sigmoid, tanh, elu, clipped_relu and swish to
+cudnnActivationForward/Backward instead (the route before issue 9, kept for comparison; the array is
+described to cuDNN as (1, size, 1, 1)). float16/bfloat16 compute in float32 either way.
 """
 
 from __future__ import annotations
@@ -13,14 +14,24 @@ from ... import cudnn
 from ..._lib import cudnn as C
 from . import _common as cm
 
-__all__ = ["activation_forward", "activation_backward", "CUDNN_KINDS", "KERNEL_KINDS"]
+__all__ = ["activation_forward", "activation_backward", "CUDNN_ACTIVATIONS", "CUDNN_KINDS", "KERNEL_KINDS"]
+
+CUDNN_ACTIVATIONS: bool = False
+"""True: the kinds cuDNN offers (``CUDNN_KINDS``) run as cudnnActivationForward/Backward. On an H200 its
+op_generic_tensor_kernel moved ~2.5 TB/s for relu, where the kernels here stream at memory bandwidth."""
+# The switch changes the kernels a step captures: a captured step is keyed by it.
+cm.config().register_switches(__name__, lambda: (CUDNN_ACTIVATIONS,))
 
 CUDNN_KINDS = {"sigmoid": C.ActivationMode.SIGMOID, "relu": C.ActivationMode.RELU, "tanh": C.ActivationMode.TANH,
                "clipped_relu": C.ActivationMode.CLIPPED_RELU, "elu": C.ActivationMode.ELU,
                "swish": C.ActivationMode.SWISH}
-# `kind` numbers of activation.cu
-KERNEL_KINDS = {"gelu": 0, "gelu_tanh": 1, "leaky_relu": 2, "softplus": 3, "linear": 4, "clipped_relu": 5}
+# The kinds with kernels act_{fwd,bwd}_<kind>_<dtype> in activation.cu: every kind but linear (a copy).
+KERNEL_KINDS = ("relu", "sigmoid", "tanh", "elu", "clipped_relu", "swish", "gelu", "gelu_tanh", "leaky_relu",
+                "softplus")
 _DEFAULT_ALPHA = {"elu": 1.0, "clipped_relu": 6.0, "leaky_relu": 0.2}
+# What a backward kernel reads besides dy when not x alone (activation.cu's ActReads; the reference's column).
+_BACKWARD_READS = {"sigmoid": "y", "tanh": "y", "elu": "xy"}
+_names: dict = {}  # (direction, kind, dtype) -> kernel name, so a call formats no string
 
 
 def _act_desc(kind: str, alpha: "float | None") -> cudnn.ActivationDescriptor:
@@ -32,7 +43,26 @@ def _act_desc(kind: str, alpha: "float | None") -> cudnn.ActivationDescriptor:
 def _uses_cudnn(kind: str, dtype: Any) -> bool:
     # cuDNN's bfloat16 clipped-relu backward disagreed with the reference on the H200
     # (cuDNN 9.19); the NVRTC kernel computes it exactly.
-    return kind in CUDNN_KINDS and not (kind == "clipped_relu" and cm.suffix(dtype) == "bf16")
+    return (CUDNN_ACTIVATIONS and kind in CUDNN_KINDS
+            and not (kind == "clipped_relu" and cm.suffix(dtype) == "bf16"))
+
+
+def _kernel(direction: str, kind: str, dtype: Any) -> str:
+    key = (direction, kind, dtype)
+    name = _names.get(key)
+    if name is None:
+        name = _names[key] = f"act_{direction}_{kind}_{cm.suffix(dtype)}"
+    return name
+
+
+def _launch(name: str, arrays: tuple, accessed: tuple, n: int, alpha: float, s: Any) -> None:
+    """``arrays`` in the kernel's order; 16-byte accesses when every array in ``accessed`` (those the
+    kernel reads or writes) is 16-byte aligned: the kernel then does n // VW vectors and the last
+    n % VW elements one by one."""
+    vw = 16 // arrays[0].dtype.itemsize
+    vec = not any(a.ptr % 16 for a in accessed)
+    cm.launch("activation.cu", name, max(n // vw, 1) if vec else n,
+              tuple(cm.p(a) for a in arrays) + (cm.i64(n), cm.f64(alpha), cm.i32(vec)), s)
 
 
 def _flat_desc(x: Any) -> cudnn.TensorDescriptor:
@@ -65,15 +95,15 @@ def activation_forward(x: Any, kind: str, *, alpha: "float | None" = None, out: 
     if kind == "linear":
         cm.memcpy(y, x, s)
         return y
-    cm.launch("activation.cu", f"act_fwd_{cm.suffix(x.dtype)}", x.size,
-              (cm.p(x), cm.p(y), cm.i64(x.size), cm.i32(KERNEL_KINDS[kind]),
-               cm.f64(_DEFAULT_ALPHA.get(kind, 0.0) if alpha is None else alpha)), s)
+    _launch(_kernel("fwd", kind, x.dtype), (x, y), (x, y), int(x.size),
+            _DEFAULT_ALPHA.get(kind, 0.0) if alpha is None else alpha, s)
     return y
 
 
 def activation_backward(dy: Any, x: Any, y: Any, kind: str, *, alpha: "float | None" = None,
                         stream: Any = None) -> Any:
-    """``dx = dy * f'(x)`` (cuDNN reads y, dy and x; the kernels read dy and x)."""
+    """``dx = dy * f'(x)`` (cuDNN reads y, dy and x; the kernels read dy and, as the NumPy reference, y for
+    sigmoid and tanh, x and y for elu, x for the rest)."""
     s = cm.stream_of(stream)
     dx = cm.empty(dy.shape, dy.dtype, s)
     if dy.size == 0:
@@ -91,7 +121,8 @@ def activation_backward(dy: Any, x: Any, y: Any, kind: str, *, alpha: "float | N
     if kind == "linear":
         cm.memcpy(dx, dy, s)
         return dx
-    cm.launch("activation.cu", f"act_bwd_{cm.suffix(dy.dtype)}", dy.size,
-              (cm.p(dy), cm.p(x), cm.p(dx), cm.i64(dy.size), cm.i32(KERNEL_KINDS[kind]),
-               cm.f64(_DEFAULT_ALPHA.get(kind, 0.0) if alpha is None else alpha)), s)
+    reads = _BACKWARD_READS.get(kind, "x")
+    accessed = (dy, x, dx) if reads == "x" else (dy, y, dx) if reads == "y" else (dy, x, y, dx)
+    _launch(_kernel("bwd", kind, dy.dtype), (dy, x, y, dx), accessed, int(dy.size),
+            _DEFAULT_ALPHA.get(kind, 0.0) if alpha is None else alpha, s)
     return dx

@@ -44,11 +44,25 @@ refuses an Ex call (NOT_SUPPORTED / BAD_PARAM), that (device, shape, dtype) is r
 ``_ex_refused`` and falls back, with one warning: bfloat16 to float32 copies (which then use
 the Ex path as float32), float32/float16 to the legacy path. On the legacy path bfloat16
 always runs through float32 copies (the legacy API is not documented for bf16).
+
+**Fused relu** (``activation="relu"``; ``FUSE_ACTIVATION``). 4-d NHWC training on the Ex path with
+C a multiple of 4 (the channel counts TensorFlow and nnabla fuse for) runs one
+``cudnnBatchNormalizationForwardTrainingEx`` with CUDNN_BATCHNORM_OPS_BN_ACTIVATION and a relu
+activation descriptor, and one ``cudnnBatchNormalizationBackwardEx`` likewise, which takes ``dy``
+w.r.t. the activated output, the activated ``y``, beta and the forward's reserve (cuDNN may keep the
+relu mask there: the sizes are queried with the same bnOps and descriptor, and cached apart from the
+plain ones). The record's ``path`` is ``"cudnn_persistent_relu"``; its reserve serves only that
+backward. Everywhere else (2-d, NCHW, float64, other channel counts, a refusal remembered in
+``_ex_refused`` under (device, shape, dtype, "relu")) the forward runs the plain batch norm, then
+the relu in place on y, and the backward the relu backward (from y), then the plain backward. A
+refusal of the fused call is logged once (debug, ``dnnbind.ops.batchnorm``): the numbers are the same.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import logging
 from typing import Any
 
 import numpy as np
@@ -57,10 +71,13 @@ from ... import cudnn
 from ..._lib import cudnn as C
 from ..batchnorm import BatchNormSaved
 from . import _common as cm
+from .activation import activation_backward, activation_forward
 from .elementwise import cast
 
 __all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
-           "USE_PERSISTENT_NHWC", "BN2D_PATH", "BF16_DIRECT", "INFERENCE_KERNEL"]
+           "USE_PERSISTENT_NHWC", "BN2D_PATH", "BF16_DIRECT", "INFERENCE_KERNEL", "FUSE_ACTIVATION"]
+
+_log = logging.getLogger("dnnbind.ops.batchnorm")
 
 # ------------------------------------------------------------------------------ switches
 USE_PERSISTENT_NHWC: bool = True
@@ -77,9 +94,13 @@ BF16_DIRECT: bool = True
 INFERENCE_KERNEL: bool = True
 """Channels-last inference through the NVRTC kernel (False: cudnnBatchNormalizationForwardInference)."""
 
+FUSE_ACTIVATION: bool = True
+"""``activation="relu"`` on the fused *Ex calls (CUDNN_BATCHNORM_OPS_BN_ACTIVATION) where they apply
+(False: the batch norm and the relu as separate calls everywhere)."""
+
 
 def _switches() -> tuple:
-    return (USE_PERSISTENT_NHWC, BN2D_PATH, BF16_DIRECT, INFERENCE_KERNEL)
+    return (USE_PERSISTENT_NHWC, BN2D_PATH, BF16_DIRECT, INFERENCE_KERNEL, FUSE_ACTIVATION)
 
 
 # They choose which kernels a step launches: a captured step graph must be keyed by them.
@@ -87,6 +108,7 @@ cm.config().register_switches(__name__, _switches)
 
 _PERSISTENT = C.BatchNormMode.SPATIAL_PERSISTENT
 _OPS_BN = C.BatchNormOps.BN
+_OPS_BN_RELU = C.BatchNormOps.BN_ACTIVATION
 # PyTorch's cuDNN batch-norm limits (Normalization.cpp: N for spatial training; 32-bit indexing).
 _MAX_N_TRAINING = 880801
 _MAX_ELEMENTS = 2**31 - 1
@@ -154,45 +176,63 @@ _fwd_sizes = cudnn.LRUCache(SIZE_CACHE_SIZE, "batchnorm Ex forward sizes")
 _bwd_sizes = cudnn.LRUCache(SIZE_CACHE_SIZE, "batchnorm Ex backward workspace sizes")
 
 
-def _size_key(device: int, x: Any) -> tuple:
-    return (device, _nhwc_dims(x), x.dtype)
+def _size_key(device: int, x: Any, fused: bool = False) -> tuple:
+    """The plain calls' key; the fused calls' sizes (another bnOps, an activation) end in "relu"."""
+    key = (device, _nhwc_dims(x), x.dtype)
+    return key + ("relu",) if fused else key
 
 
-def _forward_sizes(handle: int, key: tuple, xd: int, pd: int) -> "tuple[int, int]":
-    """(workspace, reserve) bytes of the Ex training forward; ``xd``/``pd`` are raw descriptors."""
+def _relu_desc() -> cudnn.ActivationDescriptor:
+    # the descriptor ops.activation_forward uses for relu (NaN propagated): one cached object
+    return cudnn.ActivationDescriptor.cached(C.ActivationMode.RELU, 0.0, None, True)
+
+
+def _forward_sizes(handle: int, key: tuple, xd: int, pd: int, act: int = 0) -> "tuple[int, int]":
+    """(workspace, reserve) bytes of the Ex training forward; ``xd``/``pd`` are raw descriptors,
+    ``act`` the raw relu descriptor of the fused call (0: the plain CUDNN_BATCHNORM_OPS_BN call)."""
     sizes = _fwd_sizes.get(key)
     if sizes is None:
         ws, reserve = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        # x, z (unused with OPS_BN; as PyTorch), y, scale/bias, no activation
-        C.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, _PERSISTENT, _OPS_BN, xd, xd, xd, pd,
-                                                                   None, ctypes.byref(ws))
-        C.cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, _PERSISTENT, _OPS_BN, None, xd,
-                                                               ctypes.byref(reserve))
+        if act:
+            # x, z (NULL: no add), y, scale/bias, the relu
+            C.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, _PERSISTENT, _OPS_BN_RELU, xd, None,
+                                                                       xd, pd, act, ctypes.byref(ws))
+            C.cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, _PERSISTENT, _OPS_BN_RELU, act, xd,
+                                                                   ctypes.byref(reserve))
+        else:
+            # x, z (unused with OPS_BN; as PyTorch), y, scale/bias, no activation
+            C.cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(handle, _PERSISTENT, _OPS_BN, xd, xd, xd, pd,
+                                                                       None, ctypes.byref(ws))
+            C.cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, _PERSISTENT, _OPS_BN, None, xd,
+                                                                   ctypes.byref(reserve))
         sizes = _fwd_sizes.put(key, (int(ws.value), int(reserve.value)))
     return sizes
 
 
-def _backward_workspace(handle: int, key: tuple, xd: int, pd: int) -> int:
+def _backward_workspace(handle: int, key: tuple, xd: int, pd: int, act: int = 0) -> int:
     size = _bwd_sizes.get(key)
     if size is None:
         out = ctypes.c_size_t(0)
         # Argument order: xDesc, yDesc, dyDesc, dzDesc, dxDesc, dBnScaleBiasDesc, activationDesc
-        # (yDesc as PyTorch passes it; with CUDNN_BATCHNORM_OPS_BN it is not read).
-        C.cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, _PERSISTENT, _OPS_BN, xd, xd, xd, None, xd, pd,
-                                                            None, ctypes.byref(out))
+        # (yDesc as PyTorch passes it; with CUDNN_BATCHNORM_OPS_BN it is not read, with
+        # BN_ACTIVATION it describes the activated y the backward reads).
+        C.cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, _PERSISTENT, _OPS_BN_RELU if act else _OPS_BN, xd,
+                                                            xd, xd, None, xd, pd, act or None, ctypes.byref(out))
         size = _bwd_sizes.put(key, int(out.value))
     return size
 
 
 # ------------------------------------------------------------------------ saved state
 
-PERSISTENT, LEGACY = "cudnn_persistent", "cudnn"  # BatchNormSaved.path values of this module
+# BatchNormSaved.path values of this module: the *Ex call (plain, or with the fused relu), the legacy API
+PERSISTENT, FUSED, LEGACY = "cudnn_persistent", "cudnn_persistent_relu", "cudnn"
 
 
-def _reserve_for(saved: BatchNormSaved, x: Any, nbytes: int) -> Any:
-    """The forward's reserve in ``saved`` when it was made for this x and holds ``nbytes``, else None."""
+def _reserve_for(saved: BatchNormSaved, x: Any, nbytes: int, path: str = PERSISTENT) -> Any:
+    """The forward's reserve in ``saved`` when the ``path`` call made it for this x and it holds
+    ``nbytes``, else None (a fused call's reserve never serves the plain backward, nor the reverse)."""
     reserve = saved.reserve
-    if (reserve is None or saved.path != PERSISTENT or saved.x_shape != tuple(x.shape)
+    if (reserve is None or saved.path != path or saved.x_shape != tuple(x.shape)
             or saved.x_dtype != x.dtype or reserve.nbytes < nbytes):
         return None
     return reserve
@@ -223,14 +263,28 @@ def _use_ex(x: Any, mode: str, layout: str) -> bool:
     return (x.device_index, tuple(x.shape), str(x.dtype)) not in _ex_refused
 
 
-def _refuse(x: Any, exc: "cm.CudnnError") -> bool:
+def _use_fused(x: Any, mode: str, layout: str) -> bool:
+    """Whether training with the relu takes the fused *Ex calls (else the unfused ops)."""
+    if not FUSE_ACTIVATION or x.ndim != 4 or int(x.shape[3]) % 4 or not _use_ex(x, mode, layout):
+        return False
+    return (x.device_index, tuple(x.shape), str(x.dtype), "relu") not in _ex_refused
+
+
+def _refuse(x: Any, exc: "cm.CudnnError", fused: bool = False) -> bool:
     """cuDNN refused x on the Ex path: remember it and fall back (True), or re-raise (False).
 
     bfloat16 falls back to float32 copies (which take the Ex path as float32), float32 and
-    float16 to the legacy SPATIAL path. A warning names the shape once.
+    float16 to the legacy SPATIAL path. A warning names the shape once. A refused fused call
+    (``fused``) falls back to the plain calls and the separate relu: one debug line, no warning
+    (the numbers are the same; the model asked for no fusion, the library chose it).
     """
     if exc.status not in _REFUSALS:
         return False
+    if fused:
+        _ex_refused.add((x.device_index, tuple(x.shape), str(x.dtype), "relu"))
+        _log.debug("batchnorm: cuDNN refused the fused relu for %s x of shape %s (%s: %s); running the batch norm "
+                   "and the relu apart for it", x.dtype, tuple(x.shape), exc.status_name, exc.detail)
+        return True
     _ex_refused.add((x.device_index, tuple(x.shape), str(x.dtype)))
     fallback = "float32 copies" if x.dtype == cm.BF16 else "the legacy CUDNN_BATCHNORM_SPATIAL path"
     cm.warn_once(("bn-ex", tuple(x.shape), str(x.dtype)),
@@ -242,35 +296,56 @@ def _refuse(x: Any, exc: "cm.CudnnError") -> bool:
 # ------------------------------------------------------------------------ training forward
 
 def _forward_training_ex(x: Any, g: Any, b: Any, rm: Any, rv: Any, momentum: float, epsilon: float, y: Any,
-                         s: Any, mode: str, layout: str) -> BatchNormSaved:
-    """Ex / SPATIAL_PERSISTENT training forward into ``y``; returns the saved state (with the reserve)."""
+                         s: Any, mode: str, layout: str, fused: bool = False) -> BatchNormSaved:
+    """Ex / SPATIAL_PERSISTENT training forward into ``y`` (``fused``: with the relu, one
+    CUDNN_BATCHNORM_OPS_BN_ACTIVATION call); returns the saved state (with the reserve)."""
     x_desc, p_desc = _ex_descs(x)  # held for the calls: a cache may evict them meanwhile
+    act_desc = _relu_desc() if fused else None
     handle_obj = cm.cudnn_handle(s)
     handle, xd, pd = handle_obj.handle, x_desc.handle, p_desc.handle
-    ws_size, reserve_size = _forward_sizes(handle, _size_key(s.device_index, x), xd, pd)
+    act = act_desc.handle if fused else 0
+    ws_size, reserve_size = _forward_sizes(handle, _size_key(s.device_index, x, fused), xd, pd, act)
     pshape = tuple(g.shape)
     save_mean, save_inv = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
     reserve = cm.empty((reserve_size,), np.uint8, s) if reserve_size else None
     ws = cudnn.workspace(s, ws_size)
     try:
         C.cudnnBatchNormalizationForwardTrainingEx(
-            handle, _PERSISTENT, _OPS_BN, cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype), xd, x.ptr, None, None, xd, y.ptr,
-            pd, g.ptr, b.ptr, 1.0 - float(momentum), rm.ptr, rv.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None,
-            ws or None, ws_size, cm.ptr(reserve) or None, reserve_size)
+            handle, _PERSISTENT, _OPS_BN_RELU if fused else _OPS_BN, cm.ONE.of(x.dtype), cm.ZERO.of(x.dtype), xd,
+            x.ptr, None, None, xd, y.ptr, pd, g.ptr, b.ptr, 1.0 - float(momentum), rm.ptr, rv.ptr, float(epsilon),
+            save_mean.ptr, save_inv.ptr, act or None, ws or None, ws_size, cm.ptr(reserve) or None, reserve_size)
     except cm.CudnnError as exc:
         exc.add_context(**_context("cudnnBatchNormalizationForwardTrainingEx", x, mode, layout, epsilon),
-                        workspace=ws_size, reserve=reserve_size)
+                        workspace=ws_size, reserve=reserve_size, bn_ops="BN_ACTIVATION (relu)" if fused else "BN")
         raise
+    if fused:
+        return BatchNormSaved(save_mean, save_inv, reserve=reserve, path=FUSED, x_shape=tuple(x.shape),
+                              x_dtype=x.dtype, activation="relu", beta=b)
     return BatchNormSaved(save_mean, save_inv, reserve=reserve, path=PERSISTENT, x_shape=tuple(x.shape),
                           x_dtype=x.dtype)
 
 
 def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, *,
                                momentum: float = 0.99, epsilon: float = 1e-3, mode: str = "spatial",
-                               layout: str = "NCHW", out: Any = None,
+                               layout: str = "NCHW", activation: "str | None" = None, out: Any = None,
                                stream: Any = None) -> "tuple[Any, BatchNormSaved]":
-    """(y, saved); updates running_mean/running_var in place."""
+    """(y, saved); updates running_mean/running_var in place. ``activation="relu"``: y = relu(bn(x))."""
     s = cm.stream_of(stream)
+    if activation is not None:
+        if _use_fused(x, mode, layout):
+            y = cm.output(out, x.shape, x.dtype, s)
+            try:
+                saved = _forward_training_ex(x, gamma, beta, running_mean, running_var, momentum, epsilon, y, s, mode,
+                                             layout, fused=True)
+            except cm.CudnnError as exc:
+                if not _refuse(x, exc, fused=True):
+                    raise
+            else:
+                return y, saved
+        y, saved = batchnorm_forward_training(x, gamma, beta, running_mean, running_var, momentum=momentum,
+                                              epsilon=epsilon, mode=mode, layout=layout, out=out, stream=s)
+        activation_forward(y, "relu", out=y, stream=s)
+        return y, dataclasses.replace(saved, activation=activation)
     kw = dict(momentum=momentum, epsilon=epsilon, mode=mode, layout=layout)
     if _use_ex(x, mode, layout):
         y = cm.output(out, x.shape, x.dtype, s)
@@ -343,18 +418,26 @@ def batchnorm_forward_inference(x: Any, gamma: Any, beta: Any, running_mean: Any
 # --------------------------------------------------------------------------- backward
 
 def _backward_ex(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, epsilon: float, s: Any,
-                 mode: str, layout: str) -> "tuple[Any, Any, Any] | None":
-    """Ex / SPATIAL_PERSISTENT backward, or None when cuDNN needs a reserve that ``saved`` lacks."""
+                 mode: str, layout: str, y: Any = None) -> "tuple[Any, Any, Any] | None":
+    """Ex / SPATIAL_PERSISTENT backward, or None when cuDNN needs a reserve that ``saved`` lacks.
+
+    ``y`` given: the fused relu backward (CUDNN_BATCHNORM_OPS_BN_ACTIVATION), ``dy`` w.r.t. the
+    activated ``y``; it needs a record of the fused forward (its reserve and beta)."""
+    fused = y is not None
+    if fused and saved.beta is None:
+        return None
     x_desc, p_desc = _ex_descs(x)  # held for the calls: a cache may evict them meanwhile
+    act_desc = _relu_desc() if fused else None
     handle_obj = cm.cudnn_handle(s)
     handle, xd, pd = handle_obj.handle, x_desc.handle, p_desc.handle
-    key = _size_key(s.device_index, x)
-    _, reserve_size = _forward_sizes(handle, key, xd, pd)
-    reserve = _reserve_for(saved, x, reserve_size) if reserve_size else None
+    act = act_desc.handle if fused else 0
+    key = _size_key(s.device_index, x, fused)
+    _, reserve_size = _forward_sizes(handle, key, xd, pd, act)
+    reserve = _reserve_for(saved, x, reserve_size, FUSED if fused else PERSISTENT) if reserve_size else None
     if reserve_size and reserve is None:
         return None
     save_mean, save_inv = saved.mean, saved.inv_std
-    ws_size = _backward_workspace(handle, key, xd, pd)
+    ws_size = _backward_workspace(handle, key, xd, pd, act)
     dx = cm.empty(x.shape, x.dtype, s)
     pshape = tuple(gamma.shape)
     dgamma, dbeta = cm.empty(pshape, cm.F32, s), cm.empty(pshape, cm.F32, s)
@@ -362,22 +445,41 @@ def _backward_ex(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, epsilon: fl
     ws = cudnn.workspace(s, ws_size)
     reserve_ptr = cm.ptr(reserve) if reserve is not None else 0
     try:
-        C.cudnnBatchNormalizationBackwardEx(
-            handle, _PERSISTENT, _OPS_BN, one, zero, one, zero, xd, x.ptr, None, None, xd, dy.ptr, None, None, xd,
-            dx.ptr, pd, gamma.ptr, None, dgamma.ptr, dbeta.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None,
-            ws or None, ws_size, reserve_ptr or None, reserve_size)
+        if fused:
+            C.cudnnBatchNormalizationBackwardEx(
+                handle, _PERSISTENT, _OPS_BN_RELU, one, zero, one, zero, xd, x.ptr, xd, y.ptr, xd, dy.ptr, None, None,
+                xd, dx.ptr, pd, gamma.ptr, saved.beta.ptr, dgamma.ptr, dbeta.ptr, float(epsilon), save_mean.ptr,
+                save_inv.ptr, act, ws or None, ws_size, reserve_ptr or None, reserve_size)
+        else:
+            C.cudnnBatchNormalizationBackwardEx(
+                handle, _PERSISTENT, _OPS_BN, one, zero, one, zero, xd, x.ptr, None, None, xd, dy.ptr, None, None, xd,
+                dx.ptr, pd, gamma.ptr, None, dgamma.ptr, dbeta.ptr, float(epsilon), save_mean.ptr, save_inv.ptr, None,
+                ws or None, ws_size, reserve_ptr or None, reserve_size)
     except cm.CudnnError as exc:
         exc.add_context(**_context("cudnnBatchNormalizationBackwardEx", x, mode, layout, epsilon),
-                        workspace=ws_size, reserve=reserve_size)
+                        workspace=ws_size, reserve=reserve_size, bn_ops="BN_ACTIVATION (relu)" if fused else "BN")
         raise
     return dx, dgamma, dbeta
 
 
 def batchnorm_backward(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, *, epsilon: float = 1e-3,
-                       mode: str = "spatial", layout: str = "NCHW", stream: Any = None) -> "tuple[Any, Any, Any]":
+                       mode: str = "spatial", layout: str = "NCHW", activation: "str | None" = None, y: Any = None,
+                       stream: Any = None) -> "tuple[Any, Any, Any]":
     """(dx, dgamma, dbeta) from the forward's ``saved``; dgamma/dbeta are overwritten (beta for the
-    parameter gradients is 0)."""
+    parameter gradients is 0). ``activation="relu"``: ``dy`` w.r.t. the activated output ``y``."""
     s = cm.stream_of(stream)
+    if activation is not None:
+        if saved.path == FUSED and _use_fused(x, mode, layout):
+            try:
+                result = _backward_ex(dy, x, gamma, saved, epsilon, s, mode, layout, y=y)
+            except cm.CudnnError as exc:
+                if not _refuse(x, exc, fused=True):
+                    raise
+            else:
+                if result is not None:
+                    return result
+        # relu's backward from its output alone: y > 0 exactly where its input was
+        dy = activation_backward(dy, y, y, "relu", stream=s)
     if _use_ex(x, mode, layout):
         try:
             result = _backward_ex(dy, x, gamma, saved, epsilon, s, mode, layout)

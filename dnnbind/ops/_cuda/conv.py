@@ -4,8 +4,9 @@ conv + bias + activation.
 cuDNN calls: cudnnConvolutionForward / BackwardData / BackwardFilter (algorithms from
 :mod:`dnnbind.cudnn.algo`), cudnnConvolutionBiasActivationForward, on the public
 :mod:`dnnbind.cudnn` descriptors; the fused conv + bias + activation graph of ``fused.py``
-(cuDNN graph API) where it is chosen; NVRTC kernels from ``layout.cu`` for explicit padding,
-cropping and the bias add/reduction.
+(cuDNN graph API) where it is chosen, and the plain convolutions as graph plans of ``conv_graph.py``
+where chosen (channels-last, groups 1: a legacy call costs cuDNN 9 a graph rebuild on the host);
+NVRTC kernels from ``layout.cu`` for explicit padding, cropping and the bias add/reduction.
 
 Asymmetric padding (Keras ``padding="same"`` with an even window or stride > 1) cannot be
 put in a cuDNN descriptor. It is done exactly instead: the input is copied into a
@@ -32,7 +33,7 @@ from ...cudnn import algo
 from .._params import ConvParams
 from . import _common as cm
 from . import activation as act_mod
-from . import fused
+from . import conv_graph, fused
 
 __all__ = [
     "conv2d_forward",
@@ -199,8 +200,40 @@ def _padded_input(x: Any, g: _Geometry, stream) -> Any:
 
 
 def _run(direction: str, g: _Geometry, stream, buffers: tuple, function: str, call) -> None:
-    """Choose the algorithm (cached), get its workspace, make the cuDNN call with context on errors."""
+    """Run one convolution: the cuDNN graph plan ``conv_graph.py`` chose for this shape key (channels-last,
+    groups 1, ``config.fused_graphs``), else the legacy call. ``buffers``: the x, w, y-role pointers."""
     handle = cm.cudnn_handle(stream)
+    if cm.config().fused_graphs and _graph_run(
+            direction, g, stream, handle, buffers, function,
+            lambda: _legacy_run(direction, g, stream, handle, buffers, function, call)):
+        return
+    _legacy_run(direction, g, stream, handle, buffers, function, call)
+
+
+def _graph_run(direction: str, g: _Geometry, stream, handle, buffers: tuple, function: str, legacy) -> bool:
+    """The convolution as a cuDNN graph plan where ``conv_graph.py`` chose one: True when it ran."""
+    cfg = cm.config()
+    # Memoised on the geometry as its ConvKeys are (deterministic decides whether backward keys exist).
+    memo = ("graph", direction, stream.device_index, cfg.allow_tf32, cfg.benchmark, cfg.workspace_limit,
+            cfg.deterministic)
+    key = g.keys.get(memo, False)
+    if key is False:
+        key = g.keys[memo] = conv_graph.conv_key(
+            direction, stream.device_index, g.xp_dims, g.w_kcrs, g.y_dims, g.desc_pad, g.params.stride,
+            g.params.dilation, g.params.groups, g.dtype, g.layout)
+    if key is None:
+        return False
+    try:
+        return conv_graph.convolution(key, handle, stream, buffers, legacy)
+    except cm.CudnnError as exc:
+        for name, value in g.context(f"{function} as a cuDNN graph plan (cudnnBackendExecute)").items():
+            exc.context.setdefault(name, value)
+        exc.add_context()
+        raise
+
+
+def _legacy_run(direction: str, g: _Geometry, stream, handle, buffers: tuple, function: str, call) -> None:
+    """Choose the algorithm (cached), get its workspace, make the cuDNN call with context on errors."""
     key = g.key(direction, stream.device_index)
     choice = None
     try:

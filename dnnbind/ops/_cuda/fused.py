@@ -18,8 +18,9 @@ activation, ``allow_tf32``, ``benchmark``, ``workspace_limit``):
 * ``config.benchmark`` True: the plan may also come from the "fallback" heuristics; both paths run on
   the real buffers, one warm-up and :data:`BENCHMARK_REPS` timed runs each between CUDA events on the
   call's stream (this synchronises, once per key, in the eager warm-up, as ``cudnnFind*AlgorithmEx``
-  does for the algorithms); the faster wins. The events time what the stream ran, launch gaps
-  included: the unfused path's three launches pay for theirs.
+  does for the algorithms); the graph wins when its time is at most :data:`GRAPH_MARGIN` (1.02)
+  times the legacy path's. The timed runs are queued behind a kernel that holds the
+  stream (``timing.cu``), so the events time GPU work only, as a captured step replays it.
 
 A refusal (:class:`~dnnbind.cudnn.graph.GraphNotSupportedError`, or a cuDNN "not supported" / "bad
 parameter" status from the build or the first run) is remembered for the key and costs one debug
@@ -56,8 +57,8 @@ from ...cudnn import workspace
 from ...errors import CudnnError
 from . import _common as cm
 
-__all__ = ["ConvBiasActKey", "Choice", "ACTIVATIONS", "DTYPES", "BENCHMARK_REPS", "conv_bias_activation_key",
-           "conv_bias_activation", "cache_info", "stats", "clear_cache"]
+__all__ = ["ConvBiasActKey", "Choice", "ACTIVATIONS", "DTYPES", "BENCHMARK_REPS", "ALIGNMENT",
+           "conv_bias_activation_key", "conv_bias_activation", "cache_info", "stats", "clear_cache"]
 
 _log = logging.getLogger("dnnbind.ops.fused")
 
@@ -103,13 +104,19 @@ class ConvBiasActKey:
 
 @dataclass(frozen=True)
 class Choice:
-    """The path a key runs: ``plan`` (graph) or None (legacy), why (``source``), and the timings (ms)."""
+    """The path a key runs: ``plan`` (graph) or None (legacy), why (``source``), and the timings (ms).
+
+    ``graph_ms`` is the fastest plan's time; ``timings`` lists every path measured under
+    ``config.benchmark`` as ``(label, ms)`` pairs (a plan's label is its ``Plan.engine``; the legacy
+    path's is ``"legacy"``), in the order they ran; ``conv_graph.py`` fills it, the fused path needs none.
+    """
 
     plan: "cgraph.Plan | None"
     source: str  # "heuristic", "benchmark", "refused", "workspace_limit"
     graph_ms: "float | None" = None
     legacy_ms: "float | None" = None
     reason: str = ""
+    timings: tuple = ()
 
     @property
     def path(self) -> str:
@@ -173,10 +180,27 @@ def _refusal(err: CudnnError) -> bool:
         or err.status in _BAD_PARAM_RANGE
 
 
+GRAPH_MARGIN = 1.02
+"""A graph plan is taken when its measured GPU time is at most this factor times the legacy path's: within
+2% the GPU times are a tie (they were within 1% for most of airbench's convolutions on the H200, either way
+from run to run), and a plan costs ~25 us of host time per call against 45-120 us for a legacy cuDNN call,
+which is what an eager step is bound by."""
+
+HOLD_NS = 2_000_000
+"""How long (ns) the stream is held before the timed runs: longer than the host needs to queue
+:data:`BENCHMARK_REPS` runs of any path (a legacy convolution call costs up to ~120 us of host time)."""
+
+
 def _time_ms(fn: Callable[[], Any], stream: Any, reps: int) -> float:
-    """Mean milliseconds of ``fn()`` on ``stream`` over ``reps`` runs after one warm-up (synchronises)."""
+    """Mean GPU milliseconds of ``fn()`` on ``stream`` over ``reps`` runs after one warm-up (synchronises).
+
+    The runs are queued behind a kernel that holds the stream for :data:`HOLD_NS`, so they execute back
+    to back and the events time the GPU work alone: the choice is made for the captured step, which
+    replays with no host gaps. (Eagerly the graph paths are also the cheaper ones on the host.)
+    """
     fn()
     start, end = Event(device=stream.device_index), Event(device=stream.device_index)
+    cm.launch_rows("timing.cu", "hold_stream", 1, (np.int64(HOLD_NS),), stream, block=1)
     start.record(stream)
     for _ in range(reps):
         fn()
@@ -202,7 +226,7 @@ def _decide(key: ConvBiasActKey, handle: Any, stream: Any, ptrs: tuple, legacy: 
                    err.status_name, err.detail)
         return Choice(None, "refused", reason=f"{err.status_name}: {err.detail}")
     legacy_ms = _time_ms(legacy, stream, BENCHMARK_REPS)
-    return Choice(plan if graph_ms <= legacy_ms else None, "benchmark", graph_ms, legacy_ms)
+    return Choice(plan if graph_ms <= legacy_ms * GRAPH_MARGIN else None, "benchmark", graph_ms, legacy_ms)
 
 
 def conv_bias_activation(key: ConvBiasActKey, handle: Any, stream: Any, x_in: Callable[[], Any], w_ptr: int,

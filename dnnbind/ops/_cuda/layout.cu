@@ -166,30 +166,109 @@ __device__ __forceinline__ void column_sums(const I* x, O* out, i64 rows, i64 C,
     }
 FOR_FLOAT_TYPES(CHANNEL_SUM_LAST_KERNELS)
 
-// Max-pooling backward for channels-last tensors with non-overlapping windows (stride ==
-// window, no padding), one thread per pooled position and VW neighbouring channels (16-byte
-// accesses when `vec`: C % VW == 0 and every pointer 16-byte aligned, checked on the host; else
-// VW = 1): the whole window is written, dy at the first maximum in top-left-first order (as
-// the NumPy reference), 0 elsewhere. Each window is read in full before any of it is written
-// (and 2x2 / 3x3 windows are unrolled), so its loads are in flight together. Rows and columns
-// past the last full window are zeroed by the caller. (cuDNN's NHWC max-pool backward took
-// 1.1 ms of a 9.4 ms airbench94 step on an H200.)
+// Max pooling for channels-last tensors with non-overlapping windows (stride == window, no
+// padding; rows and columns past the last full window belong to no window, Keras "valid"), one
+// thread per pooled position and VW neighbouring channels (16-byte accesses when `vec`: C % VW == 0
+// and every pointer 16-byte aligned, checked on the host; else VW = 1); 2x2 and 3x3 windows are
+// unrolled, and each window is read in full before anything is written, so its loads are in
+// flight together.
+//
+// Forward: y is the window's first maximum in top-left-first order, copied bit for bit from x, or
+// a NaN of the window if it holds one (cuDNN's CUDNN_PROPAGATE_NAN, which the cuDNN path sets, and
+// np.maximum in the NumPy reference). Values compare in float, exact for every type. (cuDNN's
+// pooling_fw_kernel_max_nhwc took 97 us for airbench94's 1024x31x31x64 bfloat16 input on an H200.)
+// Where the window of pooled vector i (VW channels of one pooled position, channels fastest)
+// starts in x: its top-left element's index.
+__device__ __forceinline__ i64 window_base(i64 i, int VW, int H, int W, int C, int OH, int OW, int KH, int KW) {
+    const int cv = C / VW;
+    i64 r = i / cv;
+    const int c = (int)(i - r * cv) * VW;
+    const int ow = (int)(r % OW);
+    r /= OW;
+    const int oh = (int)(r % OH);
+    const i64 n = r / OH;
+    return ((n * H + (i64)oh * KH) * W + (i64)ow * KW) * C + c;
+}
+
+template <typename T, int VW, int KH_, int KW_>
+__device__ __forceinline__ void maxpool_fwd_nhwc(const T* __restrict__ x, T* __restrict__ y, i64 total, int H, int W,
+                                                 int C, int OH, int OW, int kh_rt, int kw_rt) {
+    typedef typename Acc<T>::t A;
+    const int KH = KH_ ? KH_ : kh_rt, KW = KW_ ? KW_ : kw_rt;
+    GRID_STRIDE(i, total / VW) {
+        const i64 base = window_base(i, VW, H, W, C, OH, OW, KH, KW);
+        Pack<T, VW> best = load_pack<T, VW>(x, base);
+        A m[VW];
+#pragma unroll
+        for (int k = 0; k < VW; ++k) m[k] = (A)load(best.e, k);
+#pragma unroll
+        for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                if (kh == 0 && kw == 0) continue;
+                const Pack<T, VW> v = load_pack<T, VW>(x, base + ((i64)kh * W + kw) * C);
+#pragma unroll
+                for (int k = 0; k < VW; ++k) {
+                    const A a = (A)load(v.e, k);
+                    // Strictly greater keeps the first maximum; a NaN, once taken, is never replaced.
+                    if (a > m[k] || (a != a && m[k] == m[k])) {
+                        m[k] = a;
+                        best.e[k] = v.e[k];
+                    }
+                }
+            }
+        store_pack<T, VW>(y, i * VW, best);
+    }
+}
+
+// Backward: the whole window is written, dy at the first maximum in top-left-first order (as the
+// NumPy reference), 0 elsewhere; the same threads first write 0 to the rows and columns past the
+// last window, so every element of dx is written once and no memset precedes the kernel. (cuDNN's
+// NHWC max-pool backward took 1.1 ms of a 9.4 ms airbench94 step on an H200; zeroing all of dx
+// first for its 31 -> 15 pooling took 17 us a call.)
+//
+// The rows and columns past the last window, in a loop of its own before the windows' (after it,
+// the bfloat16 kernel took 72 registers instead of 50).
+template <typename T, int VW>
+__device__ __forceinline__ void maxpool_bwd_nhwc_edges(T* dx, i64 total, int H, int W, int C, int OH, int OW,
+                                                       int KH, int KW) {
+    typedef typename Acc<T>::t A;
+    const int cv = C / VW;
+    // Per image the columns [OW*KW, W) of rows [0, OH*KH), then all of rows [OH*KH, H), in order.
+    const int h_in = OH * KH, w_in = OW * KW, right = W - w_in;
+    const i64 right_items = (i64)h_in * right, per_image = right_items + (i64)(H - h_in) * W;
+    if (per_image == 0) return;
+    Pack<T, VW> zero;
+#pragma unroll
+    for (int k = 0; k < VW; ++k) store(zero.e, k, (A)0);
+#pragma unroll 1
+    GRID_STRIDE(e, total / ((i64)OH * OW * C) * per_image * cv) {  // N * per_image * cv
+        const i64 p = e / cv, n = p / per_image;
+        const int c = (int)(e - p * cv) * VW;
+        i64 q = p - n * per_image;
+        int h, w;
+        if (q < right_items) {
+            h = (int)(q / right);
+            w = w_in + (int)(q - (i64)h * right);
+        } else {
+            q -= right_items;
+            h = h_in + (int)(q / W);
+            w = (int)(q - (i64)(h - h_in) * W);
+        }
+        store_pack<T, VW>(dx, ((n * H + h) * W + w) * C + c, zero);
+    }
+}
+
 template <typename T, int VW, int KH_, int KW_>
 __device__ __forceinline__ void maxpool_bwd_nhwc(const T* __restrict__ x, const T* __restrict__ y,
                                                  const T* __restrict__ dy, T* __restrict__ dx, i64 total, int H,
                                                  int W, int C, int OH, int OW, int kh_rt, int kw_rt) {
     typedef typename Acc<T>::t A;
     const int KH = KH_ ? KH_ : kh_rt, KW = KW_ ? KW_ : kw_rt;
-    const int cv = C / VW;
+    maxpool_bwd_nhwc_edges<T, VW>(dx, total, H, W, C, OH, OW, KH, KW);
     GRID_STRIDE(i, total / VW) {
-        i64 r = i / cv;
-        const int c = (int)(i - r * cv) * VW;
-        const int ow = (int)(r % OW);
-        r /= OW;
-        const int oh = (int)(r % OH);
-        const i64 n = r / OH;
         const Pack<T, VW> m = load_pack<T, VW>(y, i * VW), g = load_pack<T, VW>(dy, i * VW);
-        const i64 base = ((n * H + (i64)oh * KH) * W + (i64)ow * KW) * C + c;
+        const i64 base = window_base(i, VW, H, W, C, OH, OW, KH, KW);
         int hit[VW];
 #pragma unroll
         for (int k = 0; k < VW; ++k) hit[k] = -1;
@@ -215,6 +294,14 @@ __device__ __forceinline__ void maxpool_bwd_nhwc(const T* __restrict__ x, const 
 }
 
 template <typename T, int VW>
+__device__ __forceinline__ void maxpool_fwd_nhwc_windows(const T* x, T* y, i64 total, int H, int W, int C, int OH,
+                                                         int OW, int KH, int KW) {
+    if (KH == 2 && KW == 2) maxpool_fwd_nhwc<T, VW, 2, 2>(x, y, total, H, W, C, OH, OW, KH, KW);
+    else if (KH == 3 && KW == 3) maxpool_fwd_nhwc<T, VW, 3, 3>(x, y, total, H, W, C, OH, OW, KH, KW);
+    else maxpool_fwd_nhwc<T, VW, 0, 0>(x, y, total, H, W, C, OH, OW, KH, KW);
+}
+
+template <typename T, int VW>
 __device__ __forceinline__ void maxpool_bwd_nhwc_windows(const T* x, const T* y, const T* dy, T* dx, i64 total,
                                                          int H, int W, int C, int OH, int OW, int KH, int KW) {
     if (KH == 2 && KW == 2) maxpool_bwd_nhwc<T, VW, 2, 2>(x, y, dy, dx, total, H, W, C, OH, OW, KH, KW);
@@ -223,6 +310,12 @@ __device__ __forceinline__ void maxpool_bwd_nhwc_windows(const T* x, const T* y,
 }
 
 #define MAXPOOL_NHWC_KERNELS(T, S)                                                                 \
+    extern "C" __global__ void maxpool2d_fwd_nhwc_##S(const T* x, T* y, i64 total, int H, int W,   \
+                                                      int C, int OH, int OW, int KH, int KW,       \
+                                                      int vec) {                                   \
+        if (vec) maxpool_fwd_nhwc_windows<T, 16 / (int)sizeof(T)>(x, y, total, H, W, C, OH, OW, KH, KW); \
+        else maxpool_fwd_nhwc_windows<T, 1>(x, y, total, H, W, C, OH, OW, KH, KW);                 \
+    }                                                                                              \
     extern "C" __global__ void maxpool2d_bwd_nhwc_##S(const T* x, const T* y, const T* dy, T* dx,  \
                                                       i64 total, int H, int W, int C, int OH,      \
                                                       int OW, int KH, int KW, int vec) {           \

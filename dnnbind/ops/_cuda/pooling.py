@@ -1,4 +1,7 @@
-"""2-d pooling on cuDNN (cudnnPoolingForward / cudnnPoolingBackward), both layouts.
+"""2-d pooling on cuDNN (cudnnPoolingForward / cudnnPoolingBackward), both layouts, except
+non-overlapping channels-last max pooling (stride == window, no padding: Keras ``MaxPooling2D``'s
+default), which runs dnnbind's kernels (``layout.cu``: ``maxpool2d_fwd_nhwc`` / ``maxpool2d_bwd_nhwc``)
+while ``MAXPOOL_NHWC_KERNELS`` is True.
 
 Modes: ``max`` (CUDNN_POOLING_MAX, or MAX_DETERMINISTIC under ``config.deterministic``),
 ``avg`` (average excluding padding), ``avg_include_pad``.
@@ -36,6 +39,13 @@ __all__ = ["pool2d_forward", "pool2d_backward", "global_avg_pool2d_forward", "gl
 
 PLAN_CACHE_SIZE = 256
 """Pooling plans (shapes, parameters and their descriptors) kept."""
+
+MAXPOOL_NHWC_KERNELS: bool = True
+"""True: non-overlapping NHWC max pooling runs dnnbind's kernels both ways (16-byte accesses over
+channels; on an H200 cuDNN's pooling_fw_kernel_max_nhwc took 97 us for airbench94's 1024x31x31x64
+bfloat16 input); False: cuDNN's, for comparison."""
+# The switch changes the kernels a step captures: a captured step is keyed by it.
+cm.config().register_switches(__name__, lambda: (MAXPOOL_NHWC_KERNELS,))
 
 # Exclude-padding maps by (device, (H, W), params). Never evicted: a captured step graph
 # addresses the map it was captured with, and nothing tells this module when that graph dies.
@@ -139,6 +149,8 @@ def pool2d_forward(x: Any, *, params: PoolParams, layout: str = "NCHW", out: Any
                    stream: Any = None) -> Any:
     """Pooled ``y`` of shape (N, C, Ho, Wo) in ``layout``."""
     s = cm.stream_of(stream)
+    if _own_maxpool(params, layout):
+        return _maxpool_forward_nhwc(x, out, params, s)
     plan = _plan(x.shape, params, layout, x.dtype)
     y = cm.output(out, plan.layout_shape(plan.y_dims), x.dtype, s)
     xin = _padded(x, plan, s)
@@ -158,8 +170,7 @@ def pool2d_backward(dy: Any, x: Any, y: Any, *, params: PoolParams, layout: str 
                     stream: Any = None) -> Any:
     """``dx`` (the shape of ``x``) from ``dy``, the forward input ``x`` and output ``y``."""
     s = cm.stream_of(stream)
-    if (params.mode == "max" and layout == "NHWC" and params.window == params.stride
-            and params.pad == (0, 0, 0, 0)):
+    if _own_maxpool(params, layout):
         return _maxpool_backward_nhwc(dy, x, y, params, s)
     plan = _plan(x.shape, params, layout, x.dtype)
     dx = cm.empty(x.shape, x.dtype, s)
@@ -182,20 +193,46 @@ def pool2d_backward(dy: Any, x: Any, y: Any, *, params: PoolParams, layout: str 
     return dx
 
 
+def _own_maxpool(params: PoolParams, layout: str) -> bool:
+    """Non-overlapping NHWC max pooling (stride == window, no padding), with the kernels switched on."""
+    return (MAXPOOL_NHWC_KERNELS and params.mode == "max" and layout == "NHWC" and params.window == params.stride
+            and params.pad == (0, 0, 0, 0))
+
+
+def _vector(c: int, dtype: Any, arrays: tuple) -> bool:
+    """16-byte accesses over channels: whole vectors fit C and every array is 16-byte aligned."""
+    return c % (16 // dtype.itemsize) == 0 and not any(a.ptr % 16 for a in arrays)
+
+
+def _maxpool_forward_nhwc(x: Any, out: Any, params: PoolParams, s: Any) -> Any:
+    """Non-overlapping NHWC max pooling: one coalesced kernel instead of cudnnPoolingForward. Leftover
+    rows/columns (past the last full window) are in no window, as cuDNN's output size has it."""
+    n, h, w, c = (int(v) for v in x.shape)
+    kh, kw = params.window
+    oh, ow = params.output_hw((h, w))
+    y = cm.output(out, (n, oh, ow, c), x.dtype, s)
+    total = n * oh * ow * c
+    vw = 16 // x.dtype.itemsize if _vector(c, x.dtype, (x, y)) else 1
+    cm.launch("layout.cu", f"maxpool2d_fwd_nhwc_{cm.suffix(x.dtype)}", total // vw,
+              (cm.p(x), cm.p(y), cm.i64(total), cm.i32(h), cm.i32(w), cm.i32(c), cm.i32(oh), cm.i32(ow), cm.i32(kh),
+               cm.i32(kw), cm.i32(vw > 1)), s)
+    return y
+
+
 def _maxpool_backward_nhwc(dy: Any, x: Any, y: Any, params: PoolParams, s: Any) -> Any:
-    """Non-overlapping NHWC max pooling: one coalesced kernel instead of cudnnPoolingBackward."""
+    """Non-overlapping NHWC max pooling: one coalesced kernel instead of cudnnPoolingBackward. The
+    kernel also writes the zeros of the rows/columns past the last window (no memset of all of dx)."""
     n, h, w, c = (int(v) for v in x.shape)
     oh, ow = int(y.shape[1]), int(y.shape[2])
     kh, kw = params.window
     dx = cm.empty(x.shape, x.dtype, s)
-    if oh * kh != h or ow * kw != w:  # leftover rows/columns get no gradient
+    if oh == 0 or ow == 0:  # no window at all: every element is a leftover
         dx.fill_zero(s)
-    # 16-byte accesses over channels when whole vectors fit C and every array is aligned
-    vw = 16 // x.dtype.itemsize
-    vec = c % vw == 0 and not any(a.ptr % 16 for a in (x, y, dy, dx))
-    cm.launch("layout.cu", f"maxpool2d_bwd_nhwc_{cm.suffix(x.dtype)}", int(dy.size) // (vw if vec else 1),
+        return dx
+    vw = 16 // x.dtype.itemsize if _vector(c, x.dtype, (x, y, dy, dx)) else 1
+    cm.launch("layout.cu", f"maxpool2d_bwd_nhwc_{cm.suffix(x.dtype)}", int(dy.size) // vw,
               (cm.p(x), cm.p(y), cm.p(dy), cm.p(dx), cm.i64(int(dy.size)), cm.i32(h), cm.i32(w), cm.i32(c),
-               cm.i32(oh), cm.i32(ow), cm.i32(kh), cm.i32(kw), cm.i32(vec)), s)
+               cm.i32(oh), cm.i32(ow), cm.i32(kh), cm.i32(kw), cm.i32(vw > 1)), s)
     return dx
 
 
