@@ -288,7 +288,7 @@ def build_cases(fake: bool):
         ("empty((32,32,16,16)) + free", lambda: cuda.empty((n, k, h, w), np.float32, stream=stream)),
         ("ops.bias_add(out=y)", lambda: ops.bias_add(y, b, out=y, stream=stream)),
         ("ops.bias_add (new output)", lambda: ops.bias_add(y, b, stream=stream)),
-        ("ops.activation_forward relu (cuDNN)", lambda: ops.activation_forward(y, "relu", stream=stream)),
+        ("ops.activation_forward relu (NVRTC kernel)", lambda: ops.activation_forward(y, "relu", stream=stream)),
         ("ops.activation_forward gelu (NVRTC)", lambda: ops.activation_forward(y, "gelu", stream=stream)),
         ("ops.conv2d_forward(out=y)", conv_fwd),
         ("ops.conv2d_forward (new output)", lambda: ops.conv2d_forward(x, wt, padding=1, stream=stream)),

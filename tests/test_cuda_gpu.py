@@ -232,6 +232,10 @@ def test_allocation_dropped_during_capture_is_freed_after_it():
 def test_torch_interop_both_ways(rng):
     torch = pytest.importorskip("torch")
     t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4) + 1
+    # torch exports float32 through __cuda_array_interface__ without a "stream" entry, which leaves the
+    # synchronisation to the user: its kernels must be done before another stream reads t (under
+    # compute-sanitizer, which slows them down, the read otherwise saw zeros)
+    torch.cuda.synchronize()
     d = cuda.from_dlpack(t)
     assert d.ptr == t.data_ptr() and d.shape == (3, 4)
     np.testing.assert_array_equal(d.to_host(), t.cpu().numpy())

@@ -7,7 +7,7 @@ import pytest
 
 from dnnbind import ops
 from cases import CONV_CASES
-from testutil import TOLERANCE, numerical_grad, random, rel_error
+from testutil import FakeStream, TOLERANCE, numerical_grad, random, rel_error
 
 FD_TOL = 1e-7  # central differences with eps=1e-6 in float64
 
@@ -333,16 +333,6 @@ class _FakePlan:
         self.log.append(("execute", tensors["x"], tensors["w"], tensors["b"], tensors["y"], workspace))
 
 
-class _Stream:
-    device_index = 0
-
-    def __init__(self):
-        self.capturing = False
-
-    def is_capturing(self):
-        return self.capturing
-
-
 @pytest.fixture
 def graph_path(monkeypatch):
     """conv2d_bias_activation_forward on CUDA with the stream, buffers, graph builder and unfused calls
@@ -354,7 +344,7 @@ def graph_path(monkeypatch):
     from dnnbind.ops._cuda import fused
 
     log = []
-    stream = _Stream()
+    stream = FakeStream()
     builder = {"result": _FakePlan(log)}
 
     def build(key, handle):

@@ -11,6 +11,7 @@ import pytest
 
 from dnnbind import ops
 from dnnbind.ops import config
+from testutil import FakeStream
 
 pytest.importorskip("cuda.bindings")  # ops._cuda imports the CUDA rooms at its top
 
@@ -37,16 +38,6 @@ class _Dev:
         self.shape, self.dtype, self.ptr = tuple(shape), np.dtype(dtype), ptr
 
 
-class _Stream:
-    device_index = 0
-
-    def __init__(self):
-        self.capturing = False
-
-    def is_capturing(self):
-        return self.capturing
-
-
 class _Plan:
     def __init__(self, log, mode="A", workspace_size=0, fail=None):
         self.log, self.workspace_size, self.fail = log, workspace_size, fail
@@ -70,7 +61,7 @@ def _handle():
 def path(monkeypatch):
     """Returns (log, stream, plans): plans[mode] is what building heuristics ``mode``'s plan returns (a
     plan) or raises (an exception). The legacy call, pad2d, crop2d and the workspace are logged."""
-    log, stream = [], _Stream()
+    log, stream = [], FakeStream()
     plans = {"A": _Plan(log, "A"), "B": _Plan(log, "B")}
 
     def build(key, handle, mode):

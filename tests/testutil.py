@@ -56,3 +56,16 @@ def random(rng: np.random.Generator, shape, dtype=np.float64, low=-1.0, high=1.0
     if x.size and not np.any(x):
         x.flat[0] = 1
     return x
+
+
+class FakeStream:
+    """A stand-in for dnnbind.cuda.Stream in CPU tests of the per-shape path choices: device 0, and a
+    capture flag the test sets."""
+
+    device_index = 0
+
+    def __init__(self):
+        self.capturing = False
+
+    def is_capturing(self):
+        return self.capturing
