@@ -328,7 +328,11 @@ class StepGraphs:
             # call of the same step will.
             settled = step_key(kind, backend.stream_key(stream), x_shape, x_dtype, y_shape, y_dtype)
             if settled != key:
-                del self._entries[key]
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+                stale = self._entries.pop(settled, None)
+                if stale is not None and stale is not entry:
+                    self._close([stale])
                 self._entries[settled] = entry
                 entry.key = key = settled
             # The warm-up may have built state (the optimizer's slots on the first step): graphs

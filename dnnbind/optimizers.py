@@ -385,9 +385,10 @@ class Optimizer:
         convert each gradient element exactly, as the cast would. Not with ``clipnorm`` or
         ``global_clipnorm``: the update groups tensors by gradient dtype, and a group's chunk size
         follows its total size, so the norms' sums would be taken in another order. Not for a
-        subclass with its own ``_update`` (it may expect the casts)."""
-        return (type(self)._update in _FUSED_UPDATES and self._clipnorm is None
-                and self._global_clipnorm is None)
+        subclass with its own ``_update``, ``apply`` or ``_fused`` (it may expect the casts)."""
+        cls = type(self)
+        return (cls._update in _FUSED_UPDATES and cls.apply is Optimizer.apply and cls._fused is Optimizer._fused
+                and self._clipnorm is None and self._global_clipnorm is None)
 
     def _slot_lists(self, name: str) -> list:
         return [slots[name] for slots in self._slots]

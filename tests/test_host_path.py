@@ -490,18 +490,21 @@ def test_cast_many_table_offsets_vector_flags_and_keeping(monkeypatch):
 
     uploads = []
 
-    class Table:  # what constant() would return: a device array of the uploaded table
+    class Table:  # what constant() would return: a device array of the uploaded table, on its stream
         device_index = 0
 
-        def __init__(self, n):
-            self.n = n
+        def __init__(self, n, stream):
+            self.n, self.stream = n, stream
 
     monkeypatch.setattr(amod, "constant", lambda host, stream=None: (uploads.append(host.copy()),
-                                                                     Table(len(uploads)))[1])
+                                                                     Table(len(uploads), stream))[1])
 
     class FakeStream:
         device_index = _device = 0
         capturing = False
+
+        def __init__(self, handle=0x77):
+            self._handle = handle
 
         def is_capturing(self):
             return self.capturing
@@ -529,10 +532,17 @@ def test_cast_many_table_offsets_vector_flags_and_keeping(monkeypatch):
     owner = Owner()
     kept = cew._cast_entry(xs, np.dtype(np.float16), s, tables, owner)
     assert owner._entry is kept and cew._cast_entry(xs, np.dtype(np.float16), s, tables, owner) is kept
+    # a table is read only on the stream it was uploaded (and will be freed) on
+    other = FakeStream(0x88)
+    assert cew._cast_entry(xs, np.dtype(np.float16), other, tables, None) is not first and len(tables) == 3
+    elsewhere = cew._cast_entry(xs, np.dtype(np.float16), other, tables, owner)
+    assert elsewhere is not kept and owner._entry is elsewhere and elsewhere[0].stream is other
+    kept = cew._cast_entry(xs, np.dtype(np.float16), s, tables, owner)
+    assert kept[0].stream is s and owner._entry is kept
     count = len(uploads)
     s.capturing = True  # a captured launch makes its own table and keeps none
     fresh = cew._cast_entry(xs, np.dtype(np.float16), s, tables, owner)
-    assert fresh is not kept and owner._entry is kept and len(tables) == 2 and len(uploads) == count + 1
+    assert fresh is not kept and owner._entry is kept and len(tables) == 3 and len(uploads) == count + 1
 
 
 def test_prepared_update_checks_gradients_every_call_and_changes_nothing_on_bad_ones():

@@ -120,6 +120,16 @@ def test_a_batch_norm_subclass_with_its_own_forward_does_not_fuse():
     assert model._fused_pairs(True) == ()
 
 
+def test_a_batch_norm_subclass_with_its_own_backward_does_not_fuse():
+    # its backward would get dy w.r.t. the relu's output and lose the relu's mask
+    class PassThrough(layers.BatchNormalization):
+        def backward(self, dy, need_dx=True):
+            return dy
+
+    model = keras.Sequential([keras.Input((5,)), layers.Dense(4), PassThrough(), layers.ReLU(), layers.Dense(2)])
+    assert model._fused_pairs(True) == ()
+
+
 def test_fuse_layers_is_a_checked_setting_in_the_capture_key():
     key = ops.config.capture_key()
     with ops.config.override(fuse_layers=False):

@@ -163,6 +163,12 @@ def test_optimizer_without_fused_update_or_with_a_clipping_norm_gets_float32_gra
 
     assert not Custom()._reads_compute_grads()
 
+    class Accumulating(keras.optimizers.Adam):  # its apply may add the gradients into float32 buffers
+        def apply(self, params, grads, *, grad_scale=None, skip=None):
+            super().apply(params, grads, grad_scale=grad_scale, skip=skip)
+
+    assert not Accumulating()._reads_compute_grads()
+
 
 # ----- GPU ------------------------------------------------------------------------------------
 def _gpu_model(seed=0):

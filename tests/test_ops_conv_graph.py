@@ -150,9 +150,10 @@ def test_no_key_where_no_graph_is_tried(index, value):
     assert conv_graph.conv_key(*args) is None
 
 
-def test_deterministic_keeps_backward_on_the_legacy_path_but_not_forward():
+def test_deterministic_keeps_every_direction_on_the_legacy_path():
+    assert conv_graph.conv_key(*KEY_ARGS) is not None
     with config.override(deterministic=True):
-        assert conv_graph.conv_key(*KEY_ARGS) is not None
+        assert conv_graph.conv_key(*KEY_ARGS) is None
         assert conv_graph.conv_key("backward_data", *KEY_ARGS[1:]) is None
         assert conv_graph.conv_key("backward_filter", *KEY_ARGS[1:]) is None
 
@@ -311,9 +312,9 @@ def test_workspace_limit_keeps_a_larger_plan_out(path):
     # fused_graphs off: never a plan, nothing decided
     (dict(fused_graphs=False), [("legacy", "forward"), ("legacy", "backward_data"), ("legacy", "backward_filter")],
      []),
-    # deterministic: backward data and filter on the legacy algorithms, no key for them; the forward's plan
-    (dict(deterministic=True), [("execute", "A"), ("execute", "A"), ("legacy", "backward_data"),
-                                ("legacy", "backward_filter")], ["forward"])])
+    # deterministic: every direction on the legacy algorithms (they filter for determinism), no key
+    (dict(deterministic=True), [("legacy", "forward"), ("legacy", "backward_data"), ("legacy", "backward_filter")],
+     [])])
 def test_config_switches_keep_calls_on_the_legacy_path(path, switch, ran, decided):
     log, _, _ = path
     with config.override(**switch):

@@ -41,11 +41,12 @@ def _is_plain_relu(layer: Layer) -> bool:
 
 def fusion_candidates(layers: Sequence[Layer]) -> "tuple[int, ...]":
     """Indices ``i`` of the batch norms that ``layers[i + 1]``'s relu may fuse into: a
-    ``BatchNormalization`` (whose ``forward`` is BatchNormalization's own) followed by a plain relu
+    ``BatchNormalization`` (whose ``forward`` and ``backward`` are BatchNormalization's own) followed by a plain relu
     that is not the last layer (the last one's output is the model's, left to the loss's handling)."""
     return tuple(i for i in range(len(layers) - 2)
                  if isinstance(layers[i], BatchNormalization)
-                 and type(layers[i]).forward is BatchNormalization.forward and _is_plain_relu(layers[i + 1]))
+                 and type(layers[i]).forward is BatchNormalization.forward
+                 and type(layers[i]).backward is BatchNormalization.backward and _is_plain_relu(layers[i + 1]))
 
 
 class Sequential(Model):

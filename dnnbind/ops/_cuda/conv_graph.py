@@ -30,10 +30,10 @@ its own (with its timer and its refusal rule):
   stream, so the events time GPU work only, as a captured step replays it (eagerly, the plans are
   also the cheaper path on the host: ~20-35 us against 45-120 us a legacy call).
 
-``config.deterministic``: backward data and backward filter stay on the legacy path (whose
-algorithms ``algo.choose`` filters for determinism; the engines' notes are not read here), and no
-key is made for them. The forward, like the legacy forward algorithms, is expected to repeat bit
-for bit. ``config.fused_graphs = False`` turns this path off (conv.py checks it).
+``config.deterministic``: every direction stays on the legacy path (whose algorithms ``algo.choose``
+filters for determinism; the engines' numerical notes are not read here, and heuristics B may offer a
+split-K engine), and no key is made. ``config.fused_graphs = False`` turns this path off (conv.py
+checks it).
 
 A refusal (:class:`~dnnbind.cudnn.graph.GraphNotSupportedError`, a "not supported" / "bad
 parameter" status from a build or a first run) or a plan over ``workspace_limit`` is remembered for
@@ -125,14 +125,15 @@ _stats = {direction: dict.fromkeys(_COUNTERS, 0) for direction in DIRECTIONS}
 def conv_key(direction: str, device: int, x_dims: tuple, w_kcrs: tuple, y_dims: tuple, pad: tuple, stride: tuple,
              dilation: tuple, groups: int, dtype: np.dtype, layout: str) -> "ConvGraphKey | None":
     """The key of one convolution call, or None when no graph plan is tried for it: another layout
-    than NHWC, groups > 1, a dtype without graph engines (float64), an empty tensor, or backward
-    data / filter under ``config.deterministic``. Dims arrive as conv.py holds them: x (N, C, H, W)
+    than NHWC, groups > 1, a dtype without graph engines (float64), an empty tensor, or any direction
+    under ``config.deterministic`` (the legacy choice keeps only algorithms cuDNN reports deterministic;
+    a plan's engine, heuristics B's split-K ones included, is not checked). Dims arrive as conv.py holds them: x (N, C, H, W)
     as cuDNN sees it, w (K, C, R, S), y (N, K, P, Q). Reads the config's switches."""
     if direction not in DIRECTIONS:
         raise ValueError(f"conv_graph.conv_key: direction must be one of {sorted(DIRECTIONS)}, got {direction!r}")
     cfg = cm.config()
     if (layout != "NHWC" or groups != 1 or dtype not in DTYPES or not all(x_dims) or not all(w_kcrs)
-            or not all(y_dims) or (cfg.deterministic and direction != "forward")):
+            or not all(y_dims) or cfg.deterministic):
         return None
     n, c, h, w = x_dims
     k, _, r, s = w_kcrs
@@ -236,8 +237,9 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, i
     if choice is None:
         choice = _decide(key, handle, stream, ptrs, legacy)
         with _lock:
-            choice = _choices.setdefault(key, choice)
-            counts["decided"] += 1
+            mine, choice = choice, _choices.setdefault(key, choice)
+            if choice is mine:  # another thread may have decided the key meanwhile
+                counts["decided"] += 1
         if choice.plan is None:
             counts["legacy"] += 1
             return False

@@ -285,7 +285,8 @@ def _cast_entry(xs: Sequence[Any], dt: np.dtype, stream, tables: "UpdateTables |
     capturing = stream.is_capturing()
     if owner is not None and not capturing:
         entry = owner._entry
-        if entry is None or entry[0].device_index != stream._device:
+        # a table is read on the stream it was uploaded (and is freed) on: another stream gets its own
+        if entry is None or entry[0].stream is not stream:
             plan = _CastPlan(xs, dt)
             entry = owner._entry = (_array.constant(plan.host, stream=stream), plan)
         return entry
@@ -294,7 +295,7 @@ def _cast_entry(xs: Sequence[Any], dt: np.dtype, stream, tables: "UpdateTables |
             tables = _cast_tables_of.get(xs[0])
             if tables is None:
                 tables = _cast_tables_of[xs[0]] = UpdateTables()
-        key = ("cast", stream.device_index, xs[0].dtype, dt, tuple([x.ptr for x in xs]),
+        key = ("cast", stream._handle, stream.device_index, xs[0].dtype, dt, tuple([x.ptr for x in xs]),
                tuple([x.shape for x in xs]))
         hit = tables._get(key)
         if hit is not None:

@@ -255,8 +255,9 @@ def conv_bias_activation(key: ConvBiasActKey, handle: Any, stream: Any, x_in: Ca
     if choice is None:
         choice = _decide(key, handle, stream, ptrs, legacy)
         with _lock:
-            choice = _choices.setdefault(key, choice)
-            _stats["decided"] += 1
+            mine, choice = choice, _choices.setdefault(key, choice)
+            if choice is mine:  # another thread may have decided the key meanwhile
+                _stats["decided"] += 1
         if choice.plan is None:
             _stats["legacy"] += 1
             return False

@@ -7,7 +7,9 @@ extern "C" __global__ void hold_stream(long long ns) {
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
     do {
-        __nanosleep(1000);
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(1000);  // Volta and later; older GPUs spin
+#endif
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     } while (now - start < (unsigned long long)ns);
 }
