@@ -226,6 +226,61 @@ def test_lost_store_is_reported_as_rank_0_gone():
     client.close()
 
 
+def test_closing_the_server_answers_the_request_it_already_read(monkeypatch):
+    # rank 0 closes the moment the last rank's "set" lands; that rank must still get its reply
+    server = dd.TCPStore("127.0.0.1", 0, is_server=True, timeout=5)
+    answer = server.server._answer
+
+    def slow_answer(request):
+        reply = answer(request)
+        if request.get("key") == "done/1":
+            time.sleep(0.3)  # the value is stored; the reply is not sent yet
+        return reply
+
+    monkeypatch.setattr(server.server, "_answer", slow_answer)
+    client = dd.TCPStore("127.0.0.1", server.port, timeout=5)
+    errors: list = []
+
+    def last_rank():
+        try:
+            client.set("done/1", b"1")
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    t = threading.Thread(target=last_rank)
+    t.start()
+    assert server.missing(["done/1"], 5) == []
+    server.close()
+    t.join(10)
+    assert not t.is_alive() and errors == []
+    # after the close, the next request finds the store gone
+    with pytest.raises(DistributedError, match="rank 0, which serves it, exited or failed"):
+        client.set("k", b"v")
+    client.close()
+
+
+def test_closing_the_server_ends_a_waiting_get_at_once():
+    server = dd.TCPStore("127.0.0.1", 0, is_server=True, timeout=5)
+    client = dd.TCPStore("127.0.0.1", server.port, timeout=5)
+    errors: list = []
+
+    def waiter():
+        try:
+            client.get("never", 60)
+        except DistributedError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    server.close()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - start < 5
+    assert len(errors) == 1 and "rank 0, which serves it, exited or failed" in errors[0], errors
+    client.close()
+
+
 # ----- sharding -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("n, world", [(64, 4), (10, 4), (3, 5), (1, 2), (17, 1)])
 def test_shards_are_disjoint_covering_and_equal(n, world):

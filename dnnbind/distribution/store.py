@@ -8,6 +8,11 @@ others why (``report_failure``/``failure``), so every rank stops with the same c
 Wire format: one JSON object per line each way (``{"op": "set", "key": ..., "value": <hex>}``).
 Values are bytes (sent as hex); no pickle. Every blocking call has a timeout in seconds.
 
+Closing the server is graceful: a request the server has already read is answered before its
+connection goes (rank 0 may close the moment the last rank's ``set`` lands, and that rank must still
+get its reply), and a ``get``/``missing`` still waiting is answered at once with "closed", which the
+client reports as the store lost.
+
 The server binds to loopback when ``MASTER_ADDR`` is a loopback address (``127.0.0.1``,
 ``localhost``, ``::1``), else to every interface (other hosts must reach it), as torchrun's store.
 """
@@ -60,6 +65,7 @@ class StoreServer:
         self.port = int(self._sock.getsockname()[1])
         self._closed = False
         self._conns: set = set()
+        self._inflight = 0  # requests read and not yet answered: close() lets them finish
         self._thread = threading.Thread(target=self._serve, name="dnnbind-store", daemon=True)
         self._thread.start()
 
@@ -77,18 +83,39 @@ class StoreServer:
             threading.Thread(target=self._handle, args=(conn,), name="dnnbind-store-conn", daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
-        with conn:
-            reader = conn.makefile("rb")
-            for line in reader:
+        try:
+            self._serve_connection(conn)
+        finally:
+            with self._cond:
+                self._conns.discard(conn)
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as reader:
+            while True:
                 try:
-                    request = json.loads(line)
-                    reply = self._answer(request)
-                except Exception as exc:  # a malformed request: answer it, keep serving the others
-                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                try:
-                    conn.sendall(json.dumps(reply).encode() + b"\n")
-                except OSError:
+                    line = reader.readline()
+                except OSError:  # the client went away (reset): nothing to answer
                     return
+                if not line:
+                    return
+                with self._cond:
+                    if self._closed:  # read after close(): answered by the connection going away
+                        return
+                    self._inflight += 1
+                try:
+                    try:
+                        request = json.loads(line)
+                        reply = self._answer(request)
+                    except Exception as exc:  # a malformed request: answer it, keep serving the others
+                        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                    try:
+                        conn.sendall(json.dumps(reply).encode() + b"\n")
+                    except OSError:
+                        return
+                finally:
+                    with self._cond:
+                        self._inflight -= 1
+                        self._cond.notify_all()
 
     def _answer(self, request: dict) -> dict:
         op = request.get("op")
@@ -101,6 +128,8 @@ class StoreServer:
             if op == "get":
                 deadline = time.monotonic() + float(request.get("timeout", 0.0))
                 while key not in self._data:
+                    if self._closed:
+                        return {"ok": False, "error": "closed"}
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return {"ok": False, "error": "timeout"}
@@ -122,18 +151,34 @@ class StoreServer:
                     left = deadline - time.monotonic()
                     if not missing or left <= 0:
                         return {"ok": True, "missing": missing}
+                    if self._closed:
+                        return {"ok": False, "error": "closed"}
                     self._cond.wait(min(left, 1.0))
         return {"ok": False, "error": f"unknown op {op!r}"}
 
+    #: seconds close() waits for the requests already read to be answered
+    DRAIN_S = 5.0
+
     def close(self) -> None:
-        """Stop serving: the clients see the store go away, as when rank 0's process ends."""
+        """Stop serving: the clients see the store go away, as when rank 0's process ends.
+
+        Requests already read are answered first (waiting ``get``/``missing`` calls with
+        "closed"), for at most :attr:`DRAIN_S` seconds; then every connection is shut.
+        """
         with self._cond:
             self._closed = True
+            self._cond.notify_all()  # waiting get/missing answer "closed" now
         try:
             self._sock.close()
         except OSError:
             pass
+        deadline = time.monotonic() + self.DRAIN_S
         with self._cond:
+            while self._inflight > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
             conns, self._conns = self._conns, set()
         for conn in conns:
             try:
@@ -201,11 +246,12 @@ class TCPStore:
                 raise DistributedError(
                     f"dnnbind.distribution: lost the rendezvous store at {self.host}:{self.port} ({exc}): "
                     "rank 0, which serves it, exited or failed") from exc
-            if not line:
+            reply = json.loads(line) if line else {"ok": False, "error": "closed"}
+            if not reply.get("ok") and reply.get("error") == "closed":
                 raise DistributedError(
                     f"dnnbind.distribution: lost the rendezvous store at {self.host}:{self.port}: rank 0, which "
                     "serves it, exited or failed")
-        return json.loads(line)
+        return reply
 
     def set(self, key: str, value: bytes) -> None:
         self._request({"op": "set", "key": key, "value": bytes(value).hex()})
@@ -249,11 +295,13 @@ class TCPStore:
         """Close the connection (and stop the server on rank 0). Idempotent."""
         with self._lock:
             sock, self._sock = self._sock, None
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
+            reader, self._reader = self._reader, None
+        for part in (reader, sock):  # the file first: the socket closes only when both are closed
+            if part is not None:
+                try:
+                    part.close()
+                except OSError:
+                    pass
         if self.server is not None:
             self.server.close()
             self.server = None
