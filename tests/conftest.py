@@ -32,3 +32,15 @@ def pytest_collection_modifyitems(config, items):
 def rng():
     """A seeded generator; tests draw fresh random (never all-zero) data from it."""
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def cpu():
+    """The NumPy backend for the test, then the default device and the float32 policy back."""
+    import dnnbind
+    from dnnbind import mixed_precision
+
+    dnnbind.set_default_device("cpu")
+    yield
+    dnnbind.set_default_device(None)
+    mixed_precision.set_global_policy("float32")

@@ -23,14 +23,6 @@ from testutil import rel_error
 
 
 @pytest.fixture
-def cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
-    mixed_precision.set_global_policy("float32")
-
-
-@pytest.fixture
 def f64(cpu):
     mixed_precision.set_global_policy("float64")
     yield

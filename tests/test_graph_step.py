@@ -155,14 +155,6 @@ class FakeBackend:
         self.released += 1
 
 
-@pytest.fixture
-def cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
-    mixed_precision.set_global_policy("float32")
-
-
 def blobs(n=72, d=6, classes=3, seed=0):
     rng = np.random.default_rng(seed)
     centers = rng.normal(0, 3, size=(classes, d))

@@ -19,14 +19,6 @@ from test_functional import check_gradients
 from testutil import rel_error
 
 
-@pytest.fixture
-def cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
-    mixed_precision.set_global_policy("float32")
-
-
 def init(seed):
     return keras.initializers.GlorotUniform(seed)
 
