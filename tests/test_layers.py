@@ -8,7 +8,7 @@ import pytest
 
 import dnnbind
 from dnnbind import initializers, layers
-from testutil import numerical_grad, rel_error
+from testutil import layer_grad_check, numerical_grad, rel_error
 
 
 @pytest.fixture(autouse=True)
@@ -211,34 +211,18 @@ def test_activation_layers(rng):
         layers.Dense(2, activation="nope")
 
 
-def _grad_check(layer, x, seed=0):
-    """Analytic dx and weight grads vs central differences of sum(y * r) (float64)."""
-    rng = np.random.default_rng(seed)
-    y = layer.forward(x, training=True)
-    r = rng.normal(size=y.shape)
-    dx = layer.backward(r)
-    grads = {k: np.array(v) for k, v in layer.grads.items()}
-
-    def f():
-        return float((layer.forward(x, training=False) * r).sum())
-
-    assert rel_error(dx, numerical_grad(f, x)) < 1e-6
-    for w in layer.trainable_weights:
-        assert rel_error(grads[w.name], numerical_grad(f, w.value)) < 1e-6, w.name
-
-
 def test_gradients_dense_conv_pool(rng):
     x = rng.normal(size=(3, 4)).astype(np.float64)
     d = layers.Dense(3, activation="tanh", dtype="float64")
     d(x)
-    _grad_check(d, x)
+    layer_grad_check(d, x)
     xc = rng.normal(size=(2, 5, 5, 2))
     c = layers.Conv2D(3, 3, strides=2, padding="same", activation="sigmoid", dtype="float64")
     c(xc)
-    _grad_check(c, xc)
+    layer_grad_check(c, xc)
     p = layers.AveragePooling2D(2, dtype="float64")
     p(xc)
-    _grad_check(p, xc)
+    layer_grad_check(p, xc)
 
 
 def test_gradient_batchnorm(rng):

@@ -13,7 +13,7 @@ import pytest
 import dnnbind
 from dnnbind import layers
 from dnnbind.ops._params import resolve_padding
-from testutil import numerical_grad, random, rel_error
+from testutil import layer_grad_check, random, rel_error
 
 
 @pytest.fixture(autouse=True)
@@ -53,23 +53,6 @@ def conv1d_ref(x, k, b, stride=1, pad=(0, 0), dilation=1):
     return out + (0 if b is None else b)
 
 
-def grad_check(layer, x, tol=1e-6, seed=0):
-    """Analytic dx and weight gradients vs central differences of sum(y * r) (float64)."""
-    rng = np.random.default_rng(seed)
-    y = layer.forward(x, training=True)
-    r = rng.normal(size=y.shape)
-    dx = layer.backward(r)
-    grads = {k: np.array(v) for k, v in layer.grads.items()}
-
-    def f():
-        return float((layer.forward(x, training=False) * r).sum())
-
-    assert rel_error(dx, numerical_grad(f, x)) < tol
-    assert set(grads) == {w.name for w in layer.trainable_weights}
-    for w in layer.trainable_weights:
-        assert rel_error(grads[w.name], numerical_grad(f, w.value)) < tol, w.name
-
-
 def nchw(a):
     return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
 
@@ -104,11 +87,11 @@ def test_depthwise_gradients_and_config(rng):
     layer = layers.DepthwiseConv2D(3, depth_multiplier=2, strides=2, padding="same", activation="tanh",
                                    dtype="float64")
     layer(x)
-    grad_check(layer, x)
+    layer_grad_check(layer, x)
     x = random(rng, (2, 2, 5, 4))
     layer = layers.DepthwiseConv2D(2, data_format="channels_first", use_bias=False, dtype="float64")
     layer(x)
-    grad_check(layer, x)
+    layer_grad_check(layer, x)
     config = layer.get_config()
     clone = layers.DepthwiseConv2D.from_config(config)
     assert clone.get_config() == config and json.dumps(config)
@@ -143,7 +126,7 @@ def test_separable_gradients_and_config(rng):
     layer = layers.SeparableConv2D(3, (2, 3), depth_multiplier=2, padding="same", activation="sigmoid",
                                    dtype="float64")
     layer(x)
-    grad_check(layer, x)
+    layer_grad_check(layer, x)
     config = layer.get_config()
     assert config["filters"] == 3 and config["depth_multiplier"] == 2 and "groups" not in config
     assert "pointwise_initializer" in config and "kernel_initializer" not in config
@@ -195,11 +178,11 @@ def test_conv1d_gradients_groups_and_config(rng):
     layer = layers.Conv1D(6, 3, strides=2, padding="same", groups=2, activation="tanh", dtype="float64")
     layer(x)
     assert layer.get_weights()[0].shape == (3, 2, 6)
-    grad_check(layer, x)
+    layer_grad_check(layer, x)
     layer = layers.Conv1D(2, 2, padding="causal", dilation_rate=2, data_format="channels_first", dtype="float64")
     x = random(rng, (2, 3, 6))
     layer(x)
-    grad_check(layer, x)
+    layer_grad_check(layer, x)
     config = layer.get_config()
     assert config["kernel_size"] == [2] and config["dilation_rate"] == [2] and config["padding"] == "causal"
     clone = layers.Conv1D.from_config(config)
@@ -236,7 +219,7 @@ def test_layernorm_gradients_center_scale_and_config(rng):
         layer.build(x.shape[1:])
         if layer.weights:
             layer.set_weights([random(rng, w.shape, low=0.5, high=1.5) for w in layer.weights])
-        grad_check(layer, x)
+        layer_grad_check(layer, x)
     layer = layers.LayerNormalization(center=False, scale=False)
     assert layer(x.astype(np.float32)).shape == x.shape and layer.weights == []
     config = layers.LayerNormalization(axis=[1, 2], epsilon=1e-5, center=False).get_config()
@@ -286,7 +269,7 @@ def test_global_max_pooling_2d(rng, data_format, keepdims):
     want = (3, 6) if not keepdims else ((3, 1, 1, 6) if data_format == "channels_last" else (3, 6, 1, 1))
     assert y.shape == want == (3, *layer.compute_output_shape(x.shape[1:]))
     assert np.array_equal(y.reshape(3, 6), ref)
-    grad_check(layer, x)
+    layer_grad_check(layer, x)
 
 
 @pytest.mark.parametrize("cls, reduce", [(layers.GlobalMaxPooling1D, np.max), (layers.GlobalAveragePooling1D, np.mean)])
@@ -300,7 +283,7 @@ def test_global_pooling_1d(rng, cls, reduce, data_format, keepdims):
     want = (3, 5) if not keepdims else ((3, 1, 5) if data_format == "channels_last" else (3, 5, 1))
     assert y.shape == want == (3, *layer.compute_output_shape(x.shape[1:]))
     assert rel_error(y.reshape(3, 5), reduce(x_nwc, axis=1)) < 1e-12
-    grad_check(layer, x)
+    layer_grad_check(layer, x)
     assert cls.from_config(layer.get_config()).get_config() == layer.get_config()
 
 
