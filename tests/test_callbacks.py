@@ -17,11 +17,7 @@ import dnnbind as keras
 from dnnbind import callbacks, layers
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 def small(rng, lr=0.05, n=64):

@@ -16,17 +16,12 @@ import zipfile
 import numpy as np
 import pytest
 
-import dnnbind
 import dnnbind as keras
 from dnnbind import layers, saving
 from dnnbind.errors import AllocationTooLargeError
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 def mlp(width=8):

@@ -26,11 +26,7 @@ needs_keras = pytest.mark.skipif(bool(_MISSING_FOR_KERAS), reason=f"real Keras 3
                                  f"{', '.join(_MISSING_FOR_KERAS)} (pip install -e '.[test]')")
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 # ----- the models, in both libraries ----------------------------------------------------------------

@@ -6,16 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dnnbind
 from dnnbind import initializers, layers
 from testutil import layer_grad_check, numerical_grad, rel_error
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 def conv_ref(x, k, b, stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1):

@@ -16,11 +16,7 @@ from dnnbind.ops._params import resolve_padding
 from testutil import layer_grad_check, random, rel_error
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 def depthwise_ref(x, k, b, stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1)):

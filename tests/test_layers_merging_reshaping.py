@@ -15,12 +15,7 @@ from testutil import numerical_grad, random, rel_error
 FD_TOL = 1e-7
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
-    mixed_precision.set_global_policy("float32")
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 def f64(layer):

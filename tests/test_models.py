@@ -5,17 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dnnbind
 import dnnbind as keras
 from dnnbind import layers
 from testutil import rel_error
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 def blobs(rng, n=240, d=6, classes=3):

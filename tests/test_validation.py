@@ -16,11 +16,7 @@ from dnnbind._lib import cudnn as C
 from dnnbind.callbacks import History
 
 
-@pytest.fixture(autouse=True)
-def _cpu():
-    dnnbind.set_default_device("cpu")
-    yield
-    dnnbind.set_default_device(None)
+pytestmark = pytest.mark.usefixtures("cpu")  # the NumPy backend (conftest.py)
 
 
 @pytest.fixture
