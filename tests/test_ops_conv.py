@@ -259,6 +259,21 @@ def test_fused_linear_without_its_algorithm_runs_unfused_without_an_error(fused,
     assert fused == ["conv2d_forward", "bias_add"] * 2
 
 
+def test_fused_linear_asks_its_workspace_once_per_geometry(fused, monkeypatch):
+    from dnnbind._lib import cudnn as C
+    from dnnbind.cudnn import algo
+    from dnnbind.ops._cuda import conv as cconv
+
+    queries, made = [], []
+    monkeypatch.setattr(algo, "workspace_size", lambda *args: queries.append(args[-1]) or 0)
+    monkeypatch.setattr(C, "cudnnConvolutionBiasActivationForward", lambda *args: made.append(args[7]))
+    for _ in range(3):
+        _fused_call(cconv, "linear")
+    # three fused calls with IMPLICIT_PRECOMP_GEMM (1); its workspace asked on the first only
+    assert made == [1, 1, 1] and queries == [1]
+    assert fused == [] and not cconv._FUSED_UNSUPPORTED
+
+
 def test_fused_call_refused_by_cudnn_runs_unfused_and_other_errors_raise(fused, monkeypatch):
     from dnnbind import cudnn
     from dnnbind._lib import cudnn as C

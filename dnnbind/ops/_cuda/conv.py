@@ -430,12 +430,18 @@ def _fused_choice(activation: str, g: _Geometry, handle: cudnn.Handle, s: Any,
     key = g.key("forward", s.device_index)
     if activation == "relu":
         return algo.choose(key, handle, g.x_desc, g.w_desc, g.y_desc, s, buffers)
-    fixed = C.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
-    conv = algo.conv_desc(key, key.math)
-    size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, conv, fixed)
-    if size is None:
-        return None
-    return algo.AlgoChoice(fixed, key.math, size, conv, True, "fixed")
+    # The fixed algorithm's workspace is asked once per key (memoised on the geometry, as its keys are),
+    # not once per call; a None answer is remembered by the caller in _FUSED_UNSUPPORTED.
+    memo = ("fused_linear", key)
+    choice = g.keys.get(memo)
+    if choice is None:
+        fixed = C.ConvolutionFwdAlgo.IMPLICIT_PRECOMP_GEMM
+        conv = algo.conv_desc(key, key.math)
+        size = algo.workspace_size("forward", handle, g.x_desc, g.w_desc, g.y_desc, conv, fixed)
+        if size is None:
+            return None
+        choice = g.keys[memo] = algo.AlgoChoice(fixed, key.math, size, conv, True, "fixed")
+    return choice
 
 
 def _fused_forward(x: Any, w: Any, b: Any, y: Any, activation: str, g: _Geometry, s: Any) -> bool:
