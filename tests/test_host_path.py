@@ -402,7 +402,6 @@ def test_stream_of_none_is_as_stream_none(monkeypatch):
     default, inner = _open_stream(0x7000), _open_stream(0x8000)
     monkeypatch.setattr(dmod, "_probe", (1, ""))
     monkeypatch.setattr(smod, "_defaults", {0: default})
-    monkeypatch.setattr(cm, "_default_streams", smod._defaults)
     assert cm.stream_of(None) is smod.as_stream(None) is default
     with inner:
         assert cm.stream_of(None) is smod.as_stream(None) is inner

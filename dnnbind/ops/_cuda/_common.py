@@ -31,8 +31,6 @@ from ...cuda.array import DeviceArray, _empty_on
 from ...cuda.device import CudaDevice, current_device_index
 from ...cuda.kernel import Pointer
 from ...cuda.stream import Stream, as_stream
-from ...cuda.stream import _defaults as _default_streams  # stream_of's inlined as_stream(None)
-from ...cuda.stream import _local as _stream_local
 from ...cudnn import Handle
 from ...cudnn import get_handle as _cudnn_get_handle
 from ...errors import CudnnError, DeviceOutOfMemoryError
@@ -67,20 +65,9 @@ def config():
 # so it imports the CUDA rooms at its top: importing dnnbind.ops alone still never touches them.
 
 
-def stream_of(stream: Any):
-    """The :class:`dnnbind.cuda.Stream` for ``stream=`` (None: the current stream)."""
-    if type(stream) is Stream:
-        return stream
-    if stream is None:
-        # as_stream(None)'s answer without its frames (every op called without a stream): the
-        # innermost `with stream:` of this thread, else the current device's default stream.
-        stack = getattr(_stream_local, "stack", None)
-        if stack:
-            return stack[-1]
-        found = _default_streams.get(current_device_index())
-        if found is not None:
-            return found
-    return as_stream(stream)
+stream_of = as_stream
+"""The :class:`dnnbind.cuda.Stream` for ``stream=`` (None: the current stream): ``cuda.as_stream`` itself,
+whose hot paths (a Stream; None inside or outside a ``with stream:``) come first, one frame per op."""
 
 
 def cudnn_handle(stream) -> Handle:
