@@ -208,6 +208,25 @@ def test_rendezvous_of_three_ranks_in_threads_and_failure_reports():
         server.close()
 
 
+def test_failure_reports_racing_keep_the_first_in_one_step(monkeypatch):
+    """Two ranks failing at once: the report is one atomic set-if-absent on the server (a check then a
+    set could let the second overwrite the first), and every rank reads the one that won."""
+    server = dd.TCPStore("127.0.0.1", 0, is_server=True, timeout=5)
+    a, b = (dd.TCPStore("127.0.0.1", server.port, timeout=5) for _ in range(2))
+    try:
+        sent = []
+        request = dd.TCPStore._request
+        monkeypatch.setattr(dd.TCPStore, "_request", lambda self, req, wait=0.0: sent.append(req["op"])
+                            or request(self, req, wait))
+        a.report_failure(1, "first")
+        b.report_failure(3, "second")
+        assert sent == ["set_if_absent", "set_if_absent"]
+        assert a.failure() == b.failure() == server.failure() == "rank 1: first"
+        assert b.set_if_absent("k", b"x") == b"x" and a.set_if_absent("k", b"y") == b"x"
+    finally:
+        a.close(), b.close(), server.close()
+
+
 def test_client_names_rank_0_when_the_store_is_unreachable():
     port = dlaunch.free_port()
     start = time.monotonic()

@@ -135,6 +135,10 @@ class StoreServer:
                         return {"ok": False, "error": "timeout"}
                     self._cond.wait(min(left, 1.0))
                 return {"ok": True, "value": self._data[key].hex()}
+            if op == "set_if_absent":  # one atomic step: the first writer wins, everyone reads the winner
+                value = self._data.setdefault(key, bytes.fromhex(request["value"]))
+                self._cond.notify_all()
+                return {"ok": True, "value": value.hex()}
             if op == "check":
                 value = self._data.get(key)
                 return {"ok": True, "value": None if value is None else value.hex()}
@@ -265,6 +269,10 @@ class TCPStore:
                                    f"{wait:g} s")
         return bytes.fromhex(reply["value"])
 
+    def set_if_absent(self, key: str, value: bytes) -> bytes:
+        """Set ``key`` unless a rank already did, in one step on the server; returns the value it holds."""
+        return bytes.fromhex(self._request({"op": "set_if_absent", "key": key, "value": bytes(value).hex()})["value"])
+
     def check(self, key: str) -> "bytes | None":
         """The value of ``key`` now, or None (never waits)."""
         value = self._request({"op": "check", "key": key}).get("value")
@@ -281,8 +289,7 @@ class TCPStore:
     def report_failure(self, rank: int, message: str) -> None:
         """Tell the other ranks why this one stops (the first report wins; never raises)."""
         try:
-            if self.check(FAILURE_KEY) is None:
-                self.set(FAILURE_KEY, f"rank {rank}: {message}".encode())
+            self.set_if_absent(FAILURE_KEY, f"rank {rank}: {message}".encode())
         except Exception:  # the store is gone too: the launcher still reports the exit
             pass
 
