@@ -54,10 +54,12 @@ def _device_index(value: Any, where: str) -> int:
             raise ValueError(f"{_OWNER}: {where} must be >= 0, got {value}")
         return int(value)
     if isinstance(value, str):
-        text = value.strip().lower()
-        kind, _, number = text.partition(":")
-        if kind in ("gpu", "cuda") and number.isdigit():
-            return int(number)
+        try:
+            device = backend.Device(value)  # the one parser of device strings
+        except ValueError:
+            device = None
+        if device is not None and device.is_cuda and device.index is not None:
+            return device.index
         raise ValueError(f"{_OWNER}: {where} must look like 'gpu:0' or 'cuda:0' (one process per GPU), got {value!r}")
     raise _validate.ArgumentTypeError(f"{_OWNER}: {where} must be a device string like 'gpu:0' or an int, "
                                       f"got {type(value).__name__}")
@@ -312,7 +314,7 @@ class Replica:
 
     def broadcast_state(self, model: Any) -> None:
         """Rank 0's weights (trainable and not) and built optimizer state to every rank."""
-        arrays = [w.value for layer in model._flat_layers() for w in layer._weights]
+        arrays = [w.value for w in model.weights]
         opt = getattr(model, "optimizer", None)
         if opt is not None and getattr(opt, "built", False):
             arrays += [a for slots in opt._slots for a in slots.values()]

@@ -46,10 +46,7 @@ def shard_order(order: "np.ndarray | int", rank: int, world_size: int) -> np.nda
     if n == 0:
         return order[:0]
     total = shard_length(n, world_size) * world_size
-    if total > n:
-        reps = -(-total // n)  # more ranks than items wraps more than once
-        order = np.concatenate([order] * reps)[:total]
-    return order[rank:total:world_size]
+    return np.resize(order, total)[rank::world_size]  # resize repeats the order (more than once if need be)
 
 
 def plan_buckets(nbytes: Sequence[int], dtypes: Sequence[str], *, bucket_bytes: int = BUCKET_BYTES,
