@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.gpu
 
-_UNDER = "DNNBIND_UNDER_SANITIZER"  # set by tools/sanitize.py: no sanitizer inside a sanitizer
-
-
-def _sanitizer() -> "str | None":
-    candidates = [os.environ.get("COMPUTE_SANITIZER"), shutil.which("compute-sanitizer")]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home:
-            candidates.append(os.path.join(home, "bin", "compute-sanitizer"))
-    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+# The sanitizer's lookup, the "already under a sanitizer" flag and the kernel classification live once,
+# in tools/sanitize.py (which runs these tools over the whole GPU suite).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from sanitize import ENV_FLAG as _UNDER  # noqa: E402
+from sanitize import classify, report_kernels  # noqa: E402
+from sanitize import find_compute_sanitizer as _sanitizer  # noqa: E402
 
 
 STEPS = textwrap.dedent(r"""
@@ -91,7 +88,6 @@ def test_eager_steps_racecheck_clean_in_dnnbind_kernels():
     out = _run("racecheck", "float32", jit=False, extra=("--racecheck-report", "all"))
     summary = re.search(r"RACECHECK SUMMARY: (\d+) hazard", out)
     assert summary is not None, out[-4000:]
-    # hazards in library kernels (C++ names) are not ours; dnnbind's kernels are extern "C"
-    ours = [line for line in out.splitlines() if line.startswith("=========") and " at " in line
-            and "::" not in line and "+0x" in line]
-    assert not ours, "\n".join(ours[:20])
+    # hazards in library kernels (C++ names, or cuBLAS/cuDNN/NCCL's C-named families) are not ours
+    ours = {k: n for k, n in report_kernels(out).items() if classify(k) == "dnnbind"}
+    assert not ours, ours

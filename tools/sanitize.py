@@ -124,6 +124,18 @@ def classify(kernel: str) -> str:
     return "library" if ("::" in kernel or "<" in kernel or _LIBRARY_NAMES.match(kernel)) else "dnnbind"
 
 
+def report_kernels(text: str) -> dict[str, int]:
+    """How many of the sanitizer's reports in ``text`` name each kernel (classify() splits them)."""
+    kernels: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("=========") and ("Invalid" in line or "Race" in line or "Uninitialized" in line
+                                             or " at " in line):
+            m = _KERNEL.search(line)
+            if m:
+                kernels[m.group(1)] = kernels.get(m.group(1), 0) + 1
+    return kernels
+
+
 def run_target(sanitizer: str, tool: str, target: dict, out: Path, timeout: float, max_batch: int,
                print_limit: int = 1000) -> dict:
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{tool}-{target['name']}")
@@ -150,13 +162,7 @@ def run_target(sanitizer: str, tool: str, target: dict, out: Path, timeout: floa
     seconds = time.monotonic() - start
     log.write_text(text)
     counts = _ERRORS.findall(text) if tool != "racecheck" else _HAZARDS.findall(text)
-    kernels: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith("=========") and ("Invalid" in line or "Race" in line or "Uninitialized" in line
-                                             or " at " in line):
-            m = _KERNEL.search(line)
-            if m:
-                kernels[m.group(1)] = kernels.get(m.group(1), 0) + 1
+    kernels = report_kernels(text)
     outcome = ""
     for line in reversed(text.splitlines()):
         m = _PYTEST_LAST.search(line)
