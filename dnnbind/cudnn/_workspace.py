@@ -44,17 +44,8 @@ _lock = threading.Lock()
 _buffers: "dict[Stream, _Scratch]" = {}
 
 
-def _borrowed(stream: Any) -> bool:
-    # Whether dnnbind owns the stream's handle: `owned` where Stream builds on OwnedPointer,
-    # the `_owned` slot before that.
-    owned = getattr(stream, "owned", None)
-    if owned is None:
-        owned = getattr(stream, "_owned", True)
-    return not owned
-
-
 def _matches(entry: _Scratch, stream: Stream) -> bool:
-    return entry.stream is stream or (_borrowed(entry.stream) and _borrowed(stream) and not entry.stream.closed)
+    return entry.stream is stream or (not entry.stream.owned and not stream.owned and not entry.stream.closed)
 
 
 def workspace(stream: Any, nbytes: int) -> int:

@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -1580,37 +1578,26 @@ def _pointer(value: Any, t: Tensor, what: str) -> int:
 PLAN_CACHE_SIZE = 256
 VARIANT_PACK_CACHE_SIZE = 16
 """Finalized variant packs a plan keeps, by data pointers and workspace."""
-_plan_cache: "OrderedDict[tuple, _PlanCore]" = OrderedDict()
-_plan_lock = threading.Lock()
+_plans = LRUCache(PLAN_CACHE_SIZE, "cuDNN graph plans")
 _plan_stats = {"hits": 0, "misses": 0}
 
 
 def _plan_cache_get(key: tuple) -> _PlanCore | None:
-    with _plan_lock:
-        core = _plan_cache.get(key)
-        if core is None:
-            _plan_stats["misses"] += 1
-            return None
-        _plan_cache.move_to_end(key)
-        _plan_stats["hits"] += 1
-        return core
+    core = _plans.get(key)
+    _plan_stats["hits" if core is not None else "misses"] += 1
+    return core
 
 
 def _plan_cache_put(key: tuple, core: _PlanCore) -> None:
     # An evicted plan lives on while a Plan still references it (a captured graph's owner keeps one).
-    with _plan_lock:
-        _plan_cache[key] = core
-        while len(_plan_cache) > PLAN_CACHE_SIZE:
-            _plan_cache.popitem(last=False)
+    _plans.put(key, core)
 
 
 def plan_cache_info() -> dict:
     """``{"hits", "misses", "size"}`` of the process-wide plan cache."""
-    with _plan_lock:
-        return {**_plan_stats, "size": len(_plan_cache)}
+    return {**_plan_stats, "size": len(_plans.items())}
 
 
 def clear_plan_cache() -> None:
     """Drop every cached plan (Plans still held keep theirs alive)."""
-    with _plan_lock:
-        _plan_cache.clear()
+    _plans.clear()
