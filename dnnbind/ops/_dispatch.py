@@ -37,6 +37,7 @@ _ndarray = np.ndarray
 FLOAT_DTYPES = (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64))
 _LOW_PRECISION = (np.dtype(np.float16), BFLOAT16)
 _F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
 _cuda_modules: dict[str, ModuleType] = {}
 
 
@@ -124,6 +125,12 @@ def check_float(op: str, name: str, x: Any) -> None:
 def check_same_dtype(op: str, a_name: str, a: Any, b_name: str, b: Any) -> None:
     if a.dtype != b.dtype:
         raise TypeError(f"{op}: {b_name} has dtype {b.dtype} but {a_name} has dtype {a.dtype}; they must match")
+
+
+def param_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype of the float parameters, statistics, masks and losses an op keeps for data of ``dtype``:
+    float64 for float64 data, float32 for every other (float16/bfloat16 keep theirs in float32)."""
+    return _F64 if dtype == _F64 else _F32
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:

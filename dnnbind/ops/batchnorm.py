@@ -34,8 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
+from ._dispatch import as_array, check_float, check_out, finish, param_dtype, route, to_compute
 from ._params import check_layout
+from .activation import _backward as _activation_backward
+from .activation import _forward as _activation_forward
 
 __all__ = ["BN_MODES", "BN_ACTIVATIONS", "BatchNormSaved", "batchnorm_forward_training",
            "batchnorm_forward_inference", "batchnorm_backward"]
@@ -117,12 +119,8 @@ def _check_activation(op: str, activation: Any) -> "str | None":
     raise ValueError(f"{op}: activation must be None or 'relu', got {activation!r}")
 
 
-def _param_dtype(x_dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.float64) if x_dtype == np.float64 else np.dtype(np.float32)
-
-
 def _check_params(op: str, x: Any, shape: tuple[int, ...], **params: Any) -> None:
-    want = _param_dtype(x.dtype)
+    want = param_dtype(x.dtype)
     for name, p in params.items():
         if p is None:
             raise ValueError(f"{op}: {name} is required")
@@ -197,13 +195,13 @@ def batchnorm_forward_training(
     centered += _broadcast(to_compute(beta), xc, axes)
     if activation is not None:
         # relu commutes with the final rounding, so this equals the separate activation_forward
-        np.maximum(centered, 0, out=centered)
+        _activation_forward(centered, "relu", None, centered)
     unbiased = var * (count / (count - 1)) if count > 1 else var
     running_mean *= momentum
     running_mean += (1 - momentum) * mean
     running_var *= momentum
     running_var += (1 - momentum) * unbiased
-    sdt = _param_dtype(x.dtype)
+    sdt = param_dtype(x.dtype)
     saved = BatchNormSaved(mean.astype(sdt, copy=False), inv_std.astype(sdt, copy=False), path="numpy",
                            x_shape=tuple(x.shape), x_dtype=x.dtype, activation=activation)
     return finish(centered, out, x.dtype), saved
@@ -320,7 +318,7 @@ def batchnorm_backward(
     g, xc = to_compute(dy), to_compute(x)
     if activation is not None:
         # relu's derivative as a mask of its output (y > 0 exactly where bn(x) > 0)
-        g = g * np.greater(y, 0).view(np.uint8).astype(g.dtype)
+        g = _activation_backward(g, y, y, "relu", None)
     cdt = xc.dtype
     count = x.size // int(np.prod(pshape))
     inv_std = save_inv_std.astype(cdt, copy=False)
@@ -332,5 +330,5 @@ def batchnorm_backward(
     dx = g - _broadcast(dbeta / count, xc, axes)
     dx -= xhat
     dx *= _broadcast(gamma.astype(cdt, copy=False) * inv_std, xc, axes)
-    pdt = _param_dtype(x.dtype)
+    pdt = param_dtype(x.dtype)
     return finish(dx, None, x.dtype), dgamma.astype(pdt, copy=False), dbeta.astype(pdt, copy=False)

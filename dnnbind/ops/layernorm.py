@@ -20,14 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
+from ._dispatch import as_array, check_float, check_out, finish, param_dtype, route, to_compute
 
 __all__ = ["layernorm_forward", "layernorm_backward"]
-
-
-def param_dtype(x_dtype: np.dtype) -> np.dtype:
-    """The dtype of gamma, beta and the saved statistics for data of ``x_dtype``."""
-    return np.dtype(np.float64) if x_dtype == np.float64 else np.dtype(np.float32)
 
 
 def _geometry(op: str, x: Any, norm_ndim: Any) -> tuple[int, int, int]:

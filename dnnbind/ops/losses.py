@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..backend import is_device_array
-from ._dispatch import as_array, check_float, route, scalar, to_compute
+from ._dispatch import as_array, check_float, param_dtype, route, scalar, to_compute
 from .elementwise import cast
 
 __all__ = [
@@ -37,10 +37,6 @@ __all__ = [
 
 #: Keras's backend epsilon: probabilities are clipped to ``[eps, 1 - eps]`` before the log.
 CLIP_EPSILON = 1e-7
-
-
-def _loss_dtype(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
 def _check_labels(op: str, pred: Any, labels: Any) -> bool:
@@ -144,7 +140,7 @@ def softmax_cross_entropy(
     grad = np.exp(log_p)
     grad -= y
     grad *= rw * (scalar(grad_scale, op, "grad_scale") / n)
-    return np.asarray(loss, dtype=_loss_dtype(logits.dtype)), grad.astype(logits.dtype, copy=False)
+    return np.asarray(loss, dtype=param_dtype(logits.dtype)), grad.astype(logits.dtype, copy=False)
 
 
 def crossentropy_from_probs(
@@ -183,7 +179,7 @@ def crossentropy_from_probs(
     # p = q / sum(q): dL/dq_j = (g_j - sum_i g_i p_i) / sum(q)
     grad = (g - (g * p).sum(axis=1, keepdims=True)) / total
     grad *= rw * (scalar(grad_scale, op, "grad_scale") / n)
-    return np.asarray(loss, dtype=_loss_dtype(probs.dtype)), grad.astype(probs.dtype, copy=False)
+    return np.asarray(loss, dtype=param_dtype(probs.dtype)), grad.astype(probs.dtype, copy=False)
 
 
 def _check_same(op: str, pred: Any, target: Any) -> Any:
@@ -246,7 +242,7 @@ def binary_crossentropy(
     rw = _row_weights(w, x.shape, x.dtype)
     loss = (rw * elem).sum() / size
     grad *= rw * (scalar(grad_scale, op, "grad_scale") / size)
-    return np.asarray(loss, dtype=_loss_dtype(pred.dtype)), grad.astype(pred.dtype, copy=False)
+    return np.asarray(loss, dtype=param_dtype(pred.dtype)), grad.astype(pred.dtype, copy=False)
 
 
 def mean_squared_error(pred: Any, target: Any, *, grad_scale: Any = 1.0, sample_weight: Any = None,
@@ -274,4 +270,4 @@ def mean_squared_error(pred: Any, target: Any, *, grad_scale: Any = 1.0, sample_
         loss = (_row_weights(w, x.shape, x.dtype) * diff * diff).sum() / size
     diff *= 2.0 * scalar(grad_scale, op, "grad_scale") / size
     diff *= _row_weights(w, x.shape, x.dtype)
-    return np.asarray(loss, dtype=_loss_dtype(pred.dtype)), diff.astype(pred.dtype, copy=False)
+    return np.asarray(loss, dtype=param_dtype(pred.dtype)), diff.astype(pred.dtype, copy=False)

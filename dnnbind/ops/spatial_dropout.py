@@ -17,15 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
+from ._dispatch import as_array, check_float, check_out, finish, param_dtype, route, to_compute
 from ._params import check_layout
 from .dropout import DropoutState
 
 __all__ = ["spatial_dropout_forward", "spatial_dropout_backward"]
-
-
-def _mask_dtype(x_dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.float64) if x_dtype == np.float64 else np.dtype(np.float32)
 
 
 def _channels(op: str, name: str, x: Any, layout: str) -> tuple[int, int]:
@@ -62,7 +58,7 @@ def spatial_dropout_forward(x: Any, state: DropoutState, *, layout: str = "NHWC"
     if state.rate == 0.0:
         return finish(x.copy(), out, x.dtype), None
     keep = state.rng.random((n, c), dtype=np.float32) >= state.rate
-    reserve = keep.astype(_mask_dtype(x.dtype)) * (1.0 / (1.0 - state.rate))
+    reserve = keep.astype(param_dtype(x.dtype)) * (1.0 / (1.0 - state.rate))
     return finish(to_compute(x) * _broadcast(reserve, layout), out, x.dtype), reserve
 
 
@@ -79,7 +75,7 @@ def spatial_dropout_backward(dy: Any, reserve: Any, *, layout: str = "NHWC", out
     check_out(op, out, dy.shape, dy.dtype)
     if reserve is not None:
         reserve = as_array(reserve)
-        want = _mask_dtype(dy.dtype)
+        want = param_dtype(dy.dtype)
         if tuple(reserve.shape) != (n, c) or reserve.dtype != want:
             raise ValueError(
                 f"{op}: reserve has shape {tuple(reserve.shape)} and dtype {reserve.dtype}, expected ({n}, {c}) "
