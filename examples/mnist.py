@@ -39,7 +39,7 @@ from dnnbind.datasets import mnist
 
 NUM_CLASSES = 10
 INPUT_SHAPE = (28, 28, 1)
-DEFAULT_SPLIT = 8000
+DEFAULT_SPLIT = mnist.EMBEDDED_SPLIT  # the split load_data falls back to offline
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
