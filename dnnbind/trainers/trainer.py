@@ -576,27 +576,9 @@ class Trainer:
 
     def _check_y(self, y: Any, n: int, what: str) -> list[np.ndarray]:
         """Targets of the outputs that have a loss, in the losses' label forms (one per output)."""
-        owner = self._owner
-        names = list(self.output_names)
-        items = flatten_structure(y, names, f"{owner}: {what}", "y")
-        shapes = self._output_shapes()
-        out = []
-        for name, item, shape, loss in zip(names, items, shapes, self._losses):
-            if loss is None:
-                out.append(None)
-                continue
-            arr = np.asarray(item)
-            if arr.ndim < 1 or len(arr) != n:
-                raise ValueError(f"{owner}: {what} got {n} input samples but "
-                                 f"{len(arr) if arr.ndim else 'a scalar'} targets"
-                                 f"{'' if len(names) == 1 else f' for output {name!r}'}; x and y must have the "
-                                 "same length")
-            who = f"{owner}: " if len(names) == 1 else f"{owner}: output '{name}': "
-            arr = loss.prepare_labels(arr, shape, owner=who)
-            _validate.finite_array(arr, "y" if len(names) == 1 else f"y['{name}']", f"{owner}: {what}",
-                                   hint="clean the targets first")
-            out.append(arr)
-        return out
+        items = flatten_structure(y, list(self.output_names), f"{self._owner}: {what}", "y")
+        return [None if loss is None else self._check_y_one(i, item, n, what)
+                for i, (item, loss) in enumerate(zip(items, self._losses))]
 
     def _check_xy(self, x: Any, y: Any, what: str) -> tuple[list, list]:
         """``(xs, ys)`` checked for training or evaluation: finite, same length, labels in the losses' forms."""
@@ -886,10 +868,19 @@ class Trainer:
         return out
 
     def _check_y_one(self, i: int, y: Any, n: int, what: str) -> np.ndarray:
+        """Output ``i``'s host targets for ``n`` samples, in its loss's label form."""
+        owner = self._owner
         names = list(self.output_names)
-        who = f"{self._owner}: " if len(names) == 1 else f"{self._owner}: output '{names[i]}': "
-        arr = self._losses[i].prepare_labels(np.asarray(y), self._output_shapes()[i], owner=who)
-        _validate.finite_array(arr, "y", f"{self._owner}: {what}", hint="clean the targets first")
+        arr = np.asarray(y)
+        if arr.ndim < 1 or len(arr) != n:
+            raise ValueError(f"{owner}: {what} got {n} input samples but "
+                             f"{len(arr) if arr.ndim else 'a scalar'} targets"
+                             f"{'' if len(names) == 1 else f' for output {names[i]!r}'}; x and y must have the "
+                             "same length")
+        who = f"{owner}: " if len(names) == 1 else f"{owner}: output '{names[i]}': "
+        arr = self._losses[i].prepare_labels(arr, self._output_shapes()[i], owner=who)
+        _validate.finite_array(arr, "y" if len(names) == 1 else f"y['{names[i]}']", f"{owner}: {what}",
+                               hint="clean the targets first")
         return arr
 
     def _upload(self, arrays: "list | None") -> Any:
@@ -1027,11 +1018,7 @@ class Trainer:
                                         shard)
 
         history = callbacks_module.History()
-        if verbose and not any(isinstance(c, callbacks_module.ProgbarLogger) for c in cb_list):
-            cb_list.append(callbacks_module.ProgbarLogger(verbose))
-        cbs = callbacks_module.CallbackList([*cb_list, history], model=self,
-                                            params={"verbose": verbose, "epochs": epochs,
-                                                    "steps": train_feed.steps_per_epoch})
+        cbs = self._callback_list([*cb_list, history], verbose, train_feed.steps_per_epoch, epochs=epochs)
         # History must record what the callbacks add (learning_rate) before the bar prints it
         progbars = [c for c in cbs.callbacks if isinstance(c, callbacks_module.ProgbarLogger)]
         cbs.callbacks = [c for c in cbs.callbacks if c not in progbars] + progbars
@@ -1098,6 +1085,12 @@ class Trainer:
                 val_feed.close()
         return history
 
+    def _callback_list(self, cb_list: list, verbose: int, steps: "int | None", **params: Any):
+        """The callbacks of a fit/evaluate/predict call, with Keras's ProgbarLogger added when ``verbose``."""
+        if verbose and not any(isinstance(c, callbacks_module.ProgbarLogger) for c in cb_list):
+            cb_list = [*cb_list, callbacks_module.ProgbarLogger(verbose)]
+        return callbacks_module.CallbackList(cb_list, model=self, params={"verbose": verbose, "steps": steps, **params})
+
     def _run_test(self, feed: EpochIterator, cbs=None) -> int:
         """One epoch of ``feed`` through test steps (metrics reset first); returns the batches run."""
         self.reset_metrics()
@@ -1146,17 +1139,14 @@ class Trainer:
                                shard=None if replica is None else replica.shard)
         self._join_replicas(replica, always=False)
         try:
-            cbs = callbacks_module.CallbackList(cb_list, model=self,
-                                                params={"verbose": verbose, "steps": feed.steps_per_epoch})
+            cbs = self._callback_list(cb_list, verbose, feed.steps_per_epoch)
             cbs.on_test_begin()
-            bar = callbacks_module.Progbar(feed.steps_per_epoch, verbose=verbose)
             ran = self._run_test(feed, cbs)
         finally:
             feed.close()
         if ran == 0:
             raise ValueError(f"{owner}: x gave no batches (an empty or exhausted generator or PyDataset)")
         logs = self._logs()
-        bar.update(ran, logs, finalize=True)
         cbs.on_test_end(logs)
         if return_dict:
             return logs
@@ -1186,9 +1176,8 @@ class Trainer:
         else:
             self._check_batch_size_unused(batch_size, kind, owner)
             feed = self._source_feed(x, None, None, kind, "predict", targets=False, shuffle=False, steps=steps)
-        cbs = callbacks_module.CallbackList(cb_list, model=self)
+        cbs = self._callback_list(cb_list, verbose, feed.steps_per_epoch)
         cbs.on_predict_begin()
-        bar = callbacks_module.Progbar(feed.steps_per_epoch, verbose=verbose) if verbose else None
         outputs = []
         try:
             for step, (xb, _) in enumerate(feed.epoch(np.random.default_rng(0))):
@@ -1203,8 +1192,6 @@ class Trainer:
         for i, shape in enumerate(self._output_shapes()):
             host = [backend.to_numpy(o[i]) for o in outputs]
             results.append(np.concatenate(host, axis=0) if host else np.zeros((0, *shape), _F32))
-        if bar is not None:
-            bar.update(len(outputs), {}, finalize=True)
         cbs.on_predict_end()
         return results[0] if len(results) == 1 else results
 
