@@ -83,6 +83,7 @@ class Tape:
         self._keep: list[Any] = []  # the arrays whose ids are keys above stay alive, so ids stay unique
         self._produced: set[int] = set()  # slots written by a layer (they can take a gradient)
         self._uses: dict[int, int] = {}  # id(layer) -> applications
+        self._last: dict[int, _Application] = {}  # id(layer) -> its latest application
         self._next = 0
 
     def __enter__(self) -> "Tape":
@@ -120,7 +121,12 @@ class Tape:
         out_slot = self._new_slot(out)
         self._produced.add(out_slot)
         self._uses[id(layer)] = self._uses.get(id(layer), 0) + 1
-        self.applications.append(_Application(layer, in_slots, out_slot, layer._call_state(), before, multi))
+        app = _Application(layer, in_slots, out_slot, None, before, multi)
+        previous = self._last.get(id(layer))
+        if previous is not None:  # what the previous application left is what this one started from
+            previous.state = before
+        self._last[id(layer)] = app
+        self.applications.append(app)
         return out
 
     # ----- backward -------------------------------------------------------------------------
@@ -156,7 +162,7 @@ class Tape:
                 if pending is not None:
                     self._settle(layer, pending, shared_grads, on_grads)
                 continue
-            if shared:
+            if shared and app.state is not None:  # (a layer's last application: its live state)
                 layer._restore_call_state(app.state)
             need_dx = any(s in self._produced for s in app.in_slots)
             layer.grads = {}
@@ -206,3 +212,4 @@ class Tape:
         self._keep = []
         self._produced = set()
         self._uses = {}
+        self._last = {}
