@@ -90,41 +90,6 @@ MaxPool2D = MaxPooling2D
 AvgPool2D = AveragePooling2D
 
 
-@register
-class GlobalAveragePooling2D(Layer):
-    """Mean over height and width: ``(N, H, W, C) -> (N, C)`` (or ``(N, 1, 1, C)`` with keepdims)."""
-
-    def __init__(self, data_format: str | None = None, keepdims: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        owner = f"GlobalAveragePooling2D '{self.name}'"
-        self.data_format, self.layout = data_format_to_layout(data_format, owner)
-        self.keepdims = _validate.boolean(keepdims, "keepdims", owner)
-
-    def _output_shape(self, input_shape):
-        check_image_shape(tuple(input_shape), f"GlobalAveragePooling2D '{self.name}'", self.data_format)
-        c = input_shape[2] if self.data_format == "channels_last" else input_shape[0]
-        if not self.keepdims:
-            return (c,)
-        return (1, 1, c) if self.data_format == "channels_last" else (c, 1, 1)
-
-    def forward(self, x, training=False):
-        n = int(x.shape[0])
-        y = ops.global_avg_pool2d_forward(x, layout=self.layout)
-        self._x_shape = tuple(x.shape)
-        self._op_shape = tuple(y.shape)
-        out = self._output_shape(tuple(x.shape[1:]))
-        return y if tuple(y.shape) == (n, *out) else y.reshape(n, *out)
-
-    def backward(self, dy, need_dx=True):
-        if tuple(dy.shape) != self._op_shape:
-            dy = dy.reshape(*self._op_shape)
-        return ops.global_avg_pool2d_backward(dy, self._x_shape, layout=self.layout)
-
-    def get_config(self):
-        return {**super().get_config(), "data_format": self.data_format, "keepdims": self.keepdims}
-
-
-GlobalAvgPool2D = GlobalAveragePooling2D
 
 
 class _GlobalPooling(Layer):
@@ -218,6 +183,14 @@ class GlobalAveragePooling1D(_GlobalPooling):
     _rank, _mode = 1, "avg"
 
 
+@register
+class GlobalAveragePooling2D(_GlobalPooling):
+    """Mean over height and width: ``(N, H, W, C) -> (N, C)`` (or ``(N, 1, 1, C)`` with keepdims)."""
+
+    _rank, _mode = 2, "avg"
+
+
+GlobalAvgPool2D = GlobalAveragePooling2D
 GlobalMaxPool2D = GlobalMaxPooling2D
 GlobalMaxPool1D = GlobalMaxPooling1D
 GlobalAvgPool1D = GlobalAveragePooling1D
