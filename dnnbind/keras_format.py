@@ -19,11 +19,10 @@ which check their arguments; this module only checks the structure and refuses w
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator
 
 from . import initializers as _init
-from .layers.base import Layer, Weight, get_layer_class
+from .layers.base import Layer, Weight, _snake_case, get_layer_class
 from .mixed_precision import Policy
 
 __all__ = ["KERAS_FORMAT_VERSION", "keras_snake_case", "variable_paths", "keras_weight_order", "model_to_keras",
@@ -54,11 +53,7 @@ _OPTIMIZER_KERAS_ONLY: dict[str, Any] = {
 _LOSS_KERAS_ONLY: dict[str, Any] = {"reduction": "sum_over_batch_size", "dtype": None}
 
 
-def keras_snake_case(name: str) -> str:
-    """``keras.src.utils.naming.to_snake_case``: ``MaxPooling2D`` -> ``max_pooling2d``."""
-    name = re.sub(r"\W+", "", name)
-    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+keras_snake_case = _snake_case  # Keras's to_snake_case, which also names dnnbind's layers
 
 
 def keras_weight_order(layer: Layer) -> list[Weight]:

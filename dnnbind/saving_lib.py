@@ -202,8 +202,7 @@ def _checked_tensor(tensor: Any, w: Weight, key: str, owner: str, source: str) -
                           f"tensor ({w.dtype}; float16, bfloat16 and float64 are cast)")
     arr = np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor
     if dtype_name == "bfloat16":
-        # exact; Weight.assign takes NumPy's numeric kinds (ml_dtypes' is 'V')
-        arr = arr.view(normalize_dtype("bfloat16")).astype(np.float32)
+        arr = arr.view(normalize_dtype("bfloat16"))  # h5py reads Keras's tagged bfloat16 as opaque bytes
     return arr
 
 

@@ -51,6 +51,8 @@ def deserialize(config: dict) -> "Layer":
 
 
 def _snake_case(name: str) -> str:
+    """``keras.src.utils.naming.to_snake_case``: ``MaxPooling2D`` -> ``max_pooling2d``."""
+    name = re.sub(r"\W+", "", name)
     name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
@@ -105,7 +107,7 @@ class Weight:
     def checked(self, array: Any) -> np.ndarray:
         """``array`` as NumPy once it passes :meth:`assign`'s checks (numeric dtype, Keras shape); changes nothing."""
         arr = np.asarray(array)
-        if arr.dtype.kind not in "fiub":
+        if arr.dtype.kind not in "fiub" and arr.dtype != _validate.BFLOAT16:
             raise TypeError(f"layer '{self.layer.name}': weight '{self.name}' must be numeric, got dtype {arr.dtype}")
         if tuple(arr.shape) != self.shape:
             raise ValueError(
