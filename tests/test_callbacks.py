@@ -389,6 +389,25 @@ def test_fit_output_per_verbose(rng, capsys, monkeypatch):
     assert capsys.readouterr().out == ""
 
 
+def test_evaluate_and_predict_output_is_one_progbar_logger(rng, capsys):
+    keras.utils.set_random_seed(0)
+    model, x, y = small(rng)
+    value = r"(?:\d+\.\d{4}|\d\.\d{4}e[+-]\d\d)"
+    line = rf"\d+/\d+ - \d+s - \d+[mu]?s/step - accuracy: {value} - loss: {value}"
+    model.evaluate(x, y, verbose=2)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and re.fullmatch(line, out[0]), out
+    # a ProgbarLogger passed in is the bar: one line, not a second bar beside it
+    model.evaluate(x, y, verbose=2, callbacks=[callbacks.ProgbarLogger()])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and re.fullmatch(line, out[0]), out
+    model.predict(x, verbose=2)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and re.fullmatch(r"\d+/\d+ - \d+s - \d+[mu]?s/step", out[0]), out
+    model.evaluate(x, y, verbose=0), model.predict(x, verbose=0)
+    assert capsys.readouterr().out == ""
+
+
 def test_history_plot(rng, tmp_path):
     pytest.importorskip("matplotlib")
     model, x, y = small(rng)

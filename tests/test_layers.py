@@ -285,3 +285,14 @@ def test_initializers_match_keras_fans():
     assert np.all(initializers.Constant(0.5)((2,)) == 0.5)
     with pytest.raises(ValueError, match="unknown initializer"):
         initializers.get("nope")
+
+
+def test_a_bfloat16_layer_takes_its_own_weights_back():
+    import dnnbind as keras
+    from dnnbind._validate import BFLOAT16
+
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3, dtype="bfloat16")])
+    weights = model.get_weights()
+    assert weights[0].dtype == BFLOAT16
+    model.set_weights([w + np.ones_like(w) for w in weights])
+    assert all(np.array_equal(a, b + np.ones_like(b)) for a, b in zip(model.get_weights(), weights))
