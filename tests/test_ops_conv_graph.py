@@ -29,6 +29,7 @@ from dnnbind.ops._cuda import conv as cconv  # noqa: E402
 from dnnbind.ops._cuda import conv_graph  # noqa: E402
 
 F16 = np.dtype(np.float16)
+BF16 = cm.BF16
 
 
 class _Dev:
@@ -137,7 +138,27 @@ def test_key_fields_follow_the_call_and_the_config():
     with config.override(workspace_limit=0):
         assert conv_graph.conv_key(*KEY_ARGS).workspace_limit == 0
     directions = {conv_graph.conv_key(d, *KEY_ARGS[1:]) for d in conv_graph.DIRECTIONS}
-    assert len(directions) == 3  # one key per direction
+    assert len(directions) == len(conv_graph.DIRECTIONS) == 5  # one key per direction
+
+
+@pytest.mark.parametrize("direction", conv_graph.FUSED_BN_DIRECTIONS)
+def test_conv_bn_keys_without_a_measurement_are_float16_only(monkeypatch, direction):
+    """conv + genstats and dgrad + drelu + dbn_weight (conv_bn.py) are tried unmeasured in float16 only (the H200's
+    bf16/TF32 engines lost to the unfused ops, or had none); config.benchmark measures every dtype; FORCE_GRAPH
+    (tests) tries every dtype."""
+    args = (direction,) + KEY_ARGS[1:-2]
+    assert conv_graph.conv_key(*args, F16, "NHWC").direction == direction
+    for dtype in (np.dtype(np.float32), BF16):
+        assert conv_graph.conv_key(*args, dtype, "NHWC") is None
+        with config.override(benchmark=True):
+            assert conv_graph.conv_key(*args, dtype, "NHWC").benchmark
+        monkeypatch.setattr(conv_graph, "FORCE_GRAPH", True)
+        assert conv_graph.conv_key(*args, dtype, "NHWC") is not None
+        monkeypatch.setattr(conv_graph, "FORCE_GRAPH", False)
+    with config.override(deterministic=True):
+        assert conv_graph.conv_key(*args, F16, "NHWC") is None
+    assert conv_graph.DIRECTIONS["forward_genstats"][1] == ("x", "w", "y", "sum", "sq_sum")
+    assert conv_graph.DIRECTIONS["backward_data_drelu_dbn"][1][:3] == ("dy", "w", "x")
     with pytest.raises(ValueError, match="direction must be one of"):
         conv_graph.conv_key("fprop", *KEY_ARGS[1:])
 

@@ -1,4 +1,5 @@
-"""Plain convolutions (forward, backward data, backward filter) as cached cuDNN graph plans.
+"""Convolutions (forward, backward data, backward filter), and two convolution + batch-norm fusions, as
+cached cuDNN graph plans.
 
 Why: cuDNN 9 rebuilds a backend graph inside every legacy call (``cudnnConvolutionForward`` /
 ``BackwardData`` / ``BackwardFilter``), which costs 45-120 us of host time per call on an H200; an
@@ -14,6 +15,25 @@ asymmetric, exactly as for the legacy calls)::
     forward          y  = conv_fprop(x, w)        x (N, H, W, C), w (K, R, S, C) -> y (N, P, Q, K)
     backward_data    dx = conv_dgrad(dy, w)       dy (N, P, Q, K), w             -> dx (N, H, W, C)
     backward_filter  dw = conv_wgrad(x, dy)       x, dy                          -> dw (K, R, S, C)
+    forward_genstats y  = conv_fprop(x, w),       x, w                           -> y, sum, sq_sum (1, 1, 1, K)
+                     sum, sq_sum = genstats(y)    (float32: the batch-norm statistics in the conv's epilogue)
+
+    backward_data_drelu_dbn                       dy, w, x (the batch norm's input), its saved mean and
+                     dz = relu_backward(          1/std, gamma, beta (float32 (1, 1, 1, C))
+                       conv_dgrad(dy, w), bn(x))  -> dz (N, H, W, C), and float32 (1, 1, 1, C): dscale, dbias
+                     dbn_weight(dz, x, ...)       and eq_dy, eq_x, eq_b (dx = eq_dy * dz + eq_x * x + eq_b)
+
+``forward_genstats`` serves ``conv_bn.py`` (a convolution followed by a training batch norm): its legacy
+path is the convolution and the batch norm's own training call, and the graph path's time includes the
+work that ``conv_bn.py`` runs after the plan (``tail``: the normalisation from the sums), so the two
+paths compared do the same job. In heuristic mode it is tried for float16 only: on an H200 (cuDNN 9.19)
+float16 is where a specialised engine runs conv + genstats in the time of the convolution alone
+(0.90-1.09x over four ResNet/VGG shapes), while the bfloat16 and TF32 engines took 2.1-3.1x the
+convolution's time, which the saved statistics pass does not repay; strict float32 has no engine.
+``config.benchmark`` measures every dtype. ``backward_data_drelu_dbn`` (cuDNN's DgradDreluBNBwdWeight
+pattern, MLPerf ResNet's backward) serves ``conv_bn.py``'s backward of conv(relu(batchnorm(x))) the same
+way (legacy: the data gradient and the batch norm's backward with the relu; the tail: the dx kernel); on
+the H200 only float16 has an engine for it (0.89-0.93x of the dgrad and the relu's backward alone).
 
 **The choice, once per** :class:`ConvGraphKey` (direction, device, shapes, padding, stride,
 dilation, dtype, ``allow_tf32``, ``benchmark``, ``workspace_limit``), made as ``fused.py`` makes
@@ -70,7 +90,9 @@ from .fused import ALIGNMENT, BENCHMARK_REPS, DTYPES, GRAPH_MARGIN, Choice
 from .fused import _refusal as is_refusal
 from .fused import _time_ms as time_ms
 
-__all__ = ["ConvGraphKey", "DIRECTIONS", "HEURISTIC_MODES", "BENCHMARK_MODES", "conv_key", "convolution",
+__all__ = ["ConvGraphKey", "DIRECTIONS", "HEURISTIC_MODES", "BENCHMARK_MODES", "GENSTATS_HEURISTIC_DTYPES",
+           "FUSED_BN_DIRECTIONS",
+           "FORCE_GRAPH", "conv_key", "convolution", "runs_legacy",
            "cache_info", "stats", "clear_cache"]
 
 _log = logging.getLogger("dnnbind.ops.conv_graph")
@@ -81,7 +103,19 @@ DIRECTIONS = {
     "forward": ("conv_fprop", ("x", "w", "y")),
     "backward_data": ("conv_dgrad", ("dx", "w", "dy")),
     "backward_filter": ("conv_wgrad", ("x", "dw", "dy")),
+    "forward_genstats": ("conv_fprop+genstats", ("x", "w", "y", "sum", "sq_sum")),
+    "backward_data_drelu_dbn": ("dgrad+drelu+dbn_weight", ("dy", "w", "x", "mean", "inv_std", "gamma", "beta", "dz",
+                                                           "dscale", "dbias", "eq_dy", "eq_x", "eq_b")),
 }
+FUSED_BN_DIRECTIONS = ("forward_genstats", "backward_data_drelu_dbn")
+"""The directions of conv_bn.py (a convolution fused with a batch norm), tried unmeasured in
+:data:`GENSTATS_HEURISTIC_DTYPES` only."""
+GENSTATS_HEURISTIC_DTYPES = (cm.F16,)
+"""The dtypes ``forward_genstats`` takes without a measurement (see the module doc)."""
+FORCE_GRAPH: bool = False
+"""Tests: every key takes the first plan that builds and runs (heuristics A, then B), unmeasured, and
+``forward_genstats`` is tried in every dtype, so each graph path can be compared with the legacy one
+where the measurement would not pick it. Clear the cache (:func:`clear_cache`) when flipping it."""
 HEURISTIC_MODES = ("A",)
 """Heuristics trusted without a measurement (their first engine that finalizes)."""
 BENCHMARK_MODES = ("A", "B")
@@ -93,7 +127,7 @@ BENCHMARK_MODES = ("A", "B")
 class ConvGraphKey:
     """What the choice for one plain convolution depends on. Shapes are NHWC / KRSC, as cuDNN sees them."""
 
-    direction: str  # "forward", "backward_data", "backward_filter"
+    direction: str  # "forward", "backward_data", "backward_filter", "forward_genstats"
     device: int
     x_shape: tuple  # (N, H, W, C), after explicit padding
     w_shape: tuple  # (K, R, S, C)
@@ -135,6 +169,9 @@ def conv_key(direction: str, device: int, x_dims: tuple, w_kcrs: tuple, y_dims: 
     if (layout != "NHWC" or groups != 1 or dtype not in DTYPES or not all(x_dims) or not all(w_kcrs)
             or not all(y_dims) or cfg.deterministic):
         return None
+    if (direction in FUSED_BN_DIRECTIONS and not cfg.benchmark and not FORCE_GRAPH
+            and dtype not in GENSTATS_HEURISTIC_DTYPES):
+        return None
     n, c, h, w = x_dims
     k, _, r, s = w_kcrs
     _, _, p, q = y_dims
@@ -150,6 +187,18 @@ def _graph(key: ConvGraphKey) -> "cgraph.Graph":
     conv = dict(padding=key.pad, stride=key.stride, dilation=key.dilation)
     if key.direction == "forward":
         g.conv_fprop(g.tensor("x", key.x_shape), g.tensor("w", key.w_shape), **conv).output("y")
+    elif key.direction == "forward_genstats":
+        y = g.conv_fprop(g.tensor("x", key.x_shape), g.tensor("w", key.w_shape), **conv).output("y")
+        total, squares = g.genstats(y)
+        total.output("sum")
+        squares.output("sq_sum")
+    elif key.direction == "backward_data_drelu_dbn":
+        c = key.x_shape[3]
+        stats = [g.tensor(name, (1, 1, 1, c), "float32") for name in ("mean", "inv_std", "gamma", "beta")]
+        outs = g.dgrad_drelu_dbn_weight(g.tensor("dy", key.y_shape), g.tensor("w", key.w_shape),
+                                        g.tensor("x", key.x_shape), *stats, **conv)
+        for t, name in zip(outs, DIRECTIONS[key.direction][1][7:]):
+            t.output(name)
     elif key.direction == "backward_data":
         g.conv_dgrad(g.tensor("dy", key.y_shape), g.tensor("w", key.w_shape), key.x_shape, **conv).output("dx")
     else:
@@ -164,14 +213,19 @@ def _build(key: ConvGraphKey, handle: Any, mode: str) -> "cgraph.Plan":
 
 def _run(plan: "cgraph.Plan", names: tuple, handle: Any, stream: Any, ptrs: tuple) -> None:
     # Raw ints: Plan.execute checks only their alignment and reuses the variant pack of this pointer set.
-    plan.execute({names[0]: ptrs[0], names[1]: ptrs[1], names[2]: ptrs[2]},
-                 workspace(stream, plan.workspace_size), handle=handle)
+    if len(ptrs) == 3:
+        tensors = {names[0]: ptrs[0], names[1]: ptrs[1], names[2]: ptrs[2]}
+    else:
+        tensors = dict(zip(names, ptrs))
+    plan.execute(tensors, workspace(stream, plan.workspace_size), handle=handle)
 
 
-def _decide(key: ConvGraphKey, handle: Any, stream: Any, ptrs: tuple, legacy: Callable[[], Any]) -> Choice:
+def _decide(key: ConvGraphKey, handle: Any, stream: Any, ptrs: tuple, legacy: Callable[[], Any],
+            tail: "Callable[[], Any] | None") -> Choice:
     names = DIRECTIONS[key.direction][1]
     plans, refused, over_limit = [], [], []
-    for mode in (BENCHMARK_MODES if key.benchmark else HEURISTIC_MODES):
+    measure = key.benchmark and not FORCE_GRAPH
+    for mode in (BENCHMARK_MODES if key.benchmark or FORCE_GRAPH else HEURISTIC_MODES):
         try:
             plan = _build(key, handle, mode)
         except CudnnError as err:
@@ -187,9 +241,12 @@ def _decide(key: ConvGraphKey, handle: Any, stream: Any, ptrs: tuple, legacy: Ca
     timings = []
     for plan in list(plans):
         try:
-            if key.benchmark:
-                timings.append((plan.engine, time_ms(lambda: _run(plan, names, handle, stream, ptrs), stream,
-                                                     BENCHMARK_REPS)))
+            if measure:
+                def graph_path(plan=plan):
+                    _run(plan, names, handle, stream, ptrs)
+                    if tail is not None:
+                        tail()
+                timings.append((plan.engine, time_ms(graph_path, stream, BENCHMARK_REPS)))
             else:
                 _run(plan, names, handle, stream, ptrs)  # a first run cuDNN refuses falls back like a refused build
         except CudnnError as err:
@@ -201,22 +258,23 @@ def _decide(key: ConvGraphKey, handle: Any, stream: Any, ptrs: tuple, legacy: Ca
         reason = "; ".join(refused + over_limit)
         _log.debug("%s %s: no cuDNN graph plan (%s); legacy path", DIRECTIONS[key.direction][0], key, reason)
         return Choice(None, "refused" if refused else "workspace_limit", reason=reason)
-    if not key.benchmark:
-        return Choice(plans[0], "heuristic")
+    if not measure:
+        return Choice(plans[0], "forced" if FORCE_GRAPH else "heuristic")
     legacy_ms = time_ms(legacy, stream, BENCHMARK_REPS)
     best, graph_ms = min(zip(plans, (ms for _, ms in timings)), key=lambda item: item[1])
     return Choice(best if graph_ms <= legacy_ms * GRAPH_MARGIN else None, "benchmark", graph_ms, legacy_ms,
                   reason="; ".join(refused + over_limit), timings=(*timings, ("legacy", legacy_ms)))
 
 
-def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, int, int]",
-                legacy: Callable[[], Any]) -> bool:
+def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, ...]",
+                legacy: Callable[[], Any], tail: "Callable[[], Any] | None" = None) -> bool:
     """Run ``key``'s convolution as a graph plan when that is its choice: True when it ran.
 
     ``ptrs``: device pointers of the packed tensors in x, w, y-role order, as :data:`DIRECTIONS` names
     them (forward: x, w, y; backward_data: dx, w, dy; backward_filter: x, dw, dy), x / dx as cuDNN
-    sees them (padded when the padding is explicit).
-    ``legacy()`` runs the legacy call into the same output (timed under ``config.benchmark``).
+    sees them (padded when the padding is explicit); forward_genstats adds the sum and sq_sum pointers.
+    ``legacy()`` runs the legacy call into the same output (timed under ``config.benchmark``);
+    ``tail()``, when given, is timed after each plan's run (the caller's work that the graph path adds).
     False means the caller runs its legacy call: the key's choice is legacy, a pointer is not
     16-byte aligned (that call only), or the key is undecided while the stream is capturing (that
     call only: nothing is built or timed during a capture).
@@ -230,12 +288,15 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, i
     elif choice.plan is None:
         counts["legacy"] += 1
         return False
-    # One test for the three pointers: an OR keeps every low bit any of them has.
-    if (ptrs[0] | ptrs[1] | ptrs[2]) % ALIGNMENT:
+    # One test for the pointers: an OR keeps every low bit any of them has.
+    bits = ptrs[0] | ptrs[1] | ptrs[2]
+    for extra in ptrs[3:]:
+        bits |= extra
+    if bits % ALIGNMENT:
         counts["legacy"] += 1
         return False
     if choice is None:
-        choice = _decide(key, handle, stream, ptrs, legacy)
+        choice = _decide(key, handle, stream, ptrs, legacy, tail)
         with _lock:
             mine, choice = choice, _choices.setdefault(key, choice)
             if choice is mine:  # another thread may have decided the key meanwhile
@@ -246,6 +307,16 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, i
     _run(choice.plan, DIRECTIONS[key.direction][1], handle, stream, ptrs)
     counts["graph"] += 1
     return True
+
+
+def runs_legacy(key: ConvGraphKey) -> bool:
+    """True (and the call counted as legacy) when ``key`` is decided for the legacy path: a caller that
+    prepares buffers for the graph path asks this first."""
+    choice = _choices.get(key)
+    if choice is not None and choice.plan is None:
+        _stats[key.direction]["legacy"] += 1
+        return True
+    return False
 
 
 def cache_info() -> "dict[ConvGraphKey, Choice]":

@@ -112,7 +112,7 @@ class Choice:
     """
 
     plan: "cgraph.Plan | None"
-    source: str  # "heuristic", "benchmark", "refused", "workspace_limit"
+    source: str  # "heuristic", "benchmark", "refused", "workspace_limit", "forced" (conv_graph.FORCE_GRAPH)
     graph_ms: "float | None" = None
     legacy_ms: "float | None" = None
     reason: str = ""
