@@ -210,6 +210,36 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
             self._x, self._w = x, w
         return self._activate(z, training, skip_softmax)
 
+    def _forward_into_batchnorm(self, x, bn, activation: "str | None"):
+        """A training forward of this convolution (no bias, linear activation, float kernel) and of the
+        ``BatchNormalization`` ``bn`` after it (then ``activation``) in one op
+        (:meth:`BatchNormalization._forward_after_conv`); returns ``bn``'s output. The two layers'
+        backwards are the usual ones. For ``Sequential``'s fusion schedule (:func:`conv_bn_candidates`)."""
+        if self.bias is not None or self.activation.kind is not None or self.quantization_mode is not None:
+            raise RuntimeError(f"Conv2D '{self.name}': only a float convolution with no bias and a linear activation "
+                               f"fuses with the batch norm after it (use_bias={self.use_bias}, activation="
+                               f"{self.activation.name}, quantization_mode={self.quantization_mode})")
+        x = self._cast_input(x)
+        w = self._compute_weight(self.kernel)
+        out = bn._forward_after_conv(x, w, self._conv_kwargs(), True, activation)
+        self._x, self._w, self._skipped_softmax = x, w, False
+        return out
+
+    def _backward_into_batchnorm(self, dy, bn):
+        """This convolution's backward (no bias, linear activation) when its input was the relu'd output of the
+        ``BatchNormalization`` ``bn``: the filter gradient as usual, then the data gradient, the relu's and
+        ``bn``'s backward in one op (:meth:`BatchNormalization._backward_through_conv`); returns ``bn``'s dx.
+        For ``Sequential``'s fusion schedule."""
+        if self.bias is not None or self.activation.kind is not None or self.quantization_mode is not None:
+            raise RuntimeError(f"Conv2D '{self.name}': only a float convolution with no bias and a linear activation "
+                               "fuses its backward with the batch norm before it")
+        if self.trainable:
+            dw = ops.conv2d_backward_filter(self._x, dy, tuple(self._w.shape), **self._conv_kwargs())
+            self.grads[self.kernel.name] = self._to_variable_dtype(dw, self.kernel)
+        dx = bn._backward_through_conv(dy, self._w, self._conv_kwargs())
+        self._x = self._w = None
+        return dx
+
     def backward(self, dy, need_dx=True):
         if self.quantization_mode is not None:
             self._refuse_training()

@@ -127,6 +127,44 @@ class BatchNormalization(Layer):
                                f"synchronized={self.synchronized})")
         return self._forward(x, training, activation)
 
+    def _forward_after_conv(self, x, w, conv_kwargs: dict, training, activation: "str | None"):
+        """The training forward of ``conv(x, w)`` (``conv_kwargs``: ``ops.conv2d_forward``'s keywords)
+        then this batch norm (then ``activation``), through ``ops.conv2d_batchnorm_forward_training``, which
+        may compute the statistics in the convolution's epilogue. Returns this layer's output; the next
+        :meth:`backward` is the usual one, its ``dx`` the gradient of the convolution's output. For
+        ``Sequential``'s fusion schedule, which asks :meth:`_fusable` first (and that the layout is NHWC)."""
+        if not self._fusable(training) or activation not in (None, "relu") or self.layout != "NHWC":
+            raise RuntimeError(f"BatchNormalization '{self.name}': cannot take a convolution into a forward with "
+                               f"training={training!r} (trainable={self.trainable}, synchronized="
+                               f"{self.synchronized}, layout={self.layout}, activation={activation!r})")
+        gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
+        y, out, self._saved = ops.conv2d_batchnorm_forward_training(
+            x, w, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
+            epsilon=self.epsilon, activation=activation, **conv_kwargs)
+        self._sync_replica = None
+        self._x, self._training_forward = y, True
+        self._activation, self._y = activation, (None if activation is None else out)
+        return out
+
+    def _backward_through_conv(self, dy, w, conv_kwargs: dict):
+        """The backward of a convolution (filter ``w``, ``conv_kwargs``) applied to this layer's relu'd output,
+        from the convolution's output gradient ``dy``, down to this layer's input, through
+        ``ops.batchnorm_relu_conv2d_backward`` (on CUDA possibly one cuDNN graph: the data gradient, the relu
+        and the batch-norm weight gradients). Fills this layer's grads like :meth:`backward`; returns dx. For
+        ``Sequential``'s fusion schedule, after a forward fused with the relu (:meth:`_forward_fused`)."""
+        if self.__dict__.get("_activation") != "relu" or self.__dict__.get("_sync_replica") is not None:
+            raise RuntimeError(f"BatchNormalization '{self.name}': a backward through a convolution needs a training "
+                               "forward fused with its relu")
+        gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
+        dx, dgamma, dbeta = ops.batchnorm_relu_conv2d_backward(dy, w, self._x, self._y, gamma, beta, self._saved,
+                                                               epsilon=self.epsilon, **conv_kwargs)
+        if self.gamma is not None:
+            self.grads["gamma"] = dgamma
+        if self.beta is not None:
+            self.grads["beta"] = dbeta
+        self._x = self._saved = self._y = self._activation = None
+        return dx
+
     def forward(self, x, training=False):
         return self._forward(x, training, None)
 

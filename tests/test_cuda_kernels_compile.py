@@ -61,7 +61,10 @@ def _expected_kernels() -> dict[str, list[str]]:
     quant += [f"int8_epilogue_{t}_{a}" for t in q_types for a in ("i32", "f32")]
     quant += ["fp8_scales", "int8_to_f32", "fp8_to_f32"]
     timing = ["hold_stream"]
-    return {"timing.cu": timing, "quant.cu": quant, "activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
+    batchnorm = [f"{k}_{t}" for k in ("bn_infer_channels_last", "bn_apply_sums_channels_last",
+                                      "bn_apply_sums_channels_last_vec", "bn_dx_coefficients",
+                                      "bn_dx_coefficients_vec") for t in q_types]
+    return {"timing.cu": timing, "batchnorm.cu": batchnorm, "quant.cu": quant, "activation.cu": act, "layout.cu": layout, "elementwise.cu": elem, "losses.cu": losses,
             "optim.cu": optim, "merging.cu": merging, "reshaping.cu": reshaping, "preprocessing.cu": preprocessing,
             "layernorm.cu": layernorm, "spatial_dropout.cu": spatial_dropout}
 

@@ -41,13 +41,19 @@ def _data(n=48, seed=0):
 
 @pytest.fixture
 def bn_calls(monkeypatch):
-    """The ``activation`` of every ops.batchnorm_forward_training call, and the count of ops.activation_forward."""
-    seen = {"bn": [], "activation_forward": 0}
+    """The ``activation`` of every ops.batchnorm_forward_training call and of every
+    ops.conv2d_batchnorm_forward_training call (``conv_bn``), and the count of ops.activation_forward."""
+    seen = {"bn": [], "conv_bn": [], "activation_forward": 0}
     bn_forward, act_forward = ops.batchnorm_forward_training, ops.activation_forward
+    conv_bn_forward = ops.conv2d_batchnorm_forward_training
 
     def bn_spy(*args, activation=None, **kwargs):
         seen["bn"].append(activation)
         return bn_forward(*args, activation=activation, **kwargs)
+
+    def conv_bn_spy(*args, activation=None, **kwargs):
+        seen["conv_bn"].append(activation)
+        return conv_bn_forward(*args, activation=activation, **kwargs)
 
     def act_spy(*args, **kwargs):
         seen["activation_forward"] += 1
@@ -55,6 +61,7 @@ def bn_calls(monkeypatch):
 
     monkeypatch.setattr(ops, "batchnorm_forward_training", bn_spy)
     monkeypatch.setattr(ops, "activation_forward", act_spy)
+    monkeypatch.setattr(ops, "conv2d_batchnorm_forward_training", conv_bn_spy)
     return seen
 
 
@@ -72,43 +79,43 @@ def test_which_pairs_fuse():
              layers.Dense(4), bn(), layers.Activation("relu")]             # the last layer: the model's output
     model = keras.Sequential([keras.Input((5,)), *stack])
     assert fusion_candidates(model.layers) == (1, 4)
-    assert model._fused_pairs(True) == (1, 4)
-    assert model._fused_pairs(False) == ()  # inference (predict, evaluate) never fuses
+    assert model._fused_pairs(True)[0] == (1, 4)
+    assert model._fused_pairs(False)[0] == ()  # inference (predict, evaluate) never fuses
     with ops.config.override(fuse_layers=False):
-        assert model._fused_pairs(True) == ()
+        assert model._fused_pairs(True)[0] == ()
     assert ops.config.get("fuse_layers") is True
 
 
 def test_the_schedule_follows_the_layer_list():
     model = keras.Sequential([keras.Input((5,)), layers.Dense(4), layers.BatchNormalization(),
                               layers.Activation("relu")])
-    assert model._fused_pairs(True) == ()  # the relu is the last layer
+    assert model._fused_pairs(True)[0] == ()  # the relu is the last layer
     model.add(layers.Dense(2))
-    assert model._fused_pairs(True) == (1,)
+    assert model._fused_pairs(True)[0] == (1,)
     model.pop()
-    assert model._fused_pairs(True) == ()
+    assert model._fused_pairs(True)[0] == ()
     model.add(layers.Dense(2))
     model._layers[2] = layers.Activation("tanh")  # replaced in place: the cache compares the layers themselves
-    assert model._fused_pairs(True) == ()
+    assert model._fused_pairs(True)[0] == ()
 
 
 def test_a_batch_norm_off_its_plain_training_path_does_not_fuse(monkeypatch):
     model = keras.Sequential([keras.Input((5,)), layers.Dense(4), layers.BatchNormalization(synchronized=True),
                               layers.ReLU(), layers.Dense(2)])
     bn = model.layers[1]
-    assert model._fused_pairs(True) == (1,)  # synchronised without a distribution: plain BatchNormalization
+    assert model._fused_pairs(True)[0] == (1,)  # synchronised without a distribution: plain BatchNormalization
     monkeypatch.setattr(bn, "_replica", lambda: object())  # a replica to all-reduce the statistics with
-    assert model._fused_pairs(True) == ()
+    assert model._fused_pairs(True)[0] == ()
     monkeypatch.undo()
     bn.trainable = False  # a frozen batch norm runs its inference op in training
-    assert model._fused_pairs(True) == ()
+    assert model._fused_pairs(True)[0] == ()
     bn.trainable = True
     with pytest.raises(RuntimeError, match="cannot fuse activation 'relu' into a forward with training=False"):
         bn._forward_fused(np.ones((2, 4), np.float32), False, "relu")
     # another compute dtype: the relu layer's input cast, which fusion would skip, would change the result
     model = keras.Sequential([keras.Input((5,)), layers.Dense(4), layers.BatchNormalization(),
                               layers.ReLU(dtype="float64"), layers.Dense(2)])
-    assert model._fused_pairs(True) == ()
+    assert model._fused_pairs(True)[0] == ()
 
 
 def test_a_batch_norm_subclass_with_its_own_forward_does_not_fuse():
@@ -117,7 +124,7 @@ def test_a_batch_norm_subclass_with_its_own_forward_does_not_fuse():
             return super().forward(x, training) + 1
 
     model = keras.Sequential([keras.Input((5,)), layers.Dense(4), Shifted(), layers.ReLU(), layers.Dense(2)])
-    assert model._fused_pairs(True) == ()
+    assert model._fused_pairs(True)[0] == ()
 
 
 def test_a_batch_norm_subclass_with_its_own_backward_does_not_fuse():
@@ -127,7 +134,7 @@ def test_a_batch_norm_subclass_with_its_own_backward_does_not_fuse():
             return dy
 
     model = keras.Sequential([keras.Input((5,)), layers.Dense(4), PassThrough(), layers.ReLU(), layers.Dense(2)])
-    assert model._fused_pairs(True) == ()
+    assert model._fused_pairs(True)[0] == ()
 
 
 def test_fuse_layers_is_a_checked_setting_in_the_capture_key():
@@ -150,12 +157,15 @@ def _train(fuse: bool, steps: int = 3, **fit):
     return model
 
 
-def test_cpu_training_fused_equals_unfused(bn_calls):
+def test_cpu_training_fused_equals_unfused(cpu, bn_calls):
     fused = _train(True)
-    assert bn_calls["bn"] == ["relu", "relu"] * 3 and bn_calls["activation_forward"] == 0
-    bn_calls["bn"].clear()
+    # each Conv2D -> BatchNormalization -> relu runs as one conv + batch-norm op with the relu
+    assert bn_calls["conv_bn"] == ["relu", "relu"] * 3 and bn_calls["bn"] == []
+    assert bn_calls["activation_forward"] == 0
+    bn_calls["conv_bn"].clear()
     plain = _train(False)
     assert bn_calls["bn"] == [None, None] * 3 and bn_calls["activation_forward"] == 6
+    assert bn_calls["conv_bn"] == []
     start = _conv_model().get_weights()
     for w_fused, w_plain, w0 in zip(fused.get_weights(), plain.get_weights(), start):
         assert not np.array_equal(w_fused, w0)  # every weight (BN moving statistics too) moved
@@ -168,7 +178,7 @@ def test_cpu_training_fused_equals_unfused(bn_calls):
     assert bn_calls["bn"] == [] and bn_calls["activation_forward"] == 6 + 4
 
 
-def test_cpu_fused_backward_passes_the_relu_layer_through():
+def test_cpu_fused_backward_passes_the_relu_layer_through(cpu):
     model = _conv_model()
     x, _ = _data(8)
     out = model._run_forward([x], training=True, logits=[True])[0]
@@ -223,8 +233,8 @@ def _gpu_train(fuse: bool, policy: str, jit_compile, steps: int = 3):
 ])
 def test_gpu_training_fused_equals_unfused(bn_calls, policy, tol, jit_compile):
     start, fused = _gpu_train(True, policy, jit_compile)
-    assert "relu" in bn_calls["bn"] and None not in bn_calls["bn"]
-    bn_calls["bn"].clear()
+    assert "relu" in bn_calls["conv_bn"] and None not in bn_calls["conv_bn"] and bn_calls["bn"] == []
+    bn_calls["conv_bn"].clear()
     start_plain, plain = _gpu_train(False, policy, jit_compile)
     assert bn_calls["bn"] and set(bn_calls["bn"]) == {None}
     for i, (w0, w0_plain, wf, wp) in enumerate(zip(start, start_plain, fused, plain)):

@@ -13,6 +13,19 @@ is not the last layer runs as one batch-norm op with ``activation="relu"``
 pairs come from the layer list (:func:`fusion_candidates`, recomputed when it changes); each
 training forward keeps those whose batch norm runs its plain training op now (trainable, no
 replica) in the same compute dtype as the relu. Inference forwards never fuse.
+
+A ``Conv2D`` (exact class: float kernel, no bias, linear activation, channels_last) immediately
+followed by such a ``BatchNormalization`` (NHWC) in the same compute dtype runs, in a training
+forward, as one ``ops.conv2d_batchnorm_forward_training`` (``Conv2D._forward_into_batchnorm``), with
+the relu after it when that pair fuses too: on CUDA the batch-norm statistics may come from the
+convolution's epilogue (a cuDNN graph with genstats, chosen per shape; see ``ops/_cuda/conv_bn.py``).
+The two layers' backwards are their own. Candidates: :func:`conv_bn_candidates`.
+
+Such a plain ``Conv2D`` right after a batch norm fused with its relu (the relu's output is the
+convolution's input) runs its backward through the relu and the batch norm in one op
+(``Conv2D._backward_into_batchnorm``: the filter gradient, then ``ops.batchnorm_relu_conv2d_backward``),
+when the two layers share their compute dtype: on CUDA the data gradient, the relu's mask and the
+batch norm's weight gradients may be one cuDNN graph (cuDNN's DgradDreluBNBwdWeight pattern).
 """
 
 from __future__ import annotations
@@ -23,12 +36,13 @@ from typing import Any, Callable, Sequence
 from .. import _validate, ops
 from .. import saving_lib
 from ..layers.base import InputLayer, KerasTensor, Layer, deserialize, unique_name
+from ..layers.conv import Conv2D
 from ..layers.core import Activation, ReLU
 from ..layers.normalization import BatchNormalization
 from ..layers.tape import Tape
 from .model import Model
 
-__all__ = ["Sequential", "fusion_candidates"]
+__all__ = ["Sequential", "fusion_candidates", "conv_bn_candidates"]
 
 
 def _is_plain_relu(layer: Layer) -> bool:
@@ -49,6 +63,23 @@ def fusion_candidates(layers: Sequence[Layer]) -> "tuple[int, ...]":
                  and type(layers[i]).backward is BatchNormalization.backward and _is_plain_relu(layers[i + 1]))
 
 
+def _plain_conv(layer: Layer) -> bool:
+    """A ``Conv2D`` (exact class) whose output is ``conv(x, w)`` alone: float kernel, no bias, linear, NHWC."""
+    return (type(layer) is Conv2D and layer.bias is None and layer.activation.kind is None
+            and layer.quantization_mode is None and layer.data_format == "channels_last")
+
+
+def conv_bn_candidates(layers: Sequence[Layer]) -> "tuple[int, ...]":
+    """Indices ``i`` of the convolutions that may run with the batch norm ``layers[i + 1]`` as one op: a plain
+    ``Conv2D`` (:func:`_plain_conv`) followed by a batch norm that could fuse a relu (see
+    :func:`fusion_candidates`: BatchNormalization's own forward and backward) over NHWC data, not the last layer."""
+    return tuple(i for i in range(len(layers) - 2)
+                 if _plain_conv(layers[i]) and isinstance(layers[i + 1], BatchNormalization)
+                 and type(layers[i + 1]).forward is BatchNormalization.forward
+                 and type(layers[i + 1]).backward is BatchNormalization.backward
+                 and getattr(layers[i + 1], "layout", None) == "NHWC")
+
+
 class Sequential(Model):
     """A linear stack of layers (``keras.Sequential``).
 
@@ -60,7 +91,9 @@ class Sequential(Model):
     def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None, trainable: bool = True) -> None:
         self._init_model(name if name is not None else unique_name("sequential"), trainable)
         self._layers: list[Layer] = []
-        self._fusion_cache: "tuple[tuple[Layer, ...], tuple[int, ...]]" = ((), ())
+        # (the layer list, its batch-norm + relu candidates, its conv + batch-norm candidates)
+        self._fusion_cache: "tuple[tuple[Layer, ...], tuple[int, ...], tuple[int, ...]]" = ((), (), ())
+        self._back_now: "tuple[int, ...]" = ()  # the convolutions whose backward the last forward fused
         self._fused_now: "tuple[int, ...]" = ()  # the batch norms the last training forward fused
         self._input_layer: InputLayer | None = None
         self._output_shape: tuple[int, ...] | None = None
@@ -203,28 +236,40 @@ class Sequential(Model):
     def _fusable_outputs(self) -> list[bool]:
         return [self._layers[-1].has_final_softmax]
 
-    def _fused_pairs(self, training: bool) -> "tuple[int, ...]":
-        """The batch norms (indices) a forward with ``training`` runs fused with the next layer's relu."""
+    def _fused_pairs(self, training: bool) -> "tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]":
+        """(the batch norms (indices) a forward with ``training`` runs fused with the next layer's relu,
+        the convolutions it runs as one op with the batch norm after them, the convolutions whose backward
+        runs through the relu and the batch norm before them)."""
         if not training or not ops.config.fuse_layers:
-            return ()
-        layers, (known, candidates) = self._layers, self._fusion_cache
+            return (), (), ()
+        layers, (known, candidates, conv_bn) = self._layers, self._fusion_cache
         if len(known) != len(layers) or not all(map(operator.is_, known, layers)):
-            candidates = fusion_candidates(layers)
-            self._fusion_cache = (tuple(layers), candidates)
-        # same compute dtype: the relu layer's input cast, which the fused op skips, would do nothing
-        return tuple(i for i in candidates if layers[i]._fusable(training)
-                     and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
+            candidates, conv_bn = fusion_candidates(layers), conv_bn_candidates(layers)
+            self._fusion_cache = (tuple(layers), candidates, conv_bn)
+        # same compute dtype: the next layer's input cast, which the fused op skips, would do nothing
+        pairs = tuple(i for i in candidates if layers[i]._fusable(training)
+                      and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
+        convs = tuple(i for i in conv_bn if layers[i + 1]._fusable(training)
+                      and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
+        back = tuple(i + 2 for i in pairs if i + 2 < len(layers) and _plain_conv(layers[i + 2])
+                     and layers[i + 2]._effective_compute_dtype() == layers[i]._effective_compute_dtype())
+        return pairs, convs, back
 
     def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
         x = xs[0]
         layers = self._layers
-        fused = self._fused_now = self._fused_pairs(training)
-        if fused:
+        fused, convs, self._back_now = self._fused_pairs(training)
+        self._fused_now = fused
+        if fused or convs:
             skip = -1
             for i in range(len(layers) - 1):
-                if i == skip:
+                if i <= skip:
                     continue
-                if i in fused:
+                if i in convs:
+                    relu = i + 1 in fused
+                    x = layers[i]._forward_into_batchnorm(x, layers[i + 1], "relu" if relu else None)
+                    skip = i + 2 if relu else i + 1
+                elif i in fused:
                     x, skip = layers[i]._forward_fused(x, training, "relu"), i + 1
                 else:
                     x = layers[i].forward(x, training=training)
@@ -237,9 +282,16 @@ class Sequential(Model):
     def _run_backward(self, douts: list, on_grads: "Callable[[Layer], None] | None" = None) -> None:
         dy = douts[0]
         fused, self._fused_now = self._fused_now, ()
+        back, self._back_now = self._back_now, ()
+        done = len(self._layers)  # layers from here on had their backward run by a fused convolution's
         for i in range(len(self._layers) - 1, -1, -1):
             layer = self._layers[i]
-            if i - 1 not in fused:
+            if i in back:
+                # the convolution, the relu before it and the batch norm before that, in one backward
+                dy, done = layer._backward_into_batchnorm(dy, self._layers[i - 2]), i - 2
+            elif i >= done:
+                pass
+            elif i - 1 not in fused:
                 dy = layer.backward(dy, need_dx=i > 0)
             # else: a relu fused into the batch norm before it, whose backward takes dy as it is
             if on_grads is not None:

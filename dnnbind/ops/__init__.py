@@ -21,6 +21,8 @@ from .conv import (
     conv2d_backward_data,
     conv2d_backward_filter,
     conv2d_bias_activation_forward,
+    conv2d_batchnorm_forward_training,
+    batchnorm_relu_conv2d_backward,
     conv2d_forward,
     conv2d_output_shape,
 )
@@ -71,6 +73,7 @@ __all__ = [
     # conv
     "conv2d_forward", "conv2d_backward_data", "conv2d_backward_filter", "conv2d_output_shape",
     "bias_add", "bias_backward", "conv2d_bias_activation_forward",
+    "conv2d_batchnorm_forward_training", "batchnorm_relu_conv2d_backward",
     # pooling
     "pool2d_forward", "pool2d_backward", "global_avg_pool2d_forward", "global_avg_pool2d_backward",
     # activation, batchnorm, softmax, losses, dropout, dense

@@ -119,15 +119,26 @@ def _check_activation(op: str, activation: Any) -> "str | None":
     raise ValueError(f"{op}: activation must be None or 'relu', got {activation!r}")
 
 
-def _check_params(op: str, x: Any, shape: tuple[int, ...], **params: Any) -> None:
+def _check_params(op: str, x: Any, shape: tuple[int, ...], *, source: "str | None" = None, **params: Any) -> None:
+    """``source`` names what the parameter shape comes from (default: x and its shape)."""
     want = param_dtype(x.dtype)
     for name, p in params.items():
         if p is None:
             raise ValueError(f"{op}: {name} is required")
         if tuple(p.shape) != shape:
-            raise ValueError(f"{op}: {name} has shape {tuple(p.shape)}, expected {shape} for x of shape {tuple(x.shape)}")
+            raise ValueError(f"{op}: {name} has shape {tuple(p.shape)}, expected {shape} for "
+                             f"{source or f'x of shape {tuple(x.shape)}'}")
         if p.dtype != want and not (p.dtype == np.float32 and want == np.float64):
             raise TypeError(f"{op}: {name} must be {want} for x of dtype {x.dtype}, got {p.dtype}")
+
+
+def _check_momentum_epsilon(op: str, momentum: Any, epsilon: Any) -> "tuple[float, float]":
+    momentum, epsilon = float(momentum), float(epsilon)
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError(f"{op}: momentum must be in [0, 1], got {momentum}")
+    if epsilon <= 0:
+        raise ValueError(f"{op}: epsilon must be > 0, got {epsilon}")
+    return momentum, epsilon
 
 
 def _broadcast(p: np.ndarray, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -171,11 +182,7 @@ def batchnorm_forward_training(
     gamma, beta, running_mean, running_var = map(as_array, (gamma, beta, running_mean, running_var))
     mode, layout, axes, pshape = _geometry(op, x, mode, layout)
     _check_params(op, x, pshape, gamma=gamma, beta=beta, running_mean=running_mean, running_var=running_var)
-    momentum, epsilon = float(momentum), float(epsilon)
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"{op}: momentum must be in [0, 1], got {momentum}")
-    if epsilon <= 0:
-        raise ValueError(f"{op}: epsilon must be > 0, got {epsilon}")
+    momentum, epsilon = _check_momentum_epsilon(op, momentum, epsilon)
     check_out(op, out, x.shape, x.dtype)
     impl = route(op, "batchnorm", x=x, gamma=gamma, beta=beta, running_mean=running_mean,
                  running_var=running_var, out=out)

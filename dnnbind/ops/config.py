@@ -10,12 +10,16 @@
     the most workspace bytes an algorithm may use (``None``: no cap).
 ``fused_graphs``
     let ops run cuDNN graph-API plans where one builds (``ops/_cuda/fused.py``: conv + bias +
-    activation; ``ops/_cuda/conv_graph.py``: the plain convolutions); False keeps the legacy calls only.
+    activation; ``ops/_cuda/conv_graph.py``: the plain convolutions; ``ops/_cuda/conv_bn.py``: conv +
+    batch-norm statistics, and the backward of conv(relu(batch norm))); False keeps the legacy calls only.
 ``fuse_layers``
     let ``Sequential`` fuse adjacent layers in training forwards: a ``BatchNormalization`` followed
     by a plain relu (``Activation("relu")`` / ``ReLU()``) runs as one batch-norm op with
-    ``activation="relu"`` (on CUDA's channels-last path one cuDNN call each way). The same numbers
-    as unfused; False runs every layer on its own.
+    ``activation="relu"`` (on CUDA's channels-last path one cuDNN call each way); a plain ``Conv2D``
+    (no bias, linear) followed by a ``BatchNormalization`` runs as ``conv2d_batchnorm_forward_training``,
+    and such a convolution after a batch norm + relu runs its backward through them as
+    ``batchnorm_relu_conv2d_backward``. The same numbers as unfused (NumPy: bitwise; CUDA: within the
+    dtype's rounding); False runs every layer on its own.
 
 Read them as module attributes (``config.allow_tf32``) or with :func:`get`; change them
 by assignment or temporarily with ``with config.override(allow_tf32=False): ...``.

@@ -1,4 +1,6 @@
-"""2-d convolution (forward, backward data, backward filter), bias add/grad, fused conv+bias+activation.
+"""2-d convolution (forward, backward data, backward filter), bias add/grad, fused conv+bias+activation,
+a convolution followed by a training batch norm (``conv2d_batchnorm_forward_training``), and the backward of
+a convolution applied to relu(batch norm) down to the batch norm's input (``batchnorm_relu_conv2d_backward``).
 
 Layouts: ``x`` is ``(N, C, H, W)`` for ``layout="NCHW"`` and ``(N, H, W, C)`` for
 ``"NHWC"``; the filter is ``(K, C/groups, R, S)`` and ``(K, R, S, C/groups)``
@@ -34,6 +36,8 @@ __all__ = [
     "bias_add",
     "bias_backward",
     "conv2d_bias_activation_forward",
+    "conv2d_batchnorm_forward_training",
+    "batchnorm_relu_conv2d_backward",
 ]
 
 
@@ -586,3 +590,141 @@ def conv2d_bias_activation_forward(
                            to_compute(b))
     y = _activation_forward(y, kind, alpha, y)
     return finish(np.ascontiguousarray(_from_nhwc(y, layout)) if out is None else _from_nhwc(y, layout), out, x.dtype)
+
+
+def conv2d_batchnorm_forward_training(
+    x: Any,
+    w: Any,
+    gamma: Any,
+    beta: Any,
+    running_mean: Any,
+    running_var: Any,
+    *,
+    momentum: float = 0.99,
+    epsilon: float = 1e-3,
+    activation: "str | None" = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    layout: str = "NCHW",
+    out: Any = None,
+    stream: Any = None,
+) -> "tuple[Any, Any, Any]":
+    """A convolution followed by a training batch norm over its output channels, in one call.
+
+    Returns ``(y, out, saved)``: ``y = conv2d_forward(x, w, ...)`` (what the batch norm normalised:
+    its backward's ``x``), ``out, saved = batchnorm_forward_training(y, gamma, beta, running_mean,
+    running_var, momentum=momentum, epsilon=epsilon, mode="spatial", layout=layout,
+    activation=activation, out=out)``; the running statistics are updated in place. Pass ``y`` and ``saved``
+    to :func:`dnnbind.ops.batchnorm_backward` (with ``out`` as its ``y`` when ``activation="relu"``),
+    and ``y``'s gradient to the convolution's backward ops. ``gamma`` ... ``running_var`` are
+    ``(K,)`` float32 (float64 for float64 data).
+
+    CUDA (``_cuda/conv_bn.py``): channels-last float16/bfloat16/float32 data may run the convolution
+    as one cuDNN graph that also writes the per-channel sum and sum of squares of ``y`` in its epilogue
+    (genstats), then one kernel that finalizes the statistics and normalises (the batch norm's own
+    statistics pass over ``y`` is saved); chosen per shape as ``conv_graph.py`` chooses its plans,
+    else the two ops above. Each dtype's results equal the two ops' within that dtype's rounding;
+    the variance comes from the sums (E[y^2] - mean^2, in float32, as cuDNN's ``bn_finalize`` does).
+    NumPy: the two ops above.
+    """
+    from .batchnorm import _check_activation, _check_momentum_epsilon, _check_params, batchnorm_forward_training
+
+    op = "conv2d_batchnorm_forward_training"
+    x, w = as_array(x), as_array(w)
+    gamma, beta, running_mean, running_var = map(as_array, (gamma, beta, running_mean, running_var))
+    layout = check_layout(layout)
+    activation = _check_activation(op, activation)
+    _check4(op, "x", x)
+    _check4(op, "w", w)
+    check_same_dtype(op, "x", x, "w", w)
+    params, y_shape = conv_params(
+        op, x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout
+    )
+    k = _kcrs(w.shape, layout)[0]
+    _check_params(op, x, (k,), source=f"w of shape {tuple(w.shape)} ({k} output channels)", gamma=gamma, beta=beta,
+                  running_mean=running_mean, running_var=running_var)
+    momentum, epsilon = _check_momentum_epsilon(op, momentum, epsilon)
+    check_out(op, out, y_shape, x.dtype)
+    impl = route(op, "conv_bn", x=x, w=w, gamma=gamma, beta=beta, running_mean=running_mean,
+                 running_var=running_var, out=out)
+    if impl is not None:
+        return impl.conv2d_batchnorm_forward_training(
+            x, w, gamma, beta, running_mean, running_var, params=params, momentum=momentum, epsilon=epsilon,
+            activation=activation, layout=layout, out=out, stream=stream,
+        )
+    xc = to_compute(x)
+    y = finish(np.ascontiguousarray(_from_nhwc(_conv_forward_nhwc(_to_nhwc(xc, layout), _filter_krsc(
+        to_compute(w), layout), params), layout)), None, x.dtype)
+    out, saved = batchnorm_forward_training(y, gamma, beta, running_mean, running_var, momentum=momentum,
+                                            epsilon=epsilon, mode="spatial", layout=layout, activation=activation,
+                                            out=out)
+    return y, out, saved
+
+
+def batchnorm_relu_conv2d_backward(
+    dy: Any,
+    w: Any,
+    x: Any,
+    y: Any,
+    gamma: Any,
+    beta: Any,
+    saved: Any,
+    *,
+    epsilon: float = 1e-3,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    layout: str = "NCHW",
+    stream: Any = None,
+) -> "tuple[Any, Any, Any]":
+    """The backward of ``conv2d(relu(batchnorm(x)), w)`` from the convolution's output gradient, in one call.
+
+    ``x`` is the batch norm's input and ``y = relu(batchnorm(x))`` its training forward's output (with
+    ``activation="relu"``, whose record is ``saved``), which the convolution took as input; ``dy`` is
+    the gradient of the convolution's output. Returns ``(dx, dgamma, dbeta)``, the same as
+    ``batchnorm_backward(conv2d_backward_data(dy, w, y.shape, ...), x, gamma, saved, activation="relu",
+    y=y)``. The convolution's filter gradient is not part of it (``conv2d_backward_filter(y, dy, ...)``).
+
+    CUDA (``_cuda/conv_bn.py``): channels-last data with symmetric padding may run the data gradient,
+    the relu's backward and the batch norm's weight gradients as one cuDNN graph (cuDNN's
+    DgradDreluBNBwdWeight pattern; the relu's mask recomputed from ``x``, the saved statistics, gamma
+    and beta), then one kernel for dx; chosen per shape, else the two ops above. NumPy: the two ops.
+    """
+    from .batchnorm import BatchNormSaved, batchnorm_backward
+
+    op = "batchnorm_relu_conv2d_backward"
+    dy, w, x, y = as_array(dy), as_array(w), as_array(x), as_array(y)
+    gamma, beta = as_array(gamma), as_array(beta)
+    layout = check_layout(layout)
+    for name, arr in (("dy", dy), ("w", w), ("x", x), ("y", y)):
+        _check4(op, name, arr)
+    check_same_dtype(op, "dy", dy, "w", w)
+    check_same_dtype(op, "dy", dy, "x", x)
+    check_same_dtype(op, "dy", dy, "y", y)
+    if tuple(x.shape) != tuple(y.shape):
+        raise ValueError(f"{op}: y (the relu's output) has shape {tuple(y.shape)}, expected x's {tuple(x.shape)}")
+    params, out_shape = conv_params(
+        op, y.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout
+    )
+    if tuple(dy.shape) != tuple(out_shape):
+        raise ValueError(f"{op}: dy has shape {tuple(dy.shape)}, expected the convolution's output shape "
+                         f"{tuple(out_shape)} for x {tuple(y.shape)} and w {tuple(w.shape)}")
+    if not isinstance(saved, BatchNormSaved):
+        raise TypeError(f"{op}: saved must be the BatchNormSaved of the batch norm's training forward, got "
+                        f"{type(saved).__name__}")
+    if saved.activation not in (None, "relu") or (saved.path is not None and saved.activation != "relu"):
+        raise ValueError(f"{op}: saved comes from a forward with activation={saved.activation!r}; this backward "
+                         "needs the record of a forward with activation='relu'")
+    impl = route(op, "conv_bn", dy=dy, w=w, x=x, y=y, gamma=gamma, beta=beta)
+    if impl is not None:
+        return impl.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, params=params,
+                                                   epsilon=float(epsilon), layout=layout, stream=stream)
+    n, c, h, wd = _nchw(y.shape, layout)
+    dconv = _conv_backward_data_nhwc(_to_nhwc(to_compute(dy), layout), _filter_krsc(to_compute(w), layout),
+                                     (n, h, wd, c), params)
+    dconv = finish(np.ascontiguousarray(_from_nhwc(dconv, layout)), None, dy.dtype)
+    return batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
+                              activation="relu", y=y)

@@ -52,7 +52,10 @@ activation descriptor, and one ``cudnnBatchNormalizationBackwardEx`` likewise, w
 w.r.t. the activated output, the activated ``y``, beta and the forward's reserve (cuDNN may keep the
 relu mask there: the sizes are queried with the same bnOps and descriptor, and cached apart from the
 plain ones). The record's ``path`` is ``"cudnn_persistent_relu"``; its reserve serves only that
-backward. Everywhere else (2-d, NCHW, float64, other channel counts, a refusal remembered in
+backward. A record of ``conv_bn.py``'s genstats path (``"cudnn_genstats"``: statistics from a
+convolution's epilogue, beta kept) takes the fused backward too where cuDNN needs no reserve for the
+shape (:func:`fused_backward_takes_genstats`; on an H200 it needed none for every shape measured).
+Everywhere else (2-d, NCHW, float64, other channel counts, a refusal remembered in
 ``_ex_refused`` under (device, shape, dtype, "relu")) the forward runs the plain batch norm, then
 the relu in place on y, and the backward the relu backward (from y), then the plain backward. A
 refusal of the fused call is logged once (debug, ``dnnbind.ops.batchnorm``): the numbers are the same.
@@ -224,8 +227,21 @@ def _backward_workspace(handle: int, key: tuple, xd: int, pd: int, act: int = 0)
 
 # ------------------------------------------------------------------------ saved state
 
-# BatchNormSaved.path values of this module: the *Ex call (plain, or with the fused relu), the legacy API
-PERSISTENT, FUSED, LEGACY = "cudnn_persistent", "cudnn_persistent_relu", "cudnn"
+# BatchNormSaved.path values of this module: the *Ex call (plain, or with the fused relu), the legacy API;
+# and of conv_bn.py: statistics from a convolution's genstats epilogue (with the relu: beta kept, for the
+# fused backward, which takes the record when cuDNN needs no reserve for the shape)
+PERSISTENT, FUSED, LEGACY, GENSTATS = "cudnn_persistent", "cudnn_persistent_relu", "cudnn", "cudnn_genstats"
+
+
+def fused_backward_takes_genstats(x: Any, s: Any) -> bool:
+    """Whether the fused batch-norm + relu backward (one *Ex call) can take a ``GENSTATS`` record (with beta)
+    for NHWC ``x``: the fused path applies and cuDNN needs no reserve for it (a record made without the Ex
+    forward has none). Else that backward runs the relu's backward apart."""
+    if not _use_fused(x, "spatial", "NHWC"):
+        return False
+    x_desc, p_desc = _ex_descs(x)
+    return _forward_sizes(cm.cudnn_handle(s).handle, _size_key(s.device_index, x, True), x_desc.handle,
+                          p_desc.handle, _relu_desc().handle)[1] == 0
 
 
 def _reserve_for(saved: BatchNormSaved, x: Any, nbytes: int, path: str = PERSISTENT) -> Any:
@@ -469,7 +485,7 @@ def batchnorm_backward(dy: Any, x: Any, gamma: Any, saved: BatchNormSaved, *, ep
     parameter gradients is 0). ``activation="relu"``: ``dy`` w.r.t. the activated output ``y``."""
     s = cm.stream_of(stream)
     if activation is not None:
-        if saved.path == FUSED and _use_fused(x, mode, layout):
+        if saved.path in (FUSED, GENSTATS) and _use_fused(x, mode, layout):
             try:
                 result = _backward_ex(dy, x, gamma, saved, epsilon, s, mode, layout, y=y)
             except cm.CudnnError as exc:

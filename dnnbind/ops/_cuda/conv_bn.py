@@ -1,0 +1,227 @@
+"""A convolution followed by a training batch norm, with the statistics in the convolution's epilogue.
+
+``conv2d_batchnorm_forward_training`` returns ``(y, out, saved)``: ``y`` the convolution's output,
+``out`` the batch norm's (relu'd when asked), ``saved`` the batch norm's record for its backward.
+
+**The fused path** (channels-last, groups 1, float16 / bfloat16 / float32 data, float32 parameters,
+``config.fused_graphs``): one cuDNN graph plan ``y = conv_fprop(x, w)`` with ``genstats(y)`` writing the
+per-channel float32 sum and sum of squares in the convolution's epilogue (``conv_graph.py``'s
+``forward_genstats`` direction), then one kernel (``batchnorm.cu``'s ``bn_apply_sums_channels_last``,
+16-byte loads and stores where C and the pointers allow; C <= :data:`APPLY_MAX_CHANNELS`) that finalizes the
+statistics from the sums (mean, biased variance E[y^2] - mean^2, 1/sqrt(var + eps)),
+normalises ``y`` into ``out`` (with the relu) and, in its first block, writes the saved mean and 1/std
+and updates the running statistics (Keras momentum, unbiased variance). What is saved against the two
+ops: the batch norm's statistics pass over ``y``. The record's ``path`` is ``"cudnn_genstats"``;
+:func:`~dnnbind.ops.batchnorm_backward` takes it as it takes a record made by
+hand (its *Ex path when cuDNN needs no reserve for the shape, else the legacy SPATIAL path, from the
+saved mean and 1/std). With ``activation="relu"`` the record keeps beta, and the fused batch-norm + relu
+backward (one cudnnBatchNormalizationBackwardEx) takes it where cuDNN needs no reserve for the shape (none
+of the shapes measured on the H200 did); elsewhere the relu's backward runs apart.
+
+**The choice**, per shape, is ``conv_graph.py``'s (plans cached and never evicted, nothing built or
+measured while capturing, a refusal remembered, a pointer off 16 bytes or a key undecided in a capture
+running the legacy path for that call). Under ``config.benchmark`` both paths are timed doing the same
+job on scratch statistics, so the timing leaves the running statistics alone: the graph path is the
+plan plus the normalisation kernel (plus, with the relu, the relu backward pass that its backward adds
+where the fused backward cannot take the record); the legacy
+path is the convolution and the batch norm's training call. Without ``config.benchmark`` the graph is
+tried for float16 only (the measurements behind that are in ``conv_graph.py``'s doc).
+
+**The legacy path** (everything else): ``conv.conv2d_forward`` then ``batchnorm.batchnorm_forward_training``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._params import ConvParams
+from ..batchnorm import BatchNormSaved
+from . import _common as cm
+from . import conv as conv_mod
+from . import conv_graph
+from .activation import activation_backward
+from .batchnorm import GENSTATS, batchnorm_backward, batchnorm_forward_training, fused_backward_takes_genstats
+from .elementwise import copy
+
+__all__ = ["conv2d_batchnorm_forward_training", "batchnorm_relu_conv2d_backward", "GENSTATS"]
+
+
+def _key(g: Any, device: int, direction: str = "forward_genstats") -> "conv_graph.ConvGraphKey | None":
+    cfg = cm.config()
+    memo = (direction, device, cfg.allow_tf32, cfg.benchmark, cfg.workspace_limit, cfg.deterministic,
+            conv_graph.FORCE_GRAPH)
+    key = g.keys.get(memo, False)
+    if key is False:
+        key = g.keys[memo] = conv_graph.conv_key(
+            direction, device, g.xp_dims, g.w_kcrs, g.y_dims, g.desc_pad, g.params.stride,
+            g.params.dilation, g.params.groups, g.dtype, g.layout)
+    return key
+
+
+def _vector(width: int, channels: int, *arrays: Any) -> bool:
+    """16-byte packs of ``width`` elements fit: C a multiple of ``width`` and every array 16-byte aligned."""
+    bits = 0
+    for a in arrays:
+        bits |= a.ptr
+    return channels % width == 0 and bits % 16 == 0
+
+
+APPLY_MAX_CHANNELS = 2048
+"""The most output channels the normalising kernel's shared tables hold (16 KiB; more: the legacy path)."""
+APPLY_BLOCKS_PER_SM = 8
+"""Blocks per SM of the normalising kernel (256 threads each: 2,048 threads, an H100/H200 SM's limit)."""
+
+
+def _apply(y: Any, out: Any, sums: Any, squares: Any, gamma: Any, beta: Any, running_mean: Any,
+           running_var: Any, mean: Any, inv_std: Any, count: int, epsilon: float, momentum: float, relu: bool,
+           s: Any) -> None:
+    channels = int(y.shape[-1])
+    n = y.size
+    width = 16 // y.dtype.itemsize
+    vector = _vector(width, channels, y, out)
+    name = f"bn_apply_sums_channels_last_{'vec_' if vector else ''}{cm.suffix(y.dtype)}"
+    items = n // width if vector else n
+    # Every block first builds the C-entry tables: at most APPLY_BLOCKS_PER_SM blocks per SM (a full SM's
+    # threads), so each thread strides over several items rather than the tables costing more than the pass.
+    blocks = min(-(-items // cm.BLOCK), cm._sm_count(s.device_index) * APPLY_BLOCKS_PER_SM)
+    cm.launch_rows("batchnorm.cu", name, blocks,
+                   (cm.p(y), cm.p(out), cm.p(sums), cm.p(squares), cm.p(gamma), cm.p(beta), cm.p(running_mean),
+                    cm.p(running_var), cm.p(mean), cm.p(inv_std), cm.i64(n), cm.i32(channels), cm.f32(count),
+                    cm.f32(epsilon), cm.f32(momentum), cm.i32(relu)), s)
+
+
+def _fused(g: Any, key: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
+           momentum: float, epsilon: float, activation: "str | None", y: Any, out: Any, params: ConvParams,
+           s: Any) -> "tuple[Any, BatchNormSaved] | None":
+    """The graph path into ``y`` when ``key``'s choice is the graph: (out, saved); else None."""
+    if conv_graph.runs_legacy(key):
+        return None
+    k = g.w_kcrs[0]
+    sums, squares = cm.empty((k,), cm.F32, s), cm.empty((k,), cm.F32, s)
+    xin = conv_mod._padded_input(x, g, s)
+    count = y.size // k
+    relu = activation == "relu"
+    scratch: dict = {}
+
+    def spare(name: str, like: Any) -> Any:
+        # timing buffers, made at the first timed run of the key: the real statistics stay untouched
+        if name not in scratch:
+            scratch[name] = copy(like, stream=s) if name in ("rm", "rv") else cm.empty(like.shape, like.dtype, s)
+        return scratch[name]
+
+    def legacy() -> None:
+        conv_mod.conv2d_forward(x, w, params=params, layout=g.layout, out=y, stream=s)
+        batchnorm_forward_training(y, gamma, beta, spare("rm", running_mean), spare("rv", running_var),
+                                   momentum=momentum, epsilon=epsilon, mode="spatial", layout=g.layout,
+                                   activation=activation, out=spare("out", y), stream=s)
+
+    def tail() -> None:
+        o = spare("out", y)
+        _apply(y, o, sums, squares, gamma, beta, spare("rm", running_mean), spare("rv", running_var),
+               spare("mean", gamma), spare("inv", gamma), count, epsilon, momentum, relu, s)
+        # the relu's backward apart, when the fused batch-norm + relu backward cannot take this record
+        if relu and not fused_backward_takes_genstats(y, s):
+            activation_backward(o, o, o, "relu", stream=s)
+
+    try:
+        ran = conv_graph.convolution(key, cm.cudnn_handle(s), s, (xin.ptr, w.ptr, y.ptr, sums.ptr, squares.ptr),
+                                     legacy, tail)
+    except cm.CudnnError as exc:
+        for name, value in g.context("conv2d_batchnorm_forward_training (conv + genstats as a cuDNN graph "
+                                     "plan, cudnnBackendExecute)").items():
+            exc.context.setdefault(name, value)
+        exc.add_context()
+        raise
+    if not ran:
+        return None
+    out = cm.output(out, y.shape, y.dtype, s)
+    mean, inv_std = cm.empty((k,), cm.F32, s), cm.empty((k,), cm.F32, s)
+    _apply(y, out, sums, squares, gamma, beta, running_mean, running_var, mean, inv_std, count, epsilon, momentum,
+           relu, s)
+    return out, BatchNormSaved(mean, inv_std, path=GENSTATS, x_shape=tuple(y.shape), x_dtype=y.dtype,
+                               activation=activation, beta=beta if relu else None)
+
+
+def conv2d_batchnorm_forward_training(x: Any, w: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
+                                      *, params: ConvParams, momentum: float = 0.99, epsilon: float = 1e-3,
+                                      activation: "str | None" = None, layout: str = "NCHW", out: Any = None,
+                                      stream: Any = None) -> "tuple[Any, Any, BatchNormSaved]":
+    """(y, out, saved); updates running_mean/running_var in place (see the module doc for the paths)."""
+    s = cm.stream_of(stream)
+    g = conv_mod._geometry(x.shape, w.shape, params, layout, x.dtype)
+    y = cm.empty(g.layout_shape(g.y_dims), x.dtype, s)
+    if (cm.config().fused_graphs and g.w_kcrs[0] <= APPLY_MAX_CHANNELS and gamma.dtype == cm.F32
+            and beta.dtype == cm.F32 and running_mean.dtype == cm.F32 and running_var.dtype == cm.F32):
+        key = _key(g, s.device_index)
+        if key is not None:
+            result = _fused(g, key, x, w, gamma, beta, running_mean, running_var, momentum, epsilon, activation, y,
+                            out, params, s)
+            if result is not None:
+                return (y, *result)
+    conv_mod.conv2d_forward(x, w, params=params, layout=layout, out=y, stream=s)
+    out, saved = batchnorm_forward_training(y, gamma, beta, running_mean, running_var, momentum=momentum,
+                                            epsilon=epsilon, mode="spatial", layout=layout, activation=activation,
+                                            out=out, stream=s)
+    return y, out, saved
+
+
+# ------------------------------------------------------------------------------------------ backward
+
+def _dx(dz: Any, x: Any, dx: Any, eq_dy: Any, eq_x: Any, eq_b: Any, s: Any) -> None:
+    channels, n = int(x.shape[-1]), x.size
+    width = 16 // x.dtype.itemsize
+    vector = _vector(width, channels, dz, x, dx, eq_dy, eq_x, eq_b)
+    name = f"bn_dx_coefficients_{'vec_' if vector else ''}{cm.suffix(x.dtype)}"
+    cm.launch("batchnorm.cu", name, n // width if vector else n,
+              (cm.p(dz), cm.p(x), cm.p(dx), cm.p(eq_dy), cm.p(eq_x), cm.p(eq_b), cm.i64(n), cm.i32(channels)), s)
+
+
+def batchnorm_relu_conv2d_backward(dy: Any, w: Any, x: Any, y: Any, gamma: Any, beta: Any, saved: BatchNormSaved,
+                                   *, params: ConvParams, epsilon: float = 1e-3, layout: str = "NCHW",
+                                   stream: Any = None) -> "tuple[Any, Any, Any]":
+    """(dx, dgamma, dbeta) of conv(relu(batchnorm(x))) from the convolution's output gradient ``dy``.
+
+    **The fused path** (channels-last, groups 1, symmetric padding, float32 statistics and parameters,
+    ``config.fused_graphs``): one cuDNN graph plan (``conv_graph.py``'s ``backward_data_drelu_dbn``:
+    the convolution's data gradient, the relu's backward with its mask recomputed from ``x`` and the
+    saved statistics, and dbn_weight: dgamma, dbeta and the coefficients of dx), then one kernel
+    (``batchnorm.cu``'s ``bn_dx_coefficients``) for ``dx = eq_dy * dz + eq_x * x + eq_b``. The choice is
+    made as for the forward (measured under ``config.benchmark``, else float16 only); the legacy path is
+    ``conv2d_backward_data`` then ``batchnorm_backward`` with the relu (``y``, the relu's output and the
+    convolution's input, gives its mask there).
+    """
+    s = cm.stream_of(stream)
+    g = conv_mod._geometry(y.shape, w.shape, params, layout, dy.dtype)
+    c = int(x.shape[-1])
+    if (cm.config().fused_graphs and g.explicit is None and c <= APPLY_MAX_CHANNELS
+            and all(a.dtype == cm.F32 for a in (gamma, beta, saved.mean, saved.inv_std))):
+        key = _key(g, s.device_index, "backward_data_drelu_dbn")
+        if key is not None and not conv_graph.runs_legacy(key):
+            dz = cm.empty(x.shape, x.dtype, s)
+            coeffs = [cm.empty((c,), cm.F32, s) for _ in range(5)]  # dscale, dbias, eq_dy, eq_x, eq_b
+            ptrs = (dy.ptr, w.ptr, x.ptr, saved.mean.ptr, saved.inv_std.ptr, gamma.ptr, beta.ptr, dz.ptr,
+                    *(a.ptr for a in coeffs))
+
+            def legacy() -> None:
+                dconv = conv_mod.conv2d_backward_data(dy, w, tuple(y.shape), params=params, layout=layout, stream=s)
+                batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
+                                   activation="relu", y=y, stream=s)
+
+            def tail() -> None:
+                _dx(dz, x, cm.empty(x.shape, x.dtype, s), *coeffs[2:], s)
+
+            try:
+                ran = conv_graph.convolution(key, cm.cudnn_handle(s), s, ptrs, legacy, tail)
+            except cm.CudnnError as exc:
+                for name, value in g.context("batchnorm_relu_conv2d_backward (dgrad + drelu + dbn_weight as a "
+                                             "cuDNN graph plan, cudnnBackendExecute)").items():
+                    exc.context.setdefault(name, value)
+                exc.add_context()
+                raise
+            if ran:
+                dx = cm.empty(x.shape, x.dtype, s)
+                _dx(dz, x, dx, *coeffs[2:], s)
+                return dx, coeffs[0], coeffs[1]
+    dconv = conv_mod.conv2d_backward_data(dy, w, tuple(y.shape), params=params, layout=layout, stream=s)
+    return batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
+                              activation="relu", y=y, stream=s)
