@@ -90,21 +90,14 @@ def _apply(y: Any, out: Any, sums: Any, squares: Any, gamma: Any, beta: Any, run
                     cm.f32(epsilon), cm.f32(momentum), cm.i32(relu)), s)
 
 
-def _fused(g: Any, key: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
-           momentum: float, epsilon: float, activation: "str | None", y: Any, out: Any, params: ConvParams,
-           s: Any) -> "tuple[Any, BatchNormSaved] | None":
-    """The graph path into ``y`` when ``key``'s choice is the graph: (out, saved); else None."""
-    if conv_graph.runs_legacy(key):
-        return None
-    k = g.w_kcrs[0]
-    sums, squares = cm.empty((k,), cm.F32, s), cm.empty((k,), cm.F32, s)
-    xin = conv_mod._padded_input(x, g, s)
-    count = y.size // k
+def _forward_jobs(g: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
+                  momentum: float, epsilon: float, activation: "str | None", y: Any, sums: Any, squares: Any,
+                  count: int, params: ConvParams, s: Any) -> tuple:
+    """(legacy, tail): what the choice times, on scratch statistics and outputs (made at the first timed run)."""
     relu = activation == "relu"
     scratch: dict = {}
 
     def spare(name: str, like: Any) -> Any:
-        # timing buffers, made at the first timed run of the key: the real statistics stay untouched
         if name not in scratch:
             scratch[name] = copy(like, stream=s) if name in ("rm", "rv") else cm.empty(like.shape, like.dtype, s)
         return scratch[name]
@@ -123,6 +116,24 @@ def _fused(g: Any, key: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean
         if relu and not fused_backward_takes_genstats(y, s):
             activation_backward(o, o, o, "relu", stream=s)
 
+    return legacy, tail
+
+
+def _fused(g: Any, key: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
+           momentum: float, epsilon: float, activation: "str | None", y: Any, out: Any, params: ConvParams,
+           s: Any) -> "tuple[Any, BatchNormSaved] | None":
+    """The graph path into ``y`` when ``key``'s choice is the graph: (out, saved); else None."""
+    if conv_graph.runs_legacy(key):
+        return None
+    k = g.w_kcrs[0]
+    sums, squares = cm.empty((k,), cm.F32, s), cm.empty((k,), cm.F32, s)
+    xin = conv_mod._padded_input(x, g, s)
+    count = y.size // k
+    relu = activation == "relu"
+    legacy = tail = None
+    if not conv_graph.decided(key):  # the two jobs the choice times (made once per key)
+        legacy, tail = _forward_jobs(g, x, w, gamma, beta, running_mean, running_var, momentum, epsilon, activation,
+                                     y, sums, squares, count, params, s)
     try:
         ran = conv_graph.convolution(key, cm.cudnn_handle(s), s, (xin.ptr, w.ptr, y.ptr, sums.ptr, squares.ptr),
                                      legacy, tail)
@@ -202,13 +213,16 @@ def batchnorm_relu_conv2d_backward(dy: Any, w: Any, x: Any, y: Any, gamma: Any, 
             ptrs = (dy.ptr, w.ptr, x.ptr, saved.mean.ptr, saved.inv_std.ptr, gamma.ptr, beta.ptr, dz.ptr,
                     *(a.ptr for a in coeffs))
 
-            def legacy() -> None:
-                dconv = conv_mod.conv2d_backward_data(dy, w, tuple(y.shape), params=params, layout=layout, stream=s)
-                batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
-                                   activation="relu", y=y, stream=s)
+            legacy = tail = None
+            if not conv_graph.decided(key):  # the two jobs the choice times (made once per key)
+                def legacy() -> None:
+                    dconv = conv_mod.conv2d_backward_data(dy, w, tuple(y.shape), params=params, layout=layout,
+                                                          stream=s)
+                    batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
+                                       activation="relu", y=y, stream=s)
 
-            def tail() -> None:
-                _dx(dz, x, cm.empty(x.shape, x.dtype, s), *coeffs[2:], s)
+                def tail() -> None:
+                    _dx(dz, x, cm.empty(x.shape, x.dtype, s), *coeffs[2:], s)
 
             try:
                 ran = conv_graph.convolution(key, cm.cudnn_handle(s), s, ptrs, legacy, tail)

@@ -92,7 +92,7 @@ from .fused import _time_ms as time_ms
 
 __all__ = ["ConvGraphKey", "DIRECTIONS", "HEURISTIC_MODES", "BENCHMARK_MODES", "GENSTATS_HEURISTIC_DTYPES",
            "FUSED_BN_DIRECTIONS",
-           "FORCE_GRAPH", "conv_key", "convolution", "runs_legacy",
+           "FORCE_GRAPH", "conv_key", "convolution", "runs_legacy", "decided",
            "cache_info", "stats", "clear_cache"]
 
 _log = logging.getLogger("dnnbind.ops.conv_graph")
@@ -267,7 +267,7 @@ def _decide(key: ConvGraphKey, handle: Any, stream: Any, ptrs: tuple, legacy: Ca
 
 
 def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, ...]",
-                legacy: Callable[[], Any], tail: "Callable[[], Any] | None" = None) -> bool:
+                legacy: "Callable[[], Any] | None", tail: "Callable[[], Any] | None" = None) -> bool:
     """Run ``key``'s convolution as a graph plan when that is its choice: True when it ran.
 
     ``ptrs``: device pointers of the packed tensors in x, w, y-role order, as :data:`DIRECTIONS` names
@@ -275,6 +275,7 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, .
     sees them (padded when the padding is explicit); forward_genstats adds the sum and sq_sum pointers.
     ``legacy()`` runs the legacy call into the same output (timed under ``config.benchmark``);
     ``tail()``, when given, is timed after each plan's run (the caller's work that the graph path adds).
+    A caller may pass None for both when :func:`decided` said the key has its choice.
     False means the caller runs its legacy call: the key's choice is legacy, a pointer is not
     16-byte aligned (that call only), or the key is undecided while the stream is capturing (that
     call only: nothing is built or timed during a capture).
@@ -284,6 +285,9 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, .
     if choice is None:
         if stream.is_capturing():
             counts["undecided_in_capture"] += 1
+            return False
+        if legacy is None:  # the caller saw the key decided (a cache cleared since): the legacy path this call
+            counts["legacy"] += 1
             return False
     elif choice.plan is None:
         counts["legacy"] += 1
@@ -307,6 +311,11 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, .
     _run(choice.plan, DIRECTIONS[key.direction][1], handle, stream, ptrs)
     counts["graph"] += 1
     return True
+
+
+def decided(key: ConvGraphKey) -> bool:
+    """Whether ``key`` has its choice (a caller builds its ``legacy`` / ``tail`` timers only when not)."""
+    return key in _choices
 
 
 def runs_legacy(key: ConvGraphKey) -> bool:
