@@ -156,14 +156,8 @@ class BatchNormalization(Layer):
             raise RuntimeError(f"BatchNormalization '{self.name}': a backward through a convolution needs a training "
                                "forward fused with its relu")
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
-        dx, dgamma, dbeta = ops.batchnorm_relu_conv2d_backward(dy, w, self._x, self._y, gamma, beta, self._saved,
-                                                               epsilon=self.epsilon, **conv_kwargs)
-        if self.gamma is not None:
-            self.grads["gamma"] = dgamma
-        if self.beta is not None:
-            self.grads["beta"] = dbeta
-        self._x = self._saved = self._y = self._activation = None
-        return dx
+        return self._finish_backward(*ops.batchnorm_relu_conv2d_backward(
+            dy, w, self._x, self._y, gamma, beta, self._saved, epsilon=self.epsilon, **conv_kwargs))
 
     def forward(self, x, training=False):
         return self._forward(x, training, None)
@@ -211,6 +205,10 @@ class BatchNormalization(Layer):
             dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._saved, activation=activation,
                                                        y=self._y if activation is not None else None,
                                                        **self._kwargs())
+        return self._finish_backward(dx, dgamma, dbeta)
+
+    def _finish_backward(self, dx, dgamma, dbeta):
+        """Keep the parameter gradients, drop the forward's state; returns ``dx``."""
         if self.gamma is not None:
             self.grads["gamma"] = dgamma
         if self.beta is not None:

@@ -90,6 +90,17 @@ def _apply(y: Any, out: Any, sums: Any, squares: Any, gamma: Any, beta: Any, run
                     cm.f32(epsilon), cm.f32(momentum), cm.i32(relu)), s)
 
 
+def _graph(g: Any, key: Any, s: Any, ptrs: tuple, legacy: Any, tail: Any, what: str) -> bool:
+    """``conv_graph.convolution`` for ``key``: True when the plan ran; a cuDNN error gets the geometry's context."""
+    try:
+        return conv_graph.convolution(key, cm.cudnn_handle(s), s, ptrs, legacy, tail)
+    except cm.CudnnError as exc:
+        for name, value in g.context(f"{what} as a cuDNN graph plan, cudnnBackendExecute)").items():
+            exc.context.setdefault(name, value)
+        exc.add_context()
+        raise
+
+
 def _forward_jobs(g: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
                   momentum: float, epsilon: float, activation: "str | None", y: Any, sums: Any, squares: Any,
                   count: int, params: ConvParams, s: Any) -> tuple:
@@ -134,16 +145,8 @@ def _fused(g: Any, key: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean
     if not conv_graph.decided(key):  # the two jobs the choice times (made once per key)
         legacy, tail = _forward_jobs(g, x, w, gamma, beta, running_mean, running_var, momentum, epsilon, activation,
                                      y, sums, squares, count, params, s)
-    try:
-        ran = conv_graph.convolution(key, cm.cudnn_handle(s), s, (xin.ptr, w.ptr, y.ptr, sums.ptr, squares.ptr),
-                                     legacy, tail)
-    except cm.CudnnError as exc:
-        for name, value in g.context("conv2d_batchnorm_forward_training (conv + genstats as a cuDNN graph "
-                                     "plan, cudnnBackendExecute)").items():
-            exc.context.setdefault(name, value)
-        exc.add_context()
-        raise
-    if not ran:
+    if not _graph(g, key, s, (xin.ptr, w.ptr, y.ptr, sums.ptr, squares.ptr), legacy, tail,
+                  "conv2d_batchnorm_forward_training (conv + genstats"):
         return None
     out = cm.output(out, y.shape, y.dtype, s)
     mean, inv_std = cm.empty((k,), cm.F32, s), cm.empty((k,), cm.F32, s)
@@ -224,15 +227,7 @@ def batchnorm_relu_conv2d_backward(dy: Any, w: Any, x: Any, y: Any, gamma: Any, 
                 def tail() -> None:
                     _dx(dz, x, cm.empty(x.shape, x.dtype, s), *coeffs[2:], s)
 
-            try:
-                ran = conv_graph.convolution(key, cm.cudnn_handle(s), s, ptrs, legacy, tail)
-            except cm.CudnnError as exc:
-                for name, value in g.context("batchnorm_relu_conv2d_backward (dgrad + drelu + dbn_weight as a "
-                                             "cuDNN graph plan, cudnnBackendExecute)").items():
-                    exc.context.setdefault(name, value)
-                exc.add_context()
-                raise
-            if ran:
+            if _graph(g, key, s, ptrs, legacy, tail, "batchnorm_relu_conv2d_backward (dgrad + drelu + dbn_weight"):
                 dx = cm.empty(x.shape, x.dtype, s)
                 _dx(dz, x, dx, *coeffs[2:], s)
                 return dx, coeffs[0], coeffs[1]
