@@ -9,21 +9,18 @@ through the fused paths, eager and captured, against training with fusion off.""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import dnnbind as keras
-from dnnbind import layers, mixed_precision, ops
+from dnnbind import cuda, layers, ops
 from dnnbind.ops import config
-from dnnbind import cuda
 from dnnbind.ops._cuda import batchnorm as bn
 from dnnbind.ops._cuda import conv_bn, conv_graph
 from dnnbind.ops._cuda.activation import activation_backward
 from gpu_errlog import BF16, PRECISIONS, check, dev, host, poisoned, quantize
 from test_ops_batchnorm import relu_safe_beta
-from testutil import rel_error, random
+from testutil import fit_on_gpu, rel_error, random
 
 pytestmark = pytest.mark.gpu
 
@@ -171,22 +168,7 @@ def _fit(fuse: bool, policy: str, jit_compile):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(48, 8, 8, 16)).astype(np.float32)
     y = (x[..., 0].mean(axis=(1, 2)) > 0).astype(np.int64) + (x[..., 1].mean(axis=(1, 2)) > 0.1)
-    mixed_precision.set_global_policy(policy)
-    try:
-        model = _model(keras.Device("cuda"))
-        start = [a.copy() for a in model.get_weights()]
-        model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "sparse_categorical_crossentropy",
-                      jit_compile=jit_compile)
-        with config.override(fuse_layers=fuse), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
-    finally:
-        mixed_precision.set_global_policy("float32")
-    assert not [w for w in caught if "could not be captured" in str(w.message)], [str(w.message) for w in caught]
-    if jit_compile == "auto":
-        stats = model._step_graphs.stats
-        assert stats["captures"] >= 1 and stats["replays"] >= 1 and stats["failures"] == 0, stats
-    return start, model.get_weights()
+    return fit_on_gpu(_model, x, y, policy, jit_compile, fuse_layers=fuse)
 
 
 @pytest.mark.parametrize("jit_compile", [False, "auto"], ids=["eager", "graph"])

@@ -4,15 +4,13 @@ with ``ops.config.fuse_layers`` on and off (NumPy backend; GPU eager and CUDA-gr
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import dnnbind as keras
-from dnnbind import layers, mixed_precision, ops
+from dnnbind import layers, ops
 from dnnbind.models.sequential import fusion_candidates
-from testutil import rel_error
+from testutil import fit_on_gpu, rel_error
 
 
 def _conv_model(seed=3, device=None, channels=(8, 6)):
@@ -198,26 +196,11 @@ def test_cpu_fused_backward_passes_the_relu_layer_through(cpu):
 
 def _gpu_train(fuse: bool, policy: str, jit_compile, steps: int = 3):
     x, y = _data(16 * steps)
-    mixed_precision.set_global_policy(policy)
-    try:
-        # channels 8 (a multiple of 4: the fused cuDNN calls) and 6 (the unfused fallback)
-        model = _conv_model(device=keras.Device("cuda"), channels=(8, 6))
-        start = [w.copy() for w in model.get_weights()]
-        model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "sparse_categorical_crossentropy",
-                      jit_compile=jit_compile)
-        # float32: deterministic convolutions and no TF32, so the runs differ only where fusion does
-        # (bfloat16 convolutions may lack a deterministic algorithm; its tolerance covers their atomics)
-        with ops.config.override(fuse_layers=fuse, deterministic=policy == "float32", allow_tf32=False), \
-                warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
-    finally:
-        mixed_precision.set_global_policy("float32")
-    assert not [w for w in caught if "could not be captured" in str(w.message)], [str(w.message) for w in caught]
-    if jit_compile == "auto":
-        stats = model._step_graphs.stats
-        assert stats["captures"] >= 1 and stats["replays"] >= 1 and stats["failures"] == 0, stats
-    return start, model.get_weights()
+    # channels 8 (a multiple of 4: the fused cuDNN calls) and 6 (the unfused fallback); float32:
+    # deterministic convolutions and no TF32, so the runs differ only where fusion does (bfloat16
+    # convolutions may lack a deterministic algorithm; its tolerance covers their atomics)
+    return fit_on_gpu(lambda device: _conv_model(device=device, channels=(8, 6)), x, y, policy, jit_compile,
+                      fuse_layers=fuse, deterministic=policy == "float32", allow_tf32=False)
 
 
 @pytest.mark.gpu

@@ -86,3 +86,31 @@ def layer_grad_check(layer, x: np.ndarray, tol: float = 1e-6, seed: int = 0) -> 
     assert set(grads) == {w.name for w in layer.trainable_weights}
     for w in layer.trainable_weights:
         assert rel_error(grads[w.name], numerical_grad(f, w.value)) < tol, w.name
+
+
+def fit_on_gpu(build, x, y, policy: str, jit_compile, **config) -> "tuple[list, list]":
+    """Build a model with ``build(device)`` under the dtype ``policy`` on the GPU, fit it on (x, y) for one
+    epoch of 16-sample batches (SGD with momentum) with ``ops.config.override(**config)``, and return the
+    weights before and after. A captured step (``jit_compile="auto"``) must capture and replay, with no
+    "could not be captured" warning. The float32 policy is restored."""
+    import warnings
+
+    import dnnbind as keras
+    from dnnbind import mixed_precision, ops
+
+    mixed_precision.set_global_policy(policy)
+    try:
+        model = build(keras.Device("cuda"))
+        start = [w.copy() for w in model.get_weights()]
+        model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "sparse_categorical_crossentropy",
+                      jit_compile=jit_compile)
+        with ops.config.override(**config), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    finally:
+        mixed_precision.set_global_policy("float32")
+    assert not [w for w in caught if "could not be captured" in str(w.message)], [str(w.message) for w in caught]
+    if jit_compile == "auto":
+        stats = model._step_graphs.stats
+        assert stats["captures"] >= 1 and stats["replays"] >= 1 and stats["failures"] == 0, stats
+    return start, model.get_weights()
