@@ -74,7 +74,7 @@ from ... import cudnn
 from ..._lib import cudnn as C
 from ..batchnorm import BatchNormSaved
 from . import _common as cm
-from .activation import activation_backward, activation_forward
+from .activation import _act_desc, activation_backward, activation_forward
 from .elementwise import cast
 
 __all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
@@ -187,7 +187,7 @@ def _size_key(device: int, x: Any, fused: bool = False) -> tuple:
 
 def _relu_desc() -> cudnn.ActivationDescriptor:
     # the descriptor ops.activation_forward uses for relu (NaN propagated): one cached object
-    return cudnn.ActivationDescriptor.cached(C.ActivationMode.RELU, 0.0, None, True)
+    return _act_desc("relu", None)
 
 
 def _forward_sizes(handle: int, key: tuple, xd: int, pd: int, act: int = 0) -> "tuple[int, int]":

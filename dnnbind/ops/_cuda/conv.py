@@ -172,13 +172,14 @@ def _tensor(dims_nchw: tuple, dtype: np.dtype, layout: str) -> cudnn.TensorDescr
 
 # ------------------------------------------------------------------------- explicit padding
 
-def pad_nchw(x: Any, dims: tuple, pad: tuple, layout: str, value: float, stream) -> Any:
-    """A new array: ``x`` (dims (N, C, H, W) in ``layout``) padded by (t, b, l, r) with ``value``."""
+def pad_nchw(x: Any, dims: tuple, pad: tuple, layout: str, value: float, stream, out: Any = None) -> Any:
+    """``x`` (dims (N, C, H, W) in ``layout``) padded by (t, b, l, r) with ``value``, into ``out`` (the padded
+    shape; default: a new array)."""
     n, c, h, w = dims
     t, b, l, r = pad
     hp, wp = h + t + b, w + l + r
     shape = (n, c, hp, wp) if layout == "NCHW" else (n, hp, wp, c)
-    xp = cm.empty(shape, x.dtype, stream)
+    xp = cm.empty(shape, x.dtype, stream) if out is None else out
     cm.launch("layout.cu", f"pad2d_{cm.suffix(x.dtype)}", n * c * hp * wp,
               (cm.p(x), cm.p(xp), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(hp), cm.i32(wp),
                cm.i32(t), cm.i32(l), cm.f32(value), cm.i32(layout == "NHWC")), stream)

@@ -45,6 +45,17 @@ def _desc(x: Any) -> cudnn.TensorDescriptor:
 
 
 _CUDNN_DTYPES = (cm.F32, cm.F16, cm.F64)
+_reserve_sizes = cudnn.LRUCache(256, "dropout reserve sizes")
+
+
+def _reserve_size(x: Any, desc: cudnn.TensorDescriptor) -> int:
+    """cuDNN's reserve bytes for dropout over ``x`` (its (1, size, 1, 1) descriptor ``desc``), asked once per
+    (size, dtype)."""
+    key = (x.size, x.dtype)
+    size = _reserve_sizes.get(key)
+    if size is None:
+        size = _reserve_sizes.put(key, cudnn.DropoutDescriptor.reserve_space_size(desc))
+    return size
 
 
 def _via_float32(x: Any, s: Any) -> Any:
@@ -63,7 +74,7 @@ def dropout_forward(x: Any, state: Any, *, out: Any = None, stream: Any = None) 
         cast(y32, x.dtype, out=y, stream=s)
         return y, reserve
     dropout, desc, handle = device_state(state, s), _desc(x), cm.cudnn_handle(s)  # held for the call
-    reserve = cm.empty((cudnn.DropoutDescriptor.reserve_space_size(desc),), np.uint8, s)
+    reserve = cm.empty((_reserve_size(x, desc),), np.uint8, s)
     d = desc.handle
     try:
         C.cudnnDropoutForward(handle.handle, dropout.handle, d, x.ptr, d, y.ptr, reserve.ptr, reserve.nbytes)

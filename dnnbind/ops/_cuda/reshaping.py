@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import _common as cm
-from .conv import crop_nchw
+from .conv import crop_nchw, pad_nchw
 
 __all__ = ["pad2d", "crop2d", "upsample2d_forward", "upsample2d_backward", "transpose"]
 
@@ -24,10 +24,7 @@ def pad2d(x: Any, padding: tuple, *, value: float = 0.0, layout: str = "NCHW", o
     t, b, l, r = padding
     hp, wp = h + t + b, w + l + r
     res = cm.output(out, (n, c, hp, wp) if layout == "NCHW" else (n, hp, wp, c), x.dtype, s)
-    cm.launch("layout.cu", f"pad2d_{cm.suffix(x.dtype)}", n * c * hp * wp,
-              (cm.p(x), cm.p(res), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(hp), cm.i32(wp),
-               cm.i32(t), cm.i32(l), cm.f32(value), cm.i32(layout == "NHWC")), s)
-    return res
+    return pad_nchw(x, (n, c, h, w), padding, layout, value, s, out=res)
 
 
 def crop2d(x: Any, cropping: tuple, *, layout: str = "NCHW", out: Any = None, stream: Any = None) -> Any:
