@@ -65,10 +65,17 @@ def _capability(device: int) -> "tuple[int, int]":
 _LT_REFUSED: set = set()
 
 
+_lt_paths: "dict[tuple, bool]" = {}  # lt_path's answers: one per layer geometry, asked on every call
+
+
 def lt_path(kind: str, out_features: int, in_features: int, dtype: Any, device: int) -> bool:
     """Whether a ``kind`` ("int8"/"float8") dense layer of these sizes runs on cuBLASLt on ``device``."""
-    d_dtype = _I32 if kind == "int8" else np.dtype(dtype)
-    return tn_supported(kind, out_features, in_features, d_dtype, _capability(device))
+    key = (kind, out_features, in_features, dtype, device)
+    hit = _lt_paths.get(key)
+    if hit is None:
+        d_dtype = _I32 if kind == "int8" else np.dtype(dtype)
+        hit = _lt_paths[key] = tn_supported(kind, out_features, in_features, d_dtype, _capability(device))
+    return hit
 
 
 def _lt_matmul(kind: str, key: tuple, *args: Any, **kwargs: Any) -> "tuple[str, ...] | None":
