@@ -364,10 +364,12 @@ class _FakeTransfer:
         self.log.append(("copy", int(host[0][0, 0]), "reuse" if slot is not None else "new"))
         return [np.array(h, copy=True) for h in host]
 
-    def record(self, on_main):
-        self._events += 1
-        self.log.append(("record", "main" if on_main else "side", self._events))
-        return self._events
+    def record(self, on_main, event=None):
+        if event is None:
+            self._events += 1
+            event = self._events
+        self.log.append(("record", "main" if on_main else "side", event))
+        return event
 
     def wait(self, on_main, event):
         self.log.append(("wait", "main" if on_main else "side", event))
@@ -406,6 +408,8 @@ def test_prefetch_copies_the_next_batch_while_the_step_runs_and_reuses_slots_onl
     assert log[-1] == ("close",)
     # no other kind of call: nothing synchronises the host
     assert {e[0] for e in log} == {"copy", "record", "wait", "step", "close"}
+    # three events serve the pass (ready, and released per slot), re-recorded: none made per batch
+    assert {e[2] for e in log if e[0] == "record"} == {1, 2, 3}
 
 
 def test_prefetch_closes_when_the_consumer_stops_early():

@@ -460,8 +460,12 @@ class _CudaTransfer:
             dst.copy_from_host(h, stream=self.side)
         return out
 
-    def record(self, on_main: bool) -> Any:
-        return self._cuda.Event(timing=False, device=self.index).record(self.main if on_main else self.side)
+    def record(self, on_main: bool, event: Any = None) -> Any:
+        """Record ``event`` (None: a new one) on the compute or the copy stream; returns it. Re-recording is
+        safe once every wait on its previous record is queued (a stream wait binds the record it sees)."""
+        if event is None:
+            event = self._cuda.Event(timing=False, device=self.index)
+        return event.record(self.main if on_main else self.side)
 
     def wait(self, on_main: bool, event: Any) -> None:
         (self.main if on_main else self.side).wait_event(event)
@@ -481,8 +485,12 @@ class Prefetcher:
     and its copy queued only after the consumer queued step ``k``, so the host work and the copy of
     batch ``k + 1`` overlap step ``k`` on the GPU. Nothing waits on the host.
 
+    Three events serve a whole pass (the copy stream's "ready" one, and one "released" per slot), each
+    re-recorded after the waits on its previous record were queued.
+
     ``transfer`` (tests substitute a fake): ``upload(slot, host) -> device arrays``,
-    ``record(on_main) -> event``, ``wait(on_main, event)``, ``close()``.
+    ``record(on_main, event=None) -> event`` (re-records ``event`` when given), ``wait(on_main, event)``,
+    ``close()``.
     """
 
     SLOTS = 2
@@ -508,12 +516,13 @@ class Prefetcher:
             return dx, dy
 
         try:
-            k = 0
+            k, ready = 0, None
             for batch in host:
                 dev = upload(k, batch)
-                t.wait(True, t.record(False))
+                ready = t.record(False, ready)
+                t.wait(True, ready)
                 yield dev
-                released[k % self.SLOTS] = t.record(True)
+                released[k % self.SLOTS] = t.record(True, released[k % self.SLOTS])
                 k += 1
         finally:
             t.close()
