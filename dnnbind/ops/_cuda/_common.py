@@ -102,6 +102,21 @@ def ptr(array: Any) -> int:
     return 0 if array is None else int(array.ptr)
 
 
+# The kernels' vector paths: 16-byte loads and stores.
+def vector_width(dtype: Any) -> int:
+    """Elements of ``dtype`` per 16-byte access."""
+    return 16 // np.dtype(dtype).itemsize
+
+
+def aligned16(*arrays: Any) -> bool:
+    """Whether every array (None skipped) starts on a 16-byte boundary: the vector paths' condition."""
+    bits = 0
+    for a in arrays:
+        if a is not None:
+            bits |= int(a.ptr)
+    return bits % 16 == 0
+
+
 # --------------------------------------------------------------------------------- scalars
 
 class _Scalars:

@@ -59,8 +59,8 @@ def _launch(name: str, arrays: tuple, accessed: tuple, n: int, alpha: float, s: 
     """``arrays`` in the kernel's order; 16-byte accesses when every array in ``accessed`` (those the
     kernel reads or writes) is 16-byte aligned: the kernel then does n // VW vectors and the last
     n % VW elements one by one."""
-    vw = 16 // arrays[0].dtype.itemsize
-    vec = not any(a.ptr % 16 for a in accessed)
+    vw = cm.vector_width(arrays[0].dtype)
+    vec = cm.aligned16(*accessed)
     cm.launch("activation.cu", name, max(n // vw, 1) if vec else n,
               tuple(cm.p(a) for a in arrays) + (cm.i64(n), cm.f64(alpha), cm.i32(vec)), s)
 

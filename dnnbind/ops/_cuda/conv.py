@@ -328,8 +328,8 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
         raise TypeError(f"bias_add: b must be {y.dtype} or float32, got {b.dtype}")
     total = outer * c * inner
     # channels-last: 16 bytes of y per thread when whole vectors fit C and every array is aligned
-    vw = 16 // y.dtype.itemsize
-    vec = inner == 1 and c % vw == 0 and not any(int(a.ptr) % 16 for a in (y, b, res))
+    vw = cm.vector_width(y.dtype)
+    vec = inner == 1 and c % vw == 0 and cm.aligned16(y, b, res)
     cm.launch("layout.cu", name, total // vw if vec else total,
               (cm.p(y), cm.p(b), cm.p(res), cm.i64(total), cm.i64(c), cm.i64(inner), cm.i32(int(vec))), s)
     return res

@@ -60,10 +60,7 @@ def _key(g: Any, device: int, direction: str = "forward_genstats") -> "conv_grap
 
 def _vector(width: int, channels: int, *arrays: Any) -> bool:
     """16-byte packs of ``width`` elements fit: C a multiple of ``width`` and every array 16-byte aligned."""
-    bits = 0
-    for a in arrays:
-        bits |= a.ptr
-    return channels % width == 0 and bits % 16 == 0
+    return channels % width == 0 and cm.aligned16(*arrays)
 
 
 APPLY_MAX_CHANNELS = 2048
@@ -77,7 +74,7 @@ def _apply(y: Any, out: Any, sums: Any, squares: Any, gamma: Any, beta: Any, run
            s: Any) -> None:
     channels = int(y.shape[-1])
     n = y.size
-    width = 16 // y.dtype.itemsize
+    width = cm.vector_width(y.dtype)
     vector = _vector(width, channels, y, out)
     name = f"bn_apply_sums_channels_last_{'vec_' if vector else ''}{cm.suffix(y.dtype)}"
     items = n // width if vector else n
@@ -183,7 +180,7 @@ def conv2d_batchnorm_forward_training(x: Any, w: Any, gamma: Any, beta: Any, run
 
 def _dx(dz: Any, x: Any, dx: Any, eq_dy: Any, eq_x: Any, eq_b: Any, s: Any) -> None:
     channels, n = int(x.shape[-1]), x.size
-    width = 16 // x.dtype.itemsize
+    width = cm.vector_width(x.dtype)
     vector = _vector(width, channels, dz, x, dx, eq_dy, eq_x, eq_b)
     name = f"bn_dx_coefficients_{'vec_' if vector else ''}{cm.suffix(x.dtype)}"
     cm.launch("batchnorm.cu", name, n // width if vector else n,

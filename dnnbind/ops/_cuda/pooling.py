@@ -201,7 +201,7 @@ def _own_maxpool(params: PoolParams, layout: str) -> bool:
 
 def _vector(c: int, dtype: Any, arrays: tuple) -> bool:
     """16-byte accesses over channels: whole vectors fit C and every array is 16-byte aligned."""
-    return c % (16 // dtype.itemsize) == 0 and not any(a.ptr % 16 for a in arrays)
+    return c % cm.vector_width(dtype) == 0 and cm.aligned16(*arrays)
 
 
 def _maxpool_forward_nhwc(x: Any, out: Any, params: PoolParams, s: Any) -> Any:

@@ -103,20 +103,10 @@ def _bias_ptr(bias: Any) -> Any:
     return cm.p(bias) if bias is not None else cm.p(0)
 
 
-def _vw(dtype: Any) -> int:
-    """Elements of ``dtype`` per 16-byte access of the kernels' vector paths."""
-    return 16 // np.dtype(dtype).itemsize
-
-
 def _threads(n: int, dtype: Any, vec: bool) -> int:
     """Items to launch a flat kernel over: one per vector (rounded up: n < VW still launches, for the scalar
     tail) or one per element."""
-    return -(-int(n) // _vw(dtype)) if vec else int(n)
-
-
-def _aligned(*arrays: Any) -> bool:
-    """Whether every array (None skipped) starts on a 16-byte boundary: the vector paths' condition."""
-    return not any(int(a.ptr) % 16 for a in arrays if a is not None)
+    return -(-int(n) // cm.vector_width(dtype)) if vec else int(n)
 
 
 # ----------------------------------------------------------------------------- quantizers
@@ -128,11 +118,11 @@ def _quantize_int8(x: Any, scale: Any, s) -> "tuple[Any, Any, int]":
     if scale is None:
         sx = cm.empty((rows,), cm.F32, s)
         # whole vectors per row: every row starts aligned when x and q do
-        vec = cols % _vw(x.dtype) == 0 and _aligned(x, q)
+        vec = cols % cm.vector_width(x.dtype) == 0 and cm.aligned16(x, q)
         cm.launch_rows(_SOURCE, f"quant_rows_int8_{sfx}", rows, (cm.p(x), cm.p(q), cm.p(sx), cm.i64(rows),
                                                                 cm.i64(cols), cm.i32(int(vec))), s, block=256)
         return q, sx, 1
-    vec = _aligned(x, q)
+    vec = cm.aligned16(x, q)
     cm.launch(_SOURCE, f"quant_static_int8_{sfx}", _threads(rows * cols, x.dtype, vec),
               (cm.p(x), cm.p(q), cm.p(scale), cm.i64(rows * cols), cm.i32(int(vec))), s)
     return q, scale, 0
@@ -149,7 +139,7 @@ def _abs_max_bits(x: Any, s) -> Any:
     out = cm.empty((1,), _I32, s)
     cm.memset(out, 0, s)
     n = cm.size_of(x.shape)
-    vec = _aligned(x)
+    vec = cm.aligned16(x)
     cm.launch(_SOURCE, f"abs_max_{cm.suffix(x.dtype)}", _threads(n, x.dtype, vec),
               (cm.p(x), cm.p(out), cm.i64(n), cm.i32(int(vec))), s)
     return out
@@ -170,7 +160,7 @@ def _float8_scales(x: Any, scale: Any, s, quant_out: Any, dequant_out: Any) -> N
 def _quantize_float8_bytes(x: Any, quant_scale: Any, s) -> Any:
     q = cm.empty(tuple(int(d) for d in x.shape), _U8, s)
     n = cm.size_of(x.shape)
-    vec = _aligned(x, q)
+    vec = cm.aligned16(x, q)
     cm.launch(_SOURCE, f"quant_fp8_{cm.suffix(x.dtype)}", _threads(n, x.dtype, vec),
               (cm.p(x), cm.p(q), quant_scale, cm.i64(n), cm.i32(int(vec))), s)
     return q
@@ -213,7 +203,7 @@ def int8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None,
         acc = cm.empty((rows, n), cm.F32, s)
         _gemm(s, _widen("int8_to_f32", q, s), _widen("int8_to_f32", kernel, s), acc, rows, n, k, False, True)
         acc_sfx = "f32"
-    vec = n % _vw(x.dtype) == 0 and _aligned(acc, kernel_scale, bias, y)
+    vec = n % cm.vector_width(x.dtype) == 0 and cm.aligned16(acc, kernel_scale, bias, y)
     cm.launch(_SOURCE, f"int8_epilogue_{cm.suffix(x.dtype)}_{acc_sfx}", _threads(rows * n, x.dtype, vec),
               (cm.p(acc), cm.p(sx), cm.i64(per_row), cm.p(kernel_scale), _bias_ptr(bias), cm.p(y), cm.i64(rows),
                cm.i64(n), cm.i32(int(activation == "relu")), cm.i32(int(vec))), s)
@@ -255,7 +245,7 @@ def float8_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = Non
             return y
     acc = cm.empty((rows, n), cm.F32, s)
     _gemm(s, _widen("fp8_to_f32", qx, s), _widen("fp8_to_f32", kernel, s), acc, rows, n, k, False, True)
-    vec = n % _vw(x.dtype) == 0 and _aligned(acc, bias, y)
+    vec = n % cm.vector_width(x.dtype) == 0 and cm.aligned16(acc, bias, y)
     cm.launch(_SOURCE, f"fp8_epilogue_{cm.suffix(x.dtype)}", _threads(rows * n, x.dtype, vec),
               (cm.p(acc), cm.p(x_dequant), cm.p(kernel_scale), _bias_ptr(bias), cm.p(y), cm.i64(rows),
                cm.i64(n), cm.i32(int(relu)), cm.i32(int(vec))), s)
@@ -274,8 +264,8 @@ def dequantize_weight(kernel: Any, kernel_scale: Any, *, mode: str, dtype: Any, 
     elif mode == "float8":
         cm.launch(_SOURCE, f"dequant_fp8_{sfx}", n * k, (cm.p(kernel), cm.p(kernel_scale), cm.p(w), cm.i64(n * k)), s)
     else:
-        kp, group, vw = int(kernel.shape[1]), int(group_size), _vw(w.dtype)
-        vec = k % vw == 0 and kp * 2 == k and group > 0 and group % vw == 0 and _aligned(kernel, w)
+        kp, group, vw = int(kernel.shape[1]), int(group_size), cm.vector_width(w.dtype)
+        vec = k % vw == 0 and kp * 2 == k and group > 0 and group % vw == 0 and cm.aligned16(kernel, w)
         cm.launch(_SOURCE, f"dequant_int4_{sfx}", n * k // (vw if vec else 1),
                   (cm.p(kernel), cm.p(kernel_scale), cm.p(w), cm.i64(n), cm.i64(k), cm.i64(kp),
                    cm.i64(int(kernel_scale.shape[1])), cm.i64(group), cm.i32(int(vec))), s)
