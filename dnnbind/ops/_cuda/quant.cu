@@ -5,28 +5,6 @@
 
 #define Q_TYPES(X) X(f32, float) X(f16, half_t) X(bf16, bf16_t)
 
-__device__ __forceinline__ float q_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// Max over the block (blockDim.x a multiple of 32); every thread gets it.
-__device__ float q_block_max(float v, float* scratch) {
-    v = q_warp_max(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    __syncthreads();  // scratch may still be read from a previous call
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float r = lane < warps ? scratch[lane] : 0.0f;
-        r = q_warp_max(r);
-        __syncwarp();
-        if (lane == 0) scratch[0] = r;
-    }
-    __syncthreads();
-    return scratch[0];
-}
-
 __device__ __forceinline__ signed char q_int8(float v) {
     v = fminf(fmaxf(rintf(v), -127.0f), 127.0f);
     return (signed char)(int)v;
@@ -94,7 +72,7 @@ __device__ void quant_rows_int8(const T* x, signed char* q, float* scale, i64 ro
 #pragma unroll
             for (int k = 0; k < VW; ++k) m = fmaxf(m, fabsf(load(a.e, k)));
         }
-        m = q_block_max(m, scratch);
+        m = block_max(m, scratch);  // prelude.cuh; every thread gets it
         const float s = __fdiv_rn(127.0f, __fadd_rn(m, 1e-7f));
         for (i64 v = threadIdx.x; v < nv; v += blockDim.x) {
             const Pack<T, VW> a = load_pack<T, VW>(xr, v * VW);
