@@ -19,9 +19,9 @@ shapes, C = K), from the convolution's output gradient down to x:
 * ``dgrad_drelu_dbnw``: ``batchnorm_relu_conv2d_backward`` on its graph path (dgrad + drelu + dbn_weight,
   then the dx kernel).
 
-Timing: one warm-up, then ``--reps`` runs queued behind a kernel that holds the stream for
-``--hold-ms`` (long enough for the host to queue every run), between CUDA events: GPU time, as a captured
-step replays it; the median of ``--trials`` such timings. ``choice`` is what
+Timing: ``kernel_bandwidth.py``'s ``Timer`` (warm-up runs, then ``--reps`` runs queued behind a spin kernel,
+whose hold doubles until the host queues them all before it ends, between CUDA events: GPU time, as a
+captured step replays it; the median of ``--trials`` such timings). ``choice`` is what
 ``config.benchmark`` picks for the key (its own measurement of the forward jobs), ``heuristic`` what is
 taken without it (the graph for float16 only). The normalising kernel's achieved bandwidth (read y,
 write out) is reported against ``--bandwidth`` GB/s when given.
@@ -51,33 +51,19 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=list(PRECISIONS))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--hold-ms", type=float, default=50.0)
     ap.add_argument("--bandwidth", type=float, default=None, help="the GPU's measured GB/s, for the kernel's share")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
     from dnnbind import cuda, ops
-    from dnnbind.ops._cuda import _common as cm
     from dnnbind.ops._cuda import conv_bn, conv_graph
-
-    def _time_ms(fn, stream, reps):
-        fn()
-        times = []
-        for _ in range(args.trials):
-            start, end = cuda.Event(device=stream.device_index), cuda.Event(device=stream.device_index)
-            cm.launch_rows("timing.cu", "hold_stream", 1, (np.int64(args.hold_ms * 1e6),), stream, block=1)
-            start.record(stream)
-            for _ in range(reps):
-                fn()
-            end.record(stream)
-            end.synchronize()
-            times.append(start.elapsed_time(end) / reps)
-        return float(np.median(times))
+    from kernel_bandwidth import Timer  # this folder's: GPU time of back-to-back calls
 
     if not cuda.is_available():
         print("conv_bn.py: needs an NVIDIA GPU", file=sys.stderr)
         return 2
     stream = cuda.current_stream()
+    timer = Timer(args.reps, args.trials)
     rng = np.random.default_rng(0)
     rows = []
     print("ratios: time / legacy time; genstats = heuristics A's first plan (what the heuristic mode takes);\n"
@@ -110,18 +96,18 @@ def main(argv: "list[str] | None" = None) -> int:
                                            layout="NHWC")
                     return saved
 
-                row["legacy_us"] = _time_ms(legacy, stream, args.reps) * 1e3
+                row["legacy_us"] = timer.per_call_ms(legacy) * 1e3
                 conv_graph.clear_cache()
                 conv_graph.FORCE_GRAPH = True
                 try:
                     if fused().path == conv_bn.GENSTATS:
-                        row["genstats_us"] = _time_ms(fused, stream, args.reps) * 1e3
+                        row["genstats_us"] = timer.per_call_ms(fused) * 1e3
                         y = cuda.empty(y_shape, dtype)
                         sums = cuda.to_device(np.ones(k, np.float32))
                         mean, inv = cuda.empty((k,), "float32"), cuda.empty((k,), "float32")
-                        apply_ms = _time_ms(lambda: conv_bn._apply(y, y, sums, sums, gamma, beta, rm, rv, mean, inv,
-                                                                   int(np.prod(y_shape)) // k, 1e-3, 0.99, True,
-                                                                   stream), stream, args.reps)
+                        apply_ms = timer.per_call_ms(lambda: conv_bn._apply(
+                            y, y, sums, sums, gamma, beta, rm, rv, mean, inv, int(np.prod(y_shape)) // k, 1e-3, 0.99,
+                            True, stream))
                         row["apply_gbps"] = 2 * y.nbytes / (apply_ms * 1e-3) / 1e9
                 finally:
                     conv_graph.FORCE_GRAPH = False
@@ -129,7 +115,7 @@ def main(argv: "list[str] | None" = None) -> int:
                 for mode, bench in (("choice", True), ("heuristic", False)):
                     with ops.config.override(benchmark=bench):
                         fused()  # decides the key (measuring both jobs under benchmark)
-                        row[f"{mode}_us"] = _time_ms(fused, stream, args.reps) * 1e3
+                        row[f"{mode}_us"] = timer.per_call_ms(fused) * 1e3
                     picks = [ch.path for key, ch in conv_graph.cache_info().items()
                              if key.direction == "forward_genstats" and key.benchmark == bench]
                     row[mode] = picks[0] if picks else "legacy"
@@ -169,21 +155,21 @@ def main(argv: "list[str] | None" = None) -> int:
                 def fused_bwd():
                     ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, padding=1, layout="NHWC")
 
-                row["legacy_us"] = _time_ms(legacy_bwd, stream, args.reps) * 1e3
+                row["legacy_us"] = timer.per_call_ms(legacy_bwd) * 1e3
                 conv_graph.clear_cache()
                 conv_graph.FORCE_GRAPH = True
                 try:
                     fused_bwd()
                     if any(ch.plan is not None for key, ch in conv_graph.cache_info().items()
                            if key.direction == "backward_data_drelu_dbn"):
-                        row["fused_us"] = _time_ms(fused_bwd, stream, args.reps) * 1e3
+                        row["fused_us"] = timer.per_call_ms(fused_bwd) * 1e3
                 finally:
                     conv_graph.FORCE_GRAPH = False
                     conv_graph.clear_cache()
                 for mode, bench in (("choice", True), ("heuristic", False)):
                     with ops.config.override(benchmark=bench):
                         fused_bwd()
-                        row[f"{mode}_us"] = _time_ms(fused_bwd, stream, args.reps) * 1e3
+                        row[f"{mode}_us"] = timer.per_call_ms(fused_bwd) * 1e3
                     picks = [ch.path for key, ch in conv_graph.cache_info().items()
                              if key.direction == "backward_data_drelu_dbn" and key.benchmark == bench]
                     row[mode] = picks[0] if picks else "legacy"
