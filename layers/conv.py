@@ -233,6 +233,7 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         if self.bias is not None or self.activation.kind is not None or self.quantization_mode is not None:
             raise RuntimeError(f"Conv2D '{self.name}': only a float convolution with no bias and a linear activation "
                                "fuses its backward with the batch norm before it")
+        bn._check_backward_through_conv()  # before any gradient is kept: a refusal changes no state
         if self.trainable:
             dw = ops.conv2d_backward_filter(self._x, dy, tuple(self._w.shape), **self._conv_kwargs())
             self.grads[self.kernel.name] = self._to_variable_dtype(dw, self.kernel)

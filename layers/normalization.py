@@ -146,15 +146,21 @@ class BatchNormalization(Layer):
         self._activation, self._y = activation, (None if activation is None else out)
         return out
 
+    def _check_backward_through_conv(self) -> None:
+        """Raise unless the last forward can take :meth:`_backward_through_conv`: a training forward fused with
+        its relu over NHWC data (the fused op's layout)."""
+        if (self.__dict__.get("_activation") != "relu" or self.__dict__.get("_sync_replica") is not None
+                or self.layout != "NHWC"):
+            raise RuntimeError(f"BatchNormalization '{self.name}': a backward through a convolution needs a training "
+                               f"forward fused with its relu over NHWC data (layout {self.layout})")
+
     def _backward_through_conv(self, dy, w, conv_kwargs: dict):
         """The backward of a convolution (filter ``w``, ``conv_kwargs``) applied to this layer's relu'd output,
         from the convolution's output gradient ``dy``, down to this layer's input, through
         ``ops.batchnorm_relu_conv2d_backward`` (on CUDA possibly one cuDNN graph: the data gradient, the relu
         and the batch-norm weight gradients). Fills this layer's grads like :meth:`backward`; returns dx. For
         ``Sequential``'s fusion schedule, after a forward fused with the relu (:meth:`_forward_fused`)."""
-        if self.__dict__.get("_activation") != "relu" or self.__dict__.get("_sync_replica") is not None:
-            raise RuntimeError(f"BatchNormalization '{self.name}': a backward through a convolution needs a training "
-                               "forward fused with its relu")
+        self._check_backward_through_conv()
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
         return self._finish_backward(*ops.batchnorm_relu_conv2d_backward(
             dy, w, self._x, self._y, gamma, beta, self._saved, epsilon=self.epsilon, **conv_kwargs))

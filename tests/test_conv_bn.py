@@ -225,6 +225,19 @@ def test_backward_op_refuses_bad_input_with_the_argument_named(rng):
         ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, plain, **kw)
     with pytest.raises(TypeError, match="float16"):
         ops.batchnorm_relu_conv2d_backward(dy, w, x.astype(np.float16), y, gamma, beta, saved, **kw)
+    with pytest.raises(ValueError, match=r"beta has shape \(3,\), expected \(4,\) for x of shape"):
+        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta[:3], saved, **kw)
+    with pytest.raises(TypeError, match="beta must be float32"):
+        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta.astype(np.float64), saved, **kw)
+    with pytest.raises(ValueError, match="epsilon must be > 0"):
+        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, epsilon=-1.0, **kw)
+    other = ops.batchnorm_forward_training(x[:2], gamma, beta, np.zeros(4, np.float32), np.ones(4, np.float32),
+                                           layout="NHWC", activation="relu")[1]
+    with pytest.raises(ValueError, match=r"saved was made for x of shape \(2, 5, 5, 4\)"):
+        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, other, **kw)
+    short = ops.BatchNormSaved(saved.mean[:3], saved.inv_std)
+    with pytest.raises(ValueError, match=r"saved.mean has shape \(3,\)"):
+        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, short, **kw)
 
 
 def test_sequential_backward_through_conv_relu_and_batch_norm_equals_the_layers_own(cpu, rng):
@@ -258,3 +271,26 @@ def test_sequential_backward_through_conv_relu_and_batch_norm_equals_the_layers_
         for name in a.grads:
             assert np.array_equal(a.grads[name], b.grads[name]), (a.name, name)
     assert model._back_now == () and model.layers[1]._saved is None
+
+
+def test_a_channels_first_batch_norm_before_a_convolution_keeps_the_layers_own_backwards(cpu, rng):
+    """BatchNormalization(axis=1) normalises over another axis than the convolution's channels: not fused."""
+    model = keras.Sequential([keras.Input((6, 6, 6)), layers.BatchNormalization(axis=1), layers.ReLU(),
+                              layers.Conv2D(4, 3, padding="same", use_bias=False), layers.Flatten(),
+                              layers.Dense(2)])
+    assert model.layers[0].layout == "NCHW"
+    assert model._fused_pairs(True) == ((0,), (), ())
+
+
+def test_a_refused_fused_backward_changes_no_state(cpu, rng):
+    model = keras.Sequential([keras.Input((6, 6, 3)), layers.BatchNormalization(), layers.ReLU(),
+                              layers.Conv2D(4, 3, padding="same", use_bias=False), layers.Flatten(),
+                              layers.Dense(2)])
+    bn, conv = model.layers[0], model.layers[2]
+    x = random(rng, (2, 6, 6, 3)).astype(np.float32)
+    y = bn.forward(x, training=True)  # a forward not fused with the relu
+    conv.forward(y, training=True)
+    dy = random(rng, (2, 6, 6, 4)).astype(np.float32)
+    with pytest.raises(RuntimeError, match="needs a training forward fused with its relu"):
+        conv._backward_into_batchnorm(dy, bn)
+    assert conv.grads == {} and conv._x is not None and bn._x is not None and bn.grads == {}

@@ -21,8 +21,8 @@ the relu after it when that pair fuses too: on CUDA the batch-norm statistics ma
 convolution's epilogue (a cuDNN graph with genstats, chosen per shape; see ``ops/_cuda/conv_bn.py``).
 The two layers' backwards are their own. Candidates: :func:`conv_bn_candidates`.
 
-Such a plain ``Conv2D`` right after a batch norm fused with its relu (the relu's output is the
-convolution's input) runs its backward through the relu and the batch norm in one op
+Such a plain ``Conv2D`` right after a channels-last (NHWC) batch norm fused with its relu (the relu's
+output is the convolution's input) runs its backward through the relu and the batch norm in one op
 (``Conv2D._backward_into_batchnorm``: the filter gradient, then ``ops.batchnorm_relu_conv2d_backward``),
 when the two layers share their compute dtype: on CUDA the data gradient, the relu's mask and the
 batch norm's weight gradients may be one cuDNN graph (cuDNN's DgradDreluBNBwdWeight pattern).
@@ -252,6 +252,7 @@ class Sequential(Model):
         convs = tuple(i for i in conv_bn if layers[i + 1]._fusable(training)
                       and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
         back = tuple(i + 2 for i in pairs if i + 2 < len(layers) and _plain_conv(layers[i + 2])
+                     and layers[i].layout == "NHWC"
                      and layers[i + 2]._effective_compute_dtype() == layers[i]._effective_compute_dtype())
         return pairs, convs, back
 

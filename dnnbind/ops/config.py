@@ -19,7 +19,9 @@
     (no bias, linear) followed by a ``BatchNormalization`` runs as ``conv2d_batchnorm_forward_training``,
     and such a convolution after a batch norm + relu runs its backward through them as
     ``batchnorm_relu_conv2d_backward``. The same numbers as unfused (NumPy: bitwise; CUDA: within the
-    dtype's rounding); False runs every layer on its own.
+    dtype's rounding, except that the conv + batch-norm graph path takes the variance as E[y^2] - mean^2
+    from float32 sums, as cuDNN's bn_finalize does, which loses digits when a channel's |mean| is many
+    times its standard deviation); False runs every layer on its own.
 
 Read them as module attributes (``config.allow_tf32``) or with :func:`get`; change them
 by assignment or temporarily with ``with config.override(allow_tf32=False): ...``.

@@ -625,8 +625,9 @@ def conv2d_batchnorm_forward_training(
     as one cuDNN graph that also writes the per-channel sum and sum of squares of ``y`` in its epilogue
     (genstats), then one kernel that finalizes the statistics and normalises (the batch norm's own
     statistics pass over ``y`` is saved); chosen per shape as ``conv_graph.py`` chooses its plans,
-    else the two ops above. Each dtype's results equal the two ops' within that dtype's rounding;
-    the variance comes from the sums (E[y^2] - mean^2, in float32, as cuDNN's ``bn_finalize`` does).
+    else the two ops above. Each dtype's results equal the two ops' within that dtype's rounding, but
+    the variance comes from the sums (E[y^2] - mean^2, in float32, as cuDNN's ``bn_finalize`` does), which
+    loses digits when a channel's |mean| is many times its standard deviation.
     NumPy: the two ops above.
     """
     from .batchnorm import _check_activation, _check_momentum_epsilon, _check_params, batchnorm_forward_training
@@ -654,9 +655,7 @@ def conv2d_batchnorm_forward_training(
             x, w, gamma, beta, running_mean, running_var, params=params, momentum=momentum, epsilon=epsilon,
             activation=activation, layout=layout, out=out, stream=stream,
         )
-    xc = to_compute(x)
-    y = finish(np.ascontiguousarray(_from_nhwc(_conv_forward_nhwc(_to_nhwc(xc, layout), _filter_krsc(
-        to_compute(w), layout), params), layout)), None, x.dtype)
+    y = conv2d_forward(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout)
     out, saved = batchnorm_forward_training(y, gamma, beta, running_mean, running_var, momentum=momentum,
                                             epsilon=epsilon, mode="spatial", layout=layout, activation=activation,
                                             out=out)
@@ -693,7 +692,7 @@ def batchnorm_relu_conv2d_backward(
     DgradDreluBNBwdWeight pattern; the relu's mask recomputed from ``x``, the saved statistics, gamma
     and beta), then one kernel for dx; chosen per shape, else the two ops above. NumPy: the two ops.
     """
-    from .batchnorm import BatchNormSaved, batchnorm_backward
+    from .batchnorm import BatchNormSaved, _check_momentum_epsilon, _check_params, batchnorm_backward
 
     op = "batchnorm_relu_conv2d_backward"
     dy, w, x, y = as_array(dy), as_array(w), as_array(x), as_array(y)
@@ -718,13 +717,18 @@ def batchnorm_relu_conv2d_backward(
     if saved.activation not in (None, "relu") or (saved.path is not None and saved.activation != "relu"):
         raise ValueError(f"{op}: saved comes from a forward with activation={saved.activation!r}; this backward "
                          "needs the record of a forward with activation='relu'")
-    impl = route(op, "conv_bn", dy=dy, w=w, x=x, y=y, gamma=gamma, beta=beta)
+    if saved.x_shape is not None and tuple(saved.x_shape) != tuple(x.shape):
+        raise ValueError(f"{op}: saved was made for x of shape {tuple(saved.x_shape)}, got x of shape {tuple(x.shape)}")
+    c = _nchw(x.shape, layout)[1]
+    mean, inv_std = as_array(saved.mean), as_array(saved.inv_std)
+    _check_params(op, x, (c,), source=f"x of shape {tuple(x.shape)} ({c} channels, {layout})", gamma=gamma, beta=beta,
+                  **{"saved.mean": mean, "saved.inv_std": inv_std})
+    _, epsilon = _check_momentum_epsilon(op, 0.0, epsilon)
+    impl = route(op, "conv_bn", dy=dy, w=w, x=x, y=y, gamma=gamma, beta=beta, saved_mean=mean, saved_inv_std=inv_std)
     if impl is not None:
-        return impl.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, params=params,
-                                                   epsilon=float(epsilon), layout=layout, stream=stream)
-    n, c, h, wd = _nchw(y.shape, layout)
-    dconv = _conv_backward_data_nhwc(_to_nhwc(to_compute(dy), layout), _filter_krsc(to_compute(w), layout),
-                                     (n, h, wd, c), params)
-    dconv = finish(np.ascontiguousarray(_from_nhwc(dconv, layout)), None, dy.dtype)
+        return impl.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, params=params, epsilon=epsilon,
+                                                   layout=layout, stream=stream)
+    dconv = conv2d_backward_data(dy, w, y.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                                 layout=layout)
     return batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
                               activation="relu", y=y)

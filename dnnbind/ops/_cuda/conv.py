@@ -211,21 +211,30 @@ def _run(direction: str, g: _Geometry, stream, buffers: tuple, function: str, ca
     _legacy_run(direction, g, stream, handle, buffers, function, call)
 
 
-def _graph_run(direction: str, g: _Geometry, stream, handle, buffers: tuple, function: str, legacy) -> bool:
-    """The convolution as a cuDNN graph plan where ``conv_graph.py`` chose one: True when it ran."""
+def graph_key(direction: str, g: _Geometry, device: int) -> "conv_graph.ConvGraphKey | None":
+    """``conv_graph``'s key of ``direction`` for geometry ``g`` (None: no graph is tried), memoised on the geometry
+    as its ConvKeys are (by every setting the key reads: deterministic decides whether keys exist)."""
     cfg = cm.config()
-    # Memoised on the geometry as its ConvKeys are (deterministic decides whether backward keys exist).
-    memo = ("graph", direction, stream.device_index, cfg.allow_tf32, cfg.benchmark, cfg.workspace_limit,
-            cfg.deterministic)
+    memo = ("graph", direction, device, cfg.allow_tf32, cfg.benchmark, cfg.workspace_limit, cfg.deterministic,
+            conv_graph.FORCE_GRAPH)
     key = g.keys.get(memo, False)
     if key is False:
         key = g.keys[memo] = conv_graph.conv_key(
-            direction, stream.device_index, g.xp_dims, g.w_kcrs, g.y_dims, g.desc_pad, g.params.stride,
-            g.params.dilation, g.params.groups, g.dtype, g.layout)
+            direction, device, g.xp_dims, g.w_kcrs, g.y_dims, g.desc_pad, g.params.stride, g.params.dilation,
+            g.params.groups, g.dtype, g.layout)
+    return key
+
+
+def _graph_run(direction: str, g: _Geometry, stream, handle, buffers: tuple, function: str, legacy,
+               tail=None, key: Any = False) -> bool:
+    """The convolution (or ``conv_bn.py``'s fused direction) as a cuDNN graph plan where ``conv_graph.py``
+    chose one: True when it ran. ``key``: the caller's :func:`graph_key`, if it has it."""
+    if key is False:
+        key = graph_key(direction, g, stream.device_index)
     if key is None:
         return False
     try:
-        return conv_graph.convolution(key, handle, stream, buffers, legacy)
+        return conv_graph.convolution(key, handle, stream, buffers, legacy, tail)
     except cm.CudnnError as exc:
         for name, value in g.context(f"{function} as a cuDNN graph plan (cudnnBackendExecute)").items():
             exc.context.setdefault(name, value)

@@ -8,7 +8,9 @@
 per-channel float32 sum and sum of squares in the convolution's epilogue (``conv_graph.py``'s
 ``forward_genstats`` direction), then one kernel (``batchnorm.cu``'s ``bn_apply_sums_channels_last``,
 16-byte loads and stores where C and the pointers allow; C <= :data:`APPLY_MAX_CHANNELS`) that finalizes the
-statistics from the sums (mean, biased variance E[y^2] - mean^2, 1/sqrt(var + eps)),
+statistics from the sums (mean, biased variance E[y^2] - mean^2, 1/sqrt(var + eps): as cuDNN's
+bn_finalize, it loses digits to cancellation when a channel's |mean| is many times its standard deviation,
+where the legacy batch norm does not; the cancellation is clamped at 0, never negative),
 normalises ``y`` into ``out`` (with the relu) and, in its first block, writes the saved mean and 1/std
 and updates the running statistics (Keras momentum, unbiased variance). What is saved against the two
 ops: the batch norm's statistics pass over ``y``. The record's ``path`` is ``"cudnn_genstats"``;
@@ -46,18 +48,6 @@ from .elementwise import copy
 __all__ = ["conv2d_batchnorm_forward_training", "batchnorm_relu_conv2d_backward", "GENSTATS"]
 
 
-def _key(g: Any, device: int, direction: str = "forward_genstats") -> "conv_graph.ConvGraphKey | None":
-    cfg = cm.config()
-    memo = (direction, device, cfg.allow_tf32, cfg.benchmark, cfg.workspace_limit, cfg.deterministic,
-            conv_graph.FORCE_GRAPH)
-    key = g.keys.get(memo, False)
-    if key is False:
-        key = g.keys[memo] = conv_graph.conv_key(
-            direction, device, g.xp_dims, g.w_kcrs, g.y_dims, g.desc_pad, g.params.stride,
-            g.params.dilation, g.params.groups, g.dtype, g.layout)
-    return key
-
-
 def _vector(width: int, channels: int, *arrays: Any) -> bool:
     """16-byte packs of ``width`` elements fit: C a multiple of ``width`` and every array 16-byte aligned."""
     return channels % width == 0 and cm.aligned16(*arrays)
@@ -87,15 +77,21 @@ def _apply(y: Any, out: Any, sums: Any, squares: Any, gamma: Any, beta: Any, run
                     cm.f32(epsilon), cm.f32(momentum), cm.i32(relu)), s)
 
 
-def _graph(g: Any, key: Any, s: Any, ptrs: tuple, legacy: Any, tail: Any, what: str) -> bool:
-    """``conv_graph.convolution`` for ``key``: True when the plan ran; a cuDNN error gets the geometry's context."""
-    try:
-        return conv_graph.convolution(key, cm.cudnn_handle(s), s, ptrs, legacy, tail)
-    except cm.CudnnError as exc:
-        for name, value in g.context(f"{what} as a cuDNN graph plan, cudnnBackendExecute)").items():
-            exc.context.setdefault(name, value)
-        exc.add_context()
-        raise
+def _legacy_forward(x: Any, w: Any, y: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
+                    momentum: float, epsilon: float, activation: "str | None", out: Any, params: ConvParams,
+                    layout: str, s: Any) -> "tuple[Any, BatchNormSaved]":
+    """The unfused path: the convolution into ``y``, then the batch norm's own training call."""
+    conv_mod.conv2d_forward(x, w, params=params, layout=layout, out=y, stream=s)
+    return batchnorm_forward_training(y, gamma, beta, running_mean, running_var, momentum=momentum, epsilon=epsilon,
+                                      mode="spatial", layout=layout, activation=activation, out=out, stream=s)
+
+
+def _legacy_backward(dy: Any, w: Any, x: Any, y: Any, gamma: Any, saved: BatchNormSaved, epsilon: float,
+                     params: ConvParams, layout: str, s: Any) -> "tuple[Any, Any, Any]":
+    """The unfused path: the convolution's data gradient, then the batch norm's backward with the relu."""
+    dconv = conv_mod.conv2d_backward_data(dy, w, tuple(y.shape), params=params, layout=layout, stream=s)
+    return batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
+                              activation="relu", y=y, stream=s)
 
 
 def _forward_jobs(g: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
@@ -111,10 +107,8 @@ def _forward_jobs(g: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean: A
         return scratch[name]
 
     def legacy() -> None:
-        conv_mod.conv2d_forward(x, w, params=params, layout=g.layout, out=y, stream=s)
-        batchnorm_forward_training(y, gamma, beta, spare("rm", running_mean), spare("rv", running_var),
-                                   momentum=momentum, epsilon=epsilon, mode="spatial", layout=g.layout,
-                                   activation=activation, out=spare("out", y), stream=s)
+        _legacy_forward(x, w, y, gamma, beta, spare("rm", running_mean), spare("rv", running_var), momentum, epsilon,
+                        activation, spare("out", y), params, g.layout, s)
 
     def tail() -> None:
         o = spare("out", y)
@@ -131,7 +125,7 @@ def _fused(g: Any, key: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean
            momentum: float, epsilon: float, activation: "str | None", y: Any, out: Any, params: ConvParams,
            s: Any) -> "tuple[Any, BatchNormSaved] | None":
     """The graph path into ``y`` when ``key``'s choice is the graph: (out, saved); else None."""
-    if conv_graph.runs_legacy(key):
+    if not conv_graph.will_try(key, s):
         return None
     k = g.w_kcrs[0]
     sums, squares = cm.empty((k,), cm.F32, s), cm.empty((k,), cm.F32, s)
@@ -142,8 +136,8 @@ def _fused(g: Any, key: Any, x: Any, w: Any, gamma: Any, beta: Any, running_mean
     if not conv_graph.decided(key):  # the two jobs the choice times (made once per key)
         legacy, tail = _forward_jobs(g, x, w, gamma, beta, running_mean, running_var, momentum, epsilon, activation,
                                      y, sums, squares, count, params, s)
-    if not _graph(g, key, s, (xin.ptr, w.ptr, y.ptr, sums.ptr, squares.ptr), legacy, tail,
-                  "conv2d_batchnorm_forward_training (conv + genstats"):
+    if not conv_mod._graph_run("forward_genstats", g, s, cm.cudnn_handle(s), (xin.ptr, w.ptr, y.ptr, sums.ptr,
+                               squares.ptr), "conv2d_batchnorm_forward_training (conv + genstats)", legacy, tail, key):
         return None
     out = cm.output(out, y.shape, y.dtype, s)
     mean, inv_std = cm.empty((k,), cm.F32, s), cm.empty((k,), cm.F32, s)
@@ -163,17 +157,14 @@ def conv2d_batchnorm_forward_training(x: Any, w: Any, gamma: Any, beta: Any, run
     y = cm.empty(g.layout_shape(g.y_dims), x.dtype, s)
     if (cm.config().fused_graphs and g.w_kcrs[0] <= APPLY_MAX_CHANNELS and gamma.dtype == cm.F32
             and beta.dtype == cm.F32 and running_mean.dtype == cm.F32 and running_var.dtype == cm.F32):
-        key = _key(g, s.device_index)
+        key = conv_mod.graph_key("forward_genstats", g, s.device_index)
         if key is not None:
             result = _fused(g, key, x, w, gamma, beta, running_mean, running_var, momentum, epsilon, activation, y,
                             out, params, s)
             if result is not None:
                 return (y, *result)
-    conv_mod.conv2d_forward(x, w, params=params, layout=layout, out=y, stream=s)
-    out, saved = batchnorm_forward_training(y, gamma, beta, running_mean, running_var, momentum=momentum,
-                                            epsilon=epsilon, mode="spatial", layout=layout, activation=activation,
-                                            out=out, stream=s)
-    return y, out, saved
+    return (y, *_legacy_forward(x, w, y, gamma, beta, running_mean, running_var, momentum, epsilon, activation, out,
+                                params, layout, s))
 
 
 # ------------------------------------------------------------------------------------------ backward
@@ -204,10 +195,10 @@ def batchnorm_relu_conv2d_backward(dy: Any, w: Any, x: Any, y: Any, gamma: Any, 
     s = cm.stream_of(stream)
     g = conv_mod._geometry(y.shape, w.shape, params, layout, dy.dtype)
     c = int(x.shape[-1])
-    if (cm.config().fused_graphs and g.explicit is None and c <= APPLY_MAX_CHANNELS
+    if (cm.config().fused_graphs and g.explicit is None
             and all(a.dtype == cm.F32 for a in (gamma, beta, saved.mean, saved.inv_std))):
-        key = _key(g, s.device_index, "backward_data_drelu_dbn")
-        if key is not None and not conv_graph.runs_legacy(key):
+        key = conv_mod.graph_key("backward_data_drelu_dbn", g, s.device_index)
+        if key is not None and conv_graph.will_try(key, s):
             dz = cm.empty(x.shape, x.dtype, s)
             coeffs = [cm.empty((c,), cm.F32, s) for _ in range(5)]  # dscale, dbias, eq_dy, eq_x, eq_b
             ptrs = (dy.ptr, w.ptr, x.ptr, saved.mean.ptr, saved.inv_std.ptr, gamma.ptr, beta.ptr, dz.ptr,
@@ -216,18 +207,14 @@ def batchnorm_relu_conv2d_backward(dy: Any, w: Any, x: Any, y: Any, gamma: Any, 
             legacy = tail = None
             if not conv_graph.decided(key):  # the two jobs the choice times (made once per key)
                 def legacy() -> None:
-                    dconv = conv_mod.conv2d_backward_data(dy, w, tuple(y.shape), params=params, layout=layout,
-                                                          stream=s)
-                    batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
-                                       activation="relu", y=y, stream=s)
+                    _legacy_backward(dy, w, x, y, gamma, saved, epsilon, params, layout, s)
 
                 def tail() -> None:
                     _dx(dz, x, cm.empty(x.shape, x.dtype, s), *coeffs[2:], s)
 
-            if _graph(g, key, s, ptrs, legacy, tail, "batchnorm_relu_conv2d_backward (dgrad + drelu + dbn_weight"):
+            if conv_mod._graph_run("backward_data_drelu_dbn", g, s, cm.cudnn_handle(s), ptrs,
+                                   "batchnorm_relu_conv2d_backward (dgrad + drelu + dbn_weight)", legacy, tail, key):
                 dx = cm.empty(x.shape, x.dtype, s)
                 _dx(dz, x, dx, *coeffs[2:], s)
                 return dx, coeffs[0], coeffs[1]
-    dconv = conv_mod.conv2d_backward_data(dy, w, tuple(y.shape), params=params, layout=layout, stream=s)
-    return batchnorm_backward(dconv, x, gamma, saved, epsilon=epsilon, mode="spatial", layout=layout,
-                              activation="relu", y=y, stream=s)
+    return _legacy_backward(dy, w, x, y, gamma, saved, epsilon, params, layout, s)

@@ -92,7 +92,7 @@ from .fused import _time_ms as time_ms
 
 __all__ = ["ConvGraphKey", "DIRECTIONS", "HEURISTIC_MODES", "BENCHMARK_MODES", "GENSTATS_HEURISTIC_DTYPES",
            "FUSED_BN_DIRECTIONS",
-           "FORCE_GRAPH", "conv_key", "convolution", "runs_legacy", "decided",
+           "FORCE_GRAPH", "conv_key", "convolution", "will_try", "decided",
            "cache_info", "stats", "clear_cache"]
 
 _log = logging.getLogger("dnnbind.ops.conv_graph")
@@ -111,10 +111,10 @@ FUSED_BN_DIRECTIONS = ("forward_genstats", "backward_data_drelu_dbn")
 """The directions of conv_bn.py (a convolution fused with a batch norm), tried unmeasured in
 :data:`GENSTATS_HEURISTIC_DTYPES` only."""
 GENSTATS_HEURISTIC_DTYPES = (cm.F16,)
-"""The dtypes ``forward_genstats`` takes without a measurement (see the module doc)."""
+"""The dtypes the :data:`FUSED_BN_DIRECTIONS` try without a measurement (see the module doc)."""
 FORCE_GRAPH: bool = False
 """Tests: every key takes the first plan that builds and runs (heuristics A, then B), unmeasured, and
-``forward_genstats`` is tried in every dtype, so each graph path can be compared with the legacy one
+the :data:`FUSED_BN_DIRECTIONS` are tried in every dtype, so each graph path can be compared with the legacy one
 where the measurement would not pick it. Clear the cache (:func:`clear_cache`) when flipping it."""
 HEURISTIC_MODES = ("A",)
 """Heuristics trusted without a measurement (their first engine that finalizes)."""
@@ -125,9 +125,10 @@ BENCHMARK_MODES = ("A", "B")
 
 @dataclass(frozen=True)
 class ConvGraphKey:
-    """What the choice for one plain convolution depends on. Shapes are NHWC / KRSC, as cuDNN sees them."""
+    """What the choice for one convolution (or fused direction) depends on. Shapes are NHWC / KRSC, as cuDNN
+    sees them."""
 
-    direction: str  # "forward", "backward_data", "backward_filter", "forward_genstats"
+    direction: str  # a key of DIRECTIONS
     device: int
     x_shape: tuple  # (N, H, W, C), after explicit padding
     w_shape: tuple  # (K, R, S, C)
@@ -272,7 +273,8 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, .
 
     ``ptrs``: device pointers of the packed tensors in x, w, y-role order, as :data:`DIRECTIONS` names
     them (forward: x, w, y; backward_data: dx, w, dy; backward_filter: x, dw, dy), x / dx as cuDNN
-    sees them (padded when the padding is explicit); forward_genstats adds the sum and sq_sum pointers.
+    sees them (padded when the padding is explicit); the fused directions bind every name of their
+    :data:`DIRECTIONS` entry, in that order.
     ``legacy()`` runs the legacy call into the same output (timed under ``config.benchmark``);
     ``tail()``, when given, is timed after each plan's run (the caller's work that the graph path adds).
     A caller may pass None for both when :func:`decided` said the key has its choice.
@@ -318,14 +320,19 @@ def decided(key: ConvGraphKey) -> bool:
     return key in _choices
 
 
-def runs_legacy(key: ConvGraphKey) -> bool:
-    """True (and the call counted as legacy) when ``key`` is decided for the legacy path: a caller that
-    prepares buffers for the graph path asks this first."""
+def will_try(key: ConvGraphKey, stream: Any) -> bool:
+    """False (and the call counted) when :func:`convolution` would run the legacy path whatever the
+    pointers: ``key`` is decided for it, or undecided while ``stream`` is capturing. A caller that prepares
+    buffers for the graph path asks this first."""
     choice = _choices.get(key)
-    if choice is not None and choice.plan is None:
+    if choice is None:
+        if stream.is_capturing():
+            _stats[key.direction]["undecided_in_capture"] += 1
+            return False
+    elif choice.plan is None:
         _stats[key.direction]["legacy"] += 1
-        return True
-    return False
+        return False
+    return True
 
 
 def cache_info() -> "dict[ConvGraphKey, Choice]":
