@@ -85,9 +85,7 @@ def path(monkeypatch):
     monkeypatch.setattr(cconv, "_legacy_run", legacy)
     monkeypatch.setattr(conv_graph, "_build", build)
     monkeypatch.setattr(conv_graph, "workspace", lambda s, n: 0x9000 if n else 0)
-    monkeypatch.setattr(conv_graph, "_choices", {})
-    monkeypatch.setattr(conv_graph, "_stats", {d: dict.fromkeys(conv_graph._COUNTERS, 0)
-                                               for d in conv_graph.DIRECTIONS})
+    monkeypatch.setattr(conv_graph, "_CHOICES", conv_graph.Choices(tuple(conv_graph.DIRECTIONS)))
     return log, stream, plans
 
 

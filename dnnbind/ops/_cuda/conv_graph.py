@@ -75,7 +75,6 @@ Counters (:func:`stats`, per direction): ``graph`` / ``legacy`` calls, keys ``de
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -86,7 +85,7 @@ from ...cudnn import workspace
 from ...errors import CudnnError
 from . import _common as cm
 # fused.py's measurement and refusal rule, shared: every graph path decides the same way.
-from .fused import ALIGNMENT, BENCHMARK_REPS, DTYPES, GRAPH_MARGIN, Choice
+from .fused import ALIGNMENT, BENCHMARK_REPS, DTYPES, GRAPH_MARGIN, Choice, Choices
 from .fused import _refusal as is_refusal
 from .fused import _time_ms as time_ms
 
@@ -151,10 +150,7 @@ class ConvGraphKey:
         return self._hash
 
 
-_choices: "dict[ConvGraphKey, Choice]" = {}
-_lock = threading.Lock()
-_COUNTERS = ("graph", "legacy", "decided", "undecided_in_capture")
-_stats = {direction: dict.fromkeys(_COUNTERS, 0) for direction in DIRECTIONS}
+_CHOICES = Choices(tuple(DIRECTIONS))
 
 
 def conv_key(direction: str, device: int, x_dims: tuple, w_kcrs: tuple, y_dims: tuple, pad: tuple, stride: tuple,
@@ -282,16 +278,11 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, .
     16-byte aligned (that call only), or the key is undecided while the stream is capturing (that
     call only: nothing is built or timed during a capture).
     """
-    counts = _stats[key.direction]
-    choice = _choices.get(key)
-    if choice is None:
-        if stream.is_capturing():
-            counts["undecided_in_capture"] += 1
-            return False
-        if legacy is None:  # the caller saw the key decided (a cache cleared since): the legacy path this call
-            counts["legacy"] += 1
-            return False
-    elif choice.plan is None:
+    counts = _CHOICES.counts[key.direction]
+    choice = _CHOICES.pending(key, stream, counts)
+    if choice is False:
+        return False
+    if choice is None and legacy is None:  # the caller saw the key decided (a cache cleared since)
         counts["legacy"] += 1
         return False
     # One test for the pointers: an OR keeps every low bit any of them has.
@@ -302,11 +293,7 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, .
         counts["legacy"] += 1
         return False
     if choice is None:
-        choice = _decide(key, handle, stream, ptrs, legacy, tail)
-        with _lock:
-            mine, choice = choice, _choices.setdefault(key, choice)
-            if choice is mine:  # another thread may have decided the key meanwhile
-                counts["decided"] += 1
+        choice = _CHOICES.settle(key, _decide(key, handle, stream, ptrs, legacy, tail), counts)
         if choice.plan is None:
             counts["legacy"] += 1
             return False
@@ -317,40 +304,27 @@ def convolution(key: ConvGraphKey, handle: Any, stream: Any, ptrs: "tuple[int, .
 
 def decided(key: ConvGraphKey) -> bool:
     """Whether ``key`` has its choice (a caller builds its ``legacy`` / ``tail`` timers only when not)."""
-    return key in _choices
+    return key in _CHOICES.choices
 
 
 def will_try(key: ConvGraphKey, stream: Any) -> bool:
     """False (and the call counted) when :func:`convolution` would run the legacy path whatever the
     pointers: ``key`` is decided for it, or undecided while ``stream`` is capturing. A caller that prepares
     buffers for the graph path asks this first."""
-    choice = _choices.get(key)
-    if choice is None:
-        if stream.is_capturing():
-            _stats[key.direction]["undecided_in_capture"] += 1
-            return False
-    elif choice.plan is None:
-        _stats[key.direction]["legacy"] += 1
-        return False
-    return True
+    return _CHOICES.pending(key, stream, _CHOICES.counts[key.direction]) is not False
 
 
 def cache_info() -> "dict[ConvGraphKey, Choice]":
     """A copy of the choices made so far."""
-    with _lock:
-        return dict(_choices)
+    return _CHOICES.info()
 
 
 def stats() -> "dict[str, dict[str, int]]":
     """A copy of the counters per direction: ``graph`` / ``legacy`` calls run, keys ``decided``,
     ``undecided_in_capture`` calls."""
-    return {direction: dict(counts) for direction, counts in _stats.items()}
+    return _CHOICES.stats()
 
 
 def clear_cache() -> None:
     """Forget every choice and zero the counters (tests; never while a captured graph still replays a plan)."""
-    with _lock:
-        _choices.clear()
-        for counts in _stats.values():
-            for name in counts:
-                counts[name] = 0
+    _CHOICES.clear()

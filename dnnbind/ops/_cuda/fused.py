@@ -57,7 +57,7 @@ from ...cudnn import workspace
 from ...errors import CudnnError
 from . import _common as cm
 
-__all__ = ["ConvBiasActKey", "Choice", "ACTIVATIONS", "DTYPES", "BENCHMARK_REPS", "ALIGNMENT",
+__all__ = ["ConvBiasActKey", "Choice", "Choices", "COUNTERS", "ACTIVATIONS", "DTYPES", "BENCHMARK_REPS", "ALIGNMENT",
            "conv_bias_activation_key", "conv_bias_activation", "cache_info", "stats", "clear_cache"]
 
 _log = logging.getLogger("dnnbind.ops.fused")
@@ -123,9 +123,58 @@ class Choice:
         return "legacy" if self.plan is None else "graph"
 
 
-_choices: "dict[ConvBiasActKey, Choice]" = {}
-_lock = threading.Lock()
-_stats = {"graph": 0, "legacy": 0, "decided": 0, "undecided_in_capture": 0}
+COUNTERS = ("graph", "legacy", "decided", "undecided_in_capture")
+
+
+class Choices:
+    """The per-key choices of one graph path and its call counters (one set per bucket), shared by
+    ``fused.py`` and ``conv_graph.py``. Choices hold their plans and are never evicted: a captured step
+    graph may replay a plan's runtime-compiled kernels, which die with the plan (cuDNN < 9.28)."""
+
+    def __init__(self, buckets: "tuple[str, ...]") -> None:
+        self.choices: dict = {}
+        self.lock = threading.Lock()
+        self.counts = {bucket: dict.fromkeys(COUNTERS, 0) for bucket in buckets}
+
+    def pending(self, key: Any, stream: Any, counts: dict) -> "Choice | None | bool":
+        """What a call of ``key`` does before its pointers are seen: False (counted) runs the legacy path (the
+        key is decided for it, or undecided while ``stream`` is capturing: nothing is built or timed in a
+        capture); None: undecided; a Choice: run its plan."""
+        choice = self.choices.get(key)
+        if choice is None:
+            if stream.is_capturing():
+                counts["undecided_in_capture"] += 1
+                return False
+            return None
+        if choice.plan is None:
+            counts["legacy"] += 1
+            return False
+        return choice
+
+    def settle(self, key: Any, choice: Choice, counts: dict) -> Choice:
+        """Keep ``choice`` for ``key`` unless another thread decided it meanwhile; returns the one kept."""
+        with self.lock:
+            kept = self.choices.setdefault(key, choice)
+            if kept is choice:
+                counts["decided"] += 1
+        return kept
+
+    def info(self) -> dict:
+        with self.lock:
+            return dict(self.choices)
+
+    def stats(self) -> "dict[str, dict[str, int]]":
+        return {bucket: dict(counts) for bucket, counts in self.counts.items()}
+
+    def clear(self) -> None:
+        with self.lock:
+            self.choices.clear()
+            for counts in self.counts.values():
+                for name in counts:
+                    counts[name] = 0
+
+
+_CHOICES = Choices(("conv_bias_activation",))
 
 
 def conv_bias_activation_key(device: int, x_dims: tuple, w_kcrs: tuple, pad: tuple, stride: tuple,
@@ -240,46 +289,35 @@ def conv_bias_activation(key: ConvBiasActKey, handle: Any, stream: Any, x_in: Ca
     the legacy path, a pointer is not 16-byte aligned (that call only), or the key is undecided while
     the stream is capturing (that call only: nothing is built or timed during a capture).
     """
-    choice = _choices.get(key)
-    if choice is not None and choice.plan is None:
-        _stats["legacy"] += 1
-        return False
-    if choice is None and stream.is_capturing():
-        _stats["undecided_in_capture"] += 1
+    counts = _CHOICES.counts["conv_bias_activation"]
+    choice = _CHOICES.pending(key, stream, counts)
+    if choice is False:
         return False
     xin = x_in()
     ptrs = (xin.ptr, w_ptr, b_ptr, y_ptr)
-    if any(p % ALIGNMENT for p in ptrs):
-        _stats["legacy"] += 1
+    if (ptrs[0] | w_ptr | b_ptr | y_ptr) % ALIGNMENT:
+        counts["legacy"] += 1
         return False
     if choice is None:
-        choice = _decide(key, handle, stream, ptrs, legacy)
-        with _lock:
-            mine, choice = choice, _choices.setdefault(key, choice)
-            if choice is mine:  # another thread may have decided the key meanwhile
-                _stats["decided"] += 1
+        choice = _CHOICES.settle(key, _decide(key, handle, stream, ptrs, legacy), counts)
         if choice.plan is None:
-            _stats["legacy"] += 1
+            counts["legacy"] += 1
             return False
     _run(choice.plan, handle, stream, ptrs)
-    _stats["graph"] += 1
+    counts["graph"] += 1
     return True
 
 
 def cache_info() -> "dict[ConvBiasActKey, Choice]":
     """A copy of the choices made so far."""
-    with _lock:
-        return dict(_choices)
+    return _CHOICES.info()
 
 
 def stats() -> dict:
     """A copy of the counters: ``graph``/``legacy`` calls run, keys ``decided``, ``undecided_in_capture`` calls."""
-    return dict(_stats)
+    return _CHOICES.stats()["conv_bias_activation"]
 
 
 def clear_cache() -> None:
     """Forget every choice and zero the counters (tests; never while a captured graph still replays a plan)."""
-    with _lock:
-        _choices.clear()
-        for name in _stats:
-            _stats[name] = 0
+    _CHOICES.clear()
