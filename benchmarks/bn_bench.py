@@ -6,7 +6,7 @@ For each shape and dtype it times, with CUDA events (``dnnbind.cuda.Event`` /
 * training: ``batchnorm_forward_training`` + ``batchnorm_backward`` (one iteration = both);
 * inference: ``batchnorm_forward_inference``.
 
-dnnbind paths are picked by flipping the switches of ``dnnbind.ops._cuda.batchnorm``:
+dnnbind paths are picked by flipping the switches of ``dnnbind.kernels._cuda.batchnorm``:
 
 * 4-d NHWC: ``legacy`` (CUDNN_BATCHNORM_SPATIAL, legacy API) vs ``persistent`` (*Ex API,
   CUDNN_BATCHNORM_SPATIAL_PERSISTENT); inference ``cudnn`` vs ``kernel`` (NVRTC);
@@ -50,7 +50,7 @@ INFER_PATHS = {"cudnn": {"INFERENCE_KERNEL": False}, "kernel": {"INFERENCE_KERNE
 
 @contextlib.contextmanager
 def switches(**values: Any) -> Iterator[None]:
-    from dnnbind.ops._cuda import batchnorm as bn
+    from dnnbind.kernels._cuda import batchnorm as bn
 
     old = {k: getattr(bn, k) for k in values}
     try:
@@ -110,7 +110,7 @@ def time_torch(fn: Callable[[], None], torch, warmup: int, iters: int) -> float:
 def dnnbind_rows(shape: tuple, dtype_name: str, warmup: int, iters: int) -> list[dict]:
     import ml_dtypes
 
-    from dnnbind import cuda, ops
+    from dnnbind import cuda, kernels
 
     dtype = np.dtype(ml_dtypes.bfloat16) if dtype_name == "bfloat16" else np.dtype(dtype_name)
     rng = np.random.default_rng(0)
@@ -125,12 +125,12 @@ def dnnbind_rows(shape: tuple, dtype_name: str, warmup: int, iters: int) -> list
     layout = "NHWC" if len(shape) == 4 else "NCHW"
 
     def train() -> None:
-        _, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, momentum=0.99, epsilon=1e-3,
+        _, saved = kernels.batchnorm_forward_training(x, gamma, beta, rm, rv, momentum=0.99, epsilon=1e-3,
                                                   layout=layout, stream=stream)
-        ops.batchnorm_backward(dy, x, gamma, saved, epsilon=1e-3, layout=layout, stream=stream)
+        kernels.batchnorm_backward(dy, x, gamma, saved, epsilon=1e-3, layout=layout, stream=stream)
 
     def infer() -> None:
-        ops.batchnorm_forward_inference(x, gamma, beta, rm, rv, epsilon=1e-3, layout=layout, stream=stream)
+        kernels.batchnorm_forward_inference(x, gamma, beta, rm, rv, epsilon=1e-3, layout=layout, stream=stream)
 
     rows = []
     paths = TRAIN_PATHS_4D if len(shape) == 4 else TRAIN_PATHS_2D
@@ -194,7 +194,7 @@ def main(argv: "list[str] | None" = None) -> int:
 
     from dnnbind import cuda
     from dnnbind._lib import cudnn as C
-    from dnnbind.ops._cuda import batchnorm as bn
+    from dnnbind.kernels._cuda import batchnorm as bn
 
     if not cuda.is_available():
         print(f"bn_bench: no GPU ({cuda.unavailable_reason()})", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""Conv + batch norm (+ relu): the fused cuDNN-graph paths of ``ops.conv2d_batchnorm_forward_training`` and
-``ops.batchnorm_relu_conv2d_backward`` against the ops they replace, per shape and precision, and what the
+"""Conv + batch norm (+ relu): the fused cuDNN-graph paths of ``kernels.conv2d_batchnorm_forward_training`` and
+``kernels.batchnorm_relu_conv2d_backward`` against the ops they replace, per shape and precision, and what the
 measured choice picks (issue 9).
 
 For each ResNet/VGG-like shape (``vgg_cifar``'s and ``airbench94``'s convolutions) and each precision
@@ -55,8 +55,8 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
-    from dnnbind import cuda, ops
-    from dnnbind.ops._cuda import conv_bn, conv_graph
+    from dnnbind import cuda, kernels
+    from dnnbind.kernels._cuda import conv_bn, conv_graph
     from kernel_bandwidth import Timer  # this folder's: GPU time of back-to-back calls
 
     if not cuda.is_available():
@@ -74,25 +74,25 @@ def main(argv: "list[str] | None" = None) -> int:
         dtype, tf32 = PRECISIONS[label]
         for x_shape, k in SHAPES:
             c = x_shape[3]
-            x = ops.cast(cuda.to_device(rng.uniform(-1, 1, x_shape).astype(np.float32)), dtype)
-            w = ops.cast(cuda.to_device(rng.uniform(-.1, .1, (k, 3, 3, c)).astype(np.float32)), dtype)
+            x = kernels.cast(cuda.to_device(rng.uniform(-1, 1, x_shape).astype(np.float32)), dtype)
+            w = kernels.cast(cuda.to_device(rng.uniform(-.1, .1, (k, 3, 3, c)).astype(np.float32)), dtype)
             gamma, beta = (cuda.to_device(rng.uniform(lo, hi, k).astype(np.float32))
                            for lo, hi in ((.5, 1.5), (-.5, .5)))
             rm, rv = cuda.to_device(np.zeros(k, np.float32)), cuda.to_device(np.ones(k, np.float32))
             y_shape = x_shape[:3] + (k,)
-            dout = ops.cast(cuda.to_device(rng.uniform(-1, 1, y_shape).astype(np.float32)), dtype)
+            dout = kernels.cast(cuda.to_device(rng.uniform(-1, 1, y_shape).astype(np.float32)), dtype)
             kw = dict(momentum=0.99, epsilon=1e-3, activation="relu", layout="NHWC")
             row = {"precision": label, "x": x_shape, "filters": k}
-            with ops.config.override(allow_tf32=tf32):
+            with kernels.config.override(allow_tf32=tf32):
                 def legacy():
-                    y = ops.conv2d_forward(x, w, padding=1, layout="NHWC")
-                    out, saved = ops.batchnorm_forward_training(y, gamma, beta, rm, rv, **kw)
-                    ops.batchnorm_backward(dout, y, gamma, saved, y=out, epsilon=1e-3, activation="relu",
+                    y = kernels.conv2d_forward(x, w, padding=1, layout="NHWC")
+                    out, saved = kernels.batchnorm_forward_training(y, gamma, beta, rm, rv, **kw)
+                    kernels.batchnorm_backward(dout, y, gamma, saved, y=out, epsilon=1e-3, activation="relu",
                                            layout="NHWC")
 
                 def fused():
-                    y, out, saved = ops.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm, rv, padding=1, **kw)
-                    ops.batchnorm_backward(dout, y, gamma, saved, y=out, epsilon=1e-3, activation="relu",
+                    y, out, saved = kernels.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm, rv, padding=1, **kw)
+                    kernels.batchnorm_backward(dout, y, gamma, saved, y=out, epsilon=1e-3, activation="relu",
                                            layout="NHWC")
                     return saved
 
@@ -113,7 +113,7 @@ def main(argv: "list[str] | None" = None) -> int:
                     conv_graph.FORCE_GRAPH = False
                     conv_graph.clear_cache()
                 for mode, bench in (("choice", True), ("heuristic", False)):
-                    with ops.config.override(benchmark=bench):
+                    with kernels.config.override(benchmark=bench):
                         fused()  # decides the key (measuring both jobs under benchmark)
                         row[f"{mode}_us"] = timer.per_call_ms(fused) * 1e3
                     picks = [ch.path for key, ch in conv_graph.cache_info().items()
@@ -137,23 +137,23 @@ def main(argv: "list[str] | None" = None) -> int:
             c = x_shape[3]
             if c != k:
                 continue
-            x = ops.cast(cuda.to_device(rng.uniform(-1, 1, x_shape).astype(np.float32)), dtype)
-            w = ops.cast(cuda.to_device(rng.uniform(-.1, .1, (k, 3, 3, c)).astype(np.float32)), dtype)
-            dy = ops.cast(cuda.to_device(rng.uniform(-1, 1, x_shape[:3] + (k,)).astype(np.float32)), dtype)
+            x = kernels.cast(cuda.to_device(rng.uniform(-1, 1, x_shape).astype(np.float32)), dtype)
+            w = kernels.cast(cuda.to_device(rng.uniform(-.1, .1, (k, 3, 3, c)).astype(np.float32)), dtype)
+            dy = kernels.cast(cuda.to_device(rng.uniform(-1, 1, x_shape[:3] + (k,)).astype(np.float32)), dtype)
             gamma, beta = (cuda.to_device(rng.uniform(lo, hi, c).astype(np.float32))
                            for lo, hi in ((.5, 1.5), (-.5, .5)))
             row = {"precision": label, "direction": "backward", "x": x_shape, "filters": k}
-            with ops.config.override(allow_tf32=tf32):
-                y, saved = ops.batchnorm_forward_training(x, gamma, beta, cuda.to_device(np.zeros(c, np.float32)),
+            with kernels.config.override(allow_tf32=tf32):
+                y, saved = kernels.batchnorm_forward_training(x, gamma, beta, cuda.to_device(np.zeros(c, np.float32)),
                                                           cuda.to_device(np.ones(c, np.float32)), activation="relu",
                                                           layout="NHWC")
 
                 def legacy_bwd():
-                    dconv = ops.conv2d_backward_data(dy, w, x_shape, padding=1, layout="NHWC")
-                    ops.batchnorm_backward(dconv, x, gamma, saved, activation="relu", y=y, layout="NHWC")
+                    dconv = kernels.conv2d_backward_data(dy, w, x_shape, padding=1, layout="NHWC")
+                    kernels.batchnorm_backward(dconv, x, gamma, saved, activation="relu", y=y, layout="NHWC")
 
                 def fused_bwd():
-                    ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, padding=1, layout="NHWC")
+                    kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, padding=1, layout="NHWC")
 
                 row["legacy_us"] = timer.per_call_ms(legacy_bwd) * 1e3
                 conv_graph.clear_cache()
@@ -167,7 +167,7 @@ def main(argv: "list[str] | None" = None) -> int:
                     conv_graph.FORCE_GRAPH = False
                     conv_graph.clear_cache()
                 for mode, bench in (("choice", True), ("heuristic", False)):
-                    with ops.config.override(benchmark=bench):
+                    with kernels.config.override(benchmark=bench):
                         fused_bwd()
                         row[f"{mode}_us"] = timer.per_call_ms(fused_bwd) * 1e3
                     picks = [ch.path for key, ch in conv_graph.cache_info().items()

@@ -241,13 +241,13 @@ from host_overhead import _time  # noqa: E402
 
 def build_cases(fake: bool):
     """(name, fn) pairs; each fn is one call of the piece being timed."""
-    from dnnbind import cuda, cudnn, ops
+    from dnnbind import cuda, cudnn, kernels
     from dnnbind.backend import is_device_array
     from dnnbind.cuda.array import normalize_shape
-    from dnnbind.ops import _dispatch
-    from dnnbind.ops._cuda import _common as cm
-    from dnnbind.ops._cuda import conv as cconv
-    from dnnbind.ops._params import ConvParams, as_pair
+    from dnnbind.kernels import _dispatch
+    from dnnbind.kernels._cuda import _common as cm
+    from dnnbind.kernels._cuda import conv as cconv
+    from dnnbind.kernels._params import ConvParams, as_pair
 
     stream = cuda.Stream()
     rng = np.random.default_rng(0)
@@ -266,7 +266,7 @@ def build_cases(fake: bool):
     bias_args = (cm.p(y), cm.p(b), cm.p(y), cm.i64(y.size), cm.i64(k), cm.i64(h * w))
 
     def conv_fwd():
-        ops.conv2d_forward(x, wt, padding=1, out=y, stream=stream)
+        kernels.conv2d_forward(x, wt, padding=1, out=y, stream=stream)
 
     cases = [
         ("is_device_array(DeviceArray)", lambda: is_device_array(x)),
@@ -286,12 +286,12 @@ def build_cases(fake: bool):
                                                           cm.i64(k), cm.i64(h * w))),
         ("Kernel.__call__ 6 args (prebuilt)", lambda: kern((64, 1, 1), (256, 1, 1), bias_args, stream=stream)),
         ("empty((32,32,16,16)) + free", lambda: cuda.empty((n, k, h, w), np.float32, stream=stream)),
-        ("ops.bias_add(out=y)", lambda: ops.bias_add(y, b, out=y, stream=stream)),
-        ("ops.bias_add (new output)", lambda: ops.bias_add(y, b, stream=stream)),
-        ("ops.activation_forward relu (NVRTC kernel)", lambda: ops.activation_forward(y, "relu", stream=stream)),
-        ("ops.activation_forward gelu (NVRTC)", lambda: ops.activation_forward(y, "gelu", stream=stream)),
-        ("ops.conv2d_forward(out=y)", conv_fwd),
-        ("ops.conv2d_forward (new output)", lambda: ops.conv2d_forward(x, wt, padding=1, stream=stream)),
+        ("kernels.bias_add(out=y)", lambda: kernels.bias_add(y, b, out=y, stream=stream)),
+        ("kernels.bias_add (new output)", lambda: kernels.bias_add(y, b, stream=stream)),
+        ("kernels.activation_forward relu (NVRTC kernel)", lambda: kernels.activation_forward(y, "relu", stream=stream)),
+        ("kernels.activation_forward gelu (NVRTC)", lambda: kernels.activation_forward(y, "gelu", stream=stream)),
+        ("kernels.conv2d_forward(out=y)", conv_fwd),
+        ("kernels.conv2d_forward (new output)", lambda: kernels.conv2d_forward(x, wt, padding=1, stream=stream)),
     ]
     _ = g
     return cases, stream

@@ -8,7 +8,7 @@ Baselines, measured in the same run:
 Kernels, at the sizes of ``benchmarks/train_step.py``'s models (parameter lists and activation
 shapes from its ``layer_shapes``), in float32 and bfloat16:
 
-* ``adam`` / ``sgd``: one ``ops.adam_update`` / ``ops.sgd_update`` (momentum 0.9) over all of a
+* ``adam`` / ``sgd``: one ``kernels.adam_update`` / ``kernels.sgd_update`` (momentum 0.9) over all of a
   model's trainable parameters, as an Optimizer calls it (its ``UpdateTables`` kept). Parameters
   and slots are float32 in both precisions (mixed precision keeps float32 masters); gradients
   are float32 (the layers cast them to the variable dtype) or, for the "bf16" row, bfloat16.
@@ -142,8 +142,8 @@ def _switch(module: Any, name: str, value: bool):
 
 
 def model_rows(name: str, timer: Timer, rng: np.random.Generator) -> list[dict]:
-    from dnnbind import cuda, ops
-    from dnnbind.ops._cuda import activation, pooling
+    from dnnbind import cuda, kernels
+    from dnnbind.kernels._cuda import activation, pooling
 
     layers = train_step.layer_shapes(name)
     shapes = [p for rec in layers for p in rec["params"]]
@@ -161,11 +161,11 @@ def model_rows(name: str, timer: Timer, rng: np.random.Generator) -> list[dict]:
     for gdtype, label in ((F32, "fp32"), (BF16, "bf16 grads")):
         grads = [_device(p, gdtype, rng) for p in shapes]
         gbytes = count * gdtype.itemsize
-        tables = ops.UpdateTables()
+        tables = kernels.UpdateTables()
         add("adam", label, f"{len(shapes)} tensors, {count} params", count * 4 * 6 + gbytes,
-            lambda: ops.adam_update(params, grads, m, v, lr=1e-9, step=step, tables=tables, stream=timer.stream))
+            lambda: kernels.adam_update(params, grads, m, v, lr=1e-9, step=step, tables=tables, stream=timer.stream))
         add("sgd momentum", label, f"{len(shapes)} tensors, {count} params", count * 4 * 4 + gbytes,
-            lambda: ops.sgd_update(params, grads, m, lr=1e-9, momentum=0.9, tables=tables, stream=timer.stream))
+            lambda: kernels.sgd_update(params, grads, m, lr=1e-9, momentum=0.9, tables=tables, stream=timer.stream))
     for dtype, label in ((F32, "fp32"), (BF16, "bf16")):
         for rec in layers:
             if rec["kind"] in ("conv", "dense") and rec.get("bias"):
@@ -173,21 +173,21 @@ def model_rows(name: str, timer: Timer, rng: np.random.Generator) -> list[dict]:
                 n_out = rec["output"][-1]
                 add("bias_backward", label, "x".join(map(str, rec["output"])),
                     dy.nbytes + n_out * dtype.itemsize,
-                    lambda dy=dy: ops.bias_backward(dy, layout="NHWC", stream=timer.stream))
+                    lambda dy=dy: kernels.bias_backward(dy, layout="NHWC", stream=timer.stream))
             if rec["kind"] == "maxpool":
                 k = rec["window"]
                 x = _device(rec["input"], dtype, rng)
-                y = ops.pool2d_forward(x, mode="max", window=k, layout="NHWC", stream=timer.stream)
+                y = kernels.pool2d_forward(x, mode="max", window=k, layout="NHWC", stream=timer.stream)
                 dy = _device(tuple(y.shape), dtype, rng)
                 for cudnn in (False, True):
                     with _switch(pooling, "MAXPOOL_NHWC_KERNELS", not cudnn):
                         add(f"maxpool_forward {k}x{k}" + (" (cudnn)" if cudnn else ""), label,
                             "x".join(map(str, rec["input"])), x.nbytes + y.nbytes,
-                            lambda x=x, y=y, k=k: ops.pool2d_forward(x, mode="max", window=k, layout="NHWC", out=y,
+                            lambda x=x, y=y, k=k: kernels.pool2d_forward(x, mode="max", window=k, layout="NHWC", out=y,
                                                                      stream=timer.stream))
                 add(f"maxpool_backward {k}x{k}", label, "x".join(map(str, rec["input"])),
                     2 * x.nbytes + 2 * y.nbytes,
-                    lambda x=x, y=y, dy=dy, k=k: ops.pool2d_backward(dy, x, y, mode="max", window=k, layout="NHWC",
+                    lambda x=x, y=y, dy=dy, k=k: kernels.pool2d_backward(dy, x, y, mode="max", window=k, layout="NHWC",
                                                                      stream=timer.stream))
         # The largest activation input of the model (its first block's), each kind on it.
         acts = [rec["input"] for rec in layers if rec["kind"] in ("relu", "gelu")]
@@ -195,30 +195,30 @@ def model_rows(name: str, timer: Timer, rng: np.random.Generator) -> list[dict]:
             shape = max(acts, key=lambda s: int(np.prod(s)))
             x = _device(shape, dtype, rng)
             dy = _device(shape, dtype, rng)
-            y = ops.empty_like(x)
+            y = kernels.empty_like(x)
             size = "x".join(map(str, shape))
             for kind in ("relu", "gelu"):
                 for cudnn in (False, True) if kind == "relu" else (False,):
                     tag = f"activation {kind} " + "{}" + (" (cudnn)" if cudnn else "")
                     with _switch(activation, "CUDNN_ACTIVATIONS", cudnn):
                         add(tag.format("forward"), label, size, 2 * x.nbytes,
-                            lambda x=x, y=y, kind=kind: ops.activation_forward(x, kind, out=y, stream=timer.stream))
+                            lambda x=x, y=y, kind=kind: kernels.activation_forward(x, kind, out=y, stream=timer.stream))
                         add(tag.format("backward"), label, size, 3 * x.nbytes,
-                            lambda x=x, dy=dy, kind=kind: ops.activation_backward(dy, x, x, kind,
+                            lambda x=x, dy=dy, kind=kind: kernels.activation_backward(dy, x, x, kind,
                                                                                   stream=timer.stream))
     add("cast params fp32->bf16, one launch per tensor", "fp32->bf16", f"{len(shapes)} tensors, {count} params",
-        count * 6, lambda: [ops.cast(p, BF16, stream=timer.stream) for p in params])
+        count * 6, lambda: [kernels.cast(p, BF16, stream=timer.stream) for p in params])
     # what a mixed-precision train step runs: every weight copy in one launch (the table made once)
-    cast_all = ops.elementwise.CastMany(params, BF16)
+    cast_all = kernels.elementwise.CastMany(params, BF16)
     add("cast params fp32->bf16, cast_many (one launch)", "fp32->bf16", f"{len(shapes)} tensors, {count} params",
         count * 6, lambda: cast_all(stream=timer.stream))
     biggest = max((rec["output"] for rec in layers if len(rec["output"]) == 4), key=lambda s: int(np.prod(s)))
     act = _device(biggest, BF16, rng)
-    act32 = ops.cast(act, F32)
+    act32 = kernels.cast(act, F32)
     add("cast activation", "bf16->fp32", "x".join(map(str, biggest)), act.size * 6,
-        lambda: ops.cast(act, F32, stream=timer.stream))
+        lambda: kernels.cast(act, F32, stream=timer.stream))
     add("cast activation", "fp32->bf16", "x".join(map(str, biggest)), act.size * 6,
-        lambda: ops.cast(act32, BF16, stream=timer.stream))
+        lambda: kernels.cast(act32, BF16, stream=timer.stream))
     return rows
 
 

@@ -6,7 +6,7 @@ The model is Keras's mnist_convnet example, channels_last, batch 128::
     -> Dropout(0.5) -> Dense(10) -> softmax cross-entropy, Adam
 
 timed twice on the NumPy backend: ``ops`` is the step written directly with
-``dnnbind.ops`` (forward, backward and the Adam update); ``sequential`` is what a
+``dnnbind.kernels`` (forward, backward and the Adam update); ``sequential`` is what a
 user runs, ``dnnbind.Sequential`` (the Keras example's layers, softmax output,
 sparse categorical cross-entropy, Adam) and ``train_on_batch`` after
 ``dnnbind.set_default_device("cpu")``. torch runs the same step when it is
@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from dnnbind import ops
+from dnnbind import kernels
 
 
 def make_params(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -63,40 +63,40 @@ class NumpyStep:
         self.p = params
         self.m = {k: np.zeros_like(v) for k, v in params.items()}
         self.v = {k: np.zeros_like(v) for k, v in params.items()}
-        self.dropout = ops.DropoutState(0.5, seed=seed)
+        self.dropout = kernels.DropoutState(0.5, seed=seed)
         self.step = 0
 
     def __call__(self, x: np.ndarray, labels: np.ndarray) -> float:
         p, L = self.p, "NHWC"
-        a1 = ops.conv2d_bias_activation_forward(x, p["w1"], p["b1"], activation="relu", layout=L)
-        h1 = ops.pool2d_forward(a1, mode="max", window=2, layout=L)
-        a2 = ops.conv2d_bias_activation_forward(h1, p["w2"], p["b2"], activation="relu", layout=L)
-        h2 = ops.pool2d_forward(a2, mode="max", window=2, layout=L)
+        a1 = kernels.conv2d_bias_activation_forward(x, p["w1"], p["b1"], activation="relu", layout=L)
+        h1 = kernels.pool2d_forward(a1, mode="max", window=2, layout=L)
+        a2 = kernels.conv2d_bias_activation_forward(h1, p["w2"], p["b2"], activation="relu", layout=L)
+        h2 = kernels.pool2d_forward(a2, mode="max", window=2, layout=L)
         flat = h2.reshape(h2.shape[0], -1)
-        d, reserve = ops.dropout_forward(flat, self.dropout)
-        logits = ops.dense_forward(d, p["w3"], p["b3"])
-        loss, dlogits = ops.softmax_cross_entropy(logits, labels)
+        d, reserve = kernels.dropout_forward(flat, self.dropout)
+        logits = kernels.dense_forward(d, p["w3"], p["b3"])
+        loss, dlogits = kernels.softmax_cross_entropy(logits, labels)
 
         g = {}
-        g["w3"] = ops.dense_backward_weight(d, dlogits)
-        g["b3"] = ops.bias_backward(dlogits)
-        dd = ops.dense_backward_input(dlogits, p["w3"])
-        dflat = ops.dropout_backward(dd, reserve, self.dropout)
+        g["w3"] = kernels.dense_backward_weight(d, dlogits)
+        g["b3"] = kernels.bias_backward(dlogits)
+        dd = kernels.dense_backward_input(dlogits, p["w3"])
+        dflat = kernels.dropout_backward(dd, reserve, self.dropout)
         dh2 = dflat.reshape(h2.shape)
-        da2 = ops.pool2d_backward(dh2, a2, h2, mode="max", window=2, layout=L)
+        da2 = kernels.pool2d_backward(dh2, a2, h2, mode="max", window=2, layout=L)
         # relu's derivative reads x > 0, which equals y > 0: the fused forward kept only y
-        dz2 = ops.activation_backward(da2, a2, a2, "relu")
-        g["b2"] = ops.bias_backward(dz2, layout=L)
-        g["w2"] = ops.conv2d_backward_filter(h1, dz2, p["w2"].shape, layout=L)
-        dh1 = ops.conv2d_backward_data(dz2, p["w2"], h1.shape, layout=L)
-        da1 = ops.pool2d_backward(dh1, a1, h1, mode="max", window=2, layout=L)
-        dz1 = ops.activation_backward(da1, a1, a1, "relu")
-        g["b1"] = ops.bias_backward(dz1, layout=L)
-        g["w1"] = ops.conv2d_backward_filter(x, dz1, p["w1"].shape, layout=L)
+        dz2 = kernels.activation_backward(da2, a2, a2, "relu")
+        g["b2"] = kernels.bias_backward(dz2, layout=L)
+        g["w2"] = kernels.conv2d_backward_filter(h1, dz2, p["w2"].shape, layout=L)
+        dh1 = kernels.conv2d_backward_data(dz2, p["w2"], h1.shape, layout=L)
+        da1 = kernels.pool2d_backward(dh1, a1, h1, mode="max", window=2, layout=L)
+        dz1 = kernels.activation_backward(da1, a1, a1, "relu")
+        g["b1"] = kernels.bias_backward(dz1, layout=L)
+        g["w1"] = kernels.conv2d_backward_filter(x, dz1, p["w1"].shape, layout=L)
 
         self.step += 1
         names = list(p)
-        ops.adam_update([p[k] for k in names], [g[k] for k in names], [self.m[k] for k in names],
+        kernels.adam_update([p[k] for k in names], [g[k] for k in names], [self.m[k] for k in names],
                         [self.v[k] for k in names], lr=1e-3, step=self.step)
         return float(loss)
 
@@ -179,7 +179,7 @@ MAKERS = {
     "torch_default_malloc": torch_step_fn,
 }
 
-# The glibc thresholds dnnbind's NumPy backend sets for itself (dnnbind.ops._host_memory), given
+# The glibc thresholds dnnbind's NumPy backend sets for itself (dnnbind.kernels._host_memory), given
 # to the "torch" worker through the environment so that both frameworks reuse freed memory;
 # "torch_default_malloc" runs with glibc's defaults, as a plain torch script does (on the
 # 2-core machine of issue 3 that is ~1.5x slower: every step page-faults its buffers anew).

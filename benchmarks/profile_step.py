@@ -38,7 +38,7 @@ def main(argv: "list[str] | None" = None) -> int:
     from dnnbind import backend, cuda
 
     dnnbind.mixed_precision.set_global_policy(args.precision)
-    dnnbind.ops.config.benchmark = not args.heuristic
+    dnnbind.kernels.config.benchmark = not args.heuristic
     model = build_dnnbind(args.model, "auto" if args.jit_compile == "auto" else False)
     x, y = make_batch(args.model, MODELS[args.model]["batch"])
     xd, yd = backend.asarray(x, "cuda"), backend.asarray(y, "cuda")

@@ -105,7 +105,7 @@ def _time_forward(model, x, warmup: int, iters: int) -> float:
 
 
 def mlp_table(args) -> list[dict]:
-    from dnnbind.ops._cuda import quant as cuda_quant
+    from dnnbind.kernels._cuda import quant as cuda_quant
 
     width, batch = args.width, args.batch
 

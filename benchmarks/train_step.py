@@ -33,7 +33,7 @@ the median ms/step. Peak device memory (``dnnbind.cuda.pool_stats`` high-water m
 ``torch.cuda.max_memory_allocated``) is taken in the first round, from before the warm-up.
 Effective TFLOP/s counts the model's FLOPs analytically (convolutions and dense layers: forward
 2 x MACs, backward 2 x forward, so 6 x MACs a step) over the step time; the share of the dense
-bf16 peak divides it by what an 8192^3 bfloat16 GEMM (cuBLAS through ``dnnbind.ops.matmul``)
+bf16 peak divides it by what an 8192^3 bfloat16 GEMM (cuBLAS through ``dnnbind.kernels.matmul``)
 reaches in the same run. torch is optional (``--no-torch`` or not installed: its columns read
 "-"). Defaults: ``--steps 50 --warmup 10 --rounds 3``, both precisions (``float32``,
 ``mixed_bfloat16``), every model; ``--torch-nchw`` runs torch in NCHW instead of channels_last;
@@ -382,11 +382,11 @@ class TorchCompiled:
 # ---------------------------------------------------------------- the bf16 peak
 
 def bf16_gemm_tflops(n: int = 8192, reps: int = 20) -> float:
-    """TFLOP/s of an n x n x n bfloat16 GEMM (cuBLAS through dnnbind.ops.matmul), the median of
+    """TFLOP/s of an n x n x n bfloat16 GEMM (cuBLAS through dnnbind.kernels.matmul), the median of
     ``reps`` CUDA-event-timed calls after a warm-up: the dense bf16 peak this GPU reaches."""
     import ml_dtypes
 
-    from dnnbind import cuda, ops
+    from dnnbind import cuda, kernels
 
     rng = np.random.default_rng(0)
     a = cuda.to_device(rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16))
@@ -394,11 +394,11 @@ def bf16_gemm_tflops(n: int = 8192, reps: int = 20) -> float:
     c = cuda.empty((n, n), a.dtype)
     stream = cuda.current_stream()
     for _ in range(3):
-        ops.matmul(a, b, out=c, stream=stream)
+        kernels.matmul(a, b, out=c, stream=stream)
     events = [cuda.Event() for _ in range(reps + 1)]
     events[0].record(stream)
     for i in range(reps):
-        ops.matmul(a, b, out=c, stream=stream)
+        kernels.matmul(a, b, out=c, stream=stream)
         events[i + 1].record(stream)
     events[-1].synchronize()
     ms = statistics.median(events[i].elapsed_time(events[i + 1]) for i in range(reps))
@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     import dnnbind
 
     dnnbind.set_default_device("cuda")
-    dnnbind.ops.config.benchmark = not args.heuristic
+    dnnbind.kernels.config.benchmark = not args.heuristic
     torch = None
     if not args.no_torch:
         try:

@@ -7,7 +7,7 @@ Three ways in:
 
 * ``dnnbind.Sequential`` / ``dnnbind.Model`` (functional or subclassed) / ``dnnbind.layers``: the
   Keras-like API.
-* ``dnnbind.ops``: forward and backward ops with one signature for a
+* ``dnnbind.kernels``: forward and backward ops with one signature for a
   :class:`dnnbind.cuda.DeviceArray` (cuDNN/cuBLAS) and a NumPy array.
 * ``dnnbind.cuda`` / ``dnnbind.cudnn`` / ``dnnbind.cublas``: the owned runtime
   objects, handles and descriptors, for pipelines of your own.
@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
     "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
-    "saving", "backend", "errors", "trainers",
+    "saving", "backend", "errors", "trainers", "kernels",
 }
 
 # name -> (module, attribute)

@@ -4,7 +4,7 @@ A dnnbind step is host-bound: hundreds of op calls, each with Python and cuDNN h
 about a millisecond of GPU work. Capturing the whole step (forward, backward, optimizer update,
 loss and metric accumulation) once and replaying it with one ``cudaGraphLaunch`` removes that.
 
-Life of a step key ``(kind, stream, x shape/dtype, y shape/dtype, ops.config switches)``:
+Life of a step key ``(kind, stream, x shape/dtype, y shape/dtype, kernels.config switches)``:
 
 1. first sight: the step runs eagerly. That warm-up creates everything a capture must not create:
    cuDNN/cuBLAS handles for the stream, algorithm choices, the workspace, optimizer slots,
@@ -14,7 +14,7 @@ Life of a step key ``(kind, stream, x shape/dtype, y shape/dtype, ops.config swi
 2. second sight: the step is captured on the current stream, reading *static* input buffers
    owned by the key, then launched.
 3. from then on: the batch is copied into the static buffers (device to device, outside the
-   graph, or gathered straight into them by ``ops.take(..., out=)``), the learning rate is
+   graph, or gathered straight into them by ``kernels.take(..., out=)``), the learning rate is
    uploaded if it changed, and the graph is launched. Host-side counters the step advances in
    Python (metric sample counts, the optimizer's update-count estimate) are advanced by the amounts measured
    during the capture.
@@ -39,7 +39,7 @@ import warnings
 from collections import OrderedDict
 from typing import Any, Callable
 
-from . import ops
+from . import kernels
 from .errors import DnnbindError
 
 __all__ = ["StepGraphs", "CudaGraphBackend", "MAX_GRAPHS", "KINDS"]
@@ -104,7 +104,7 @@ class CudaGraphBackend:
 
     def copy_out(self, src: Any, stream: Any) -> Any:
         """A fresh copy of a static output (the next replay overwrites ``src``)."""
-        return ops.copy(src, stream=stream)
+        return kernels.copy(src, stream=stream)
 
     def synchronize(self, stream: Any) -> None:
         if not getattr(stream, "closed", False):
@@ -156,7 +156,7 @@ class _Entry:
 
 
 def _config_key() -> tuple:
-    return ops.config.capture_key()
+    return kernels.config.capture_key()
 
 
 def _is_multi(shape: Any) -> bool:
@@ -323,7 +323,7 @@ class StepGraphs:
             self.stats["warmups"] += 1
             if kind == "predict":
                 entry.out_spec = _spec(result)
-            # The key holds ops.config.capture_key(), whose registered module switches appear when an op
+            # The key holds kernels.config.capture_key(), whose registered module switches appear when an op
             # module is first imported, which may be inside this first step: key the entry as the next
             # call of the same step will.
             settled = step_key(kind, backend.stream_key(stream), x_shape, x_dtype, y_shape, y_dtype)
@@ -375,7 +375,7 @@ class StepGraphs:
             # everything it allocates and its output outlives no replay
             result = model._eager_step("predict", sx, None)
             for src, dst in zip(_parts(result), _parts(entry.out)):
-                ops.copy(src, out=dst)
+                kernels.copy(src, out=dst)
 
         return predict
 

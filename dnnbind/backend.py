@@ -12,7 +12,7 @@ silently: :func:`asarray` and :func:`to_numpy` are the explicit transfers.
 :class:`Device` (``dnnbind.Device``) says where computation runs; the GPU itself, with its
 properties, is :class:`dnnbind.cuda.CudaDevice`.
 
-A shared leaf below :mod:`dnnbind.ops`: it imports :mod:`dnnbind.cuda` only inside the functions
+A shared leaf below :mod:`dnnbind.kernels`: it imports :mod:`dnnbind.cuda` only inside the functions
 that need a GPU, because ``import dnnbind`` (which imports this module) must not load
 cuda.bindings for a NumPy-only user, and must work where it is broken.
 """
@@ -188,7 +188,7 @@ def asarray(x: Any, device: "str | Device | None" = None, dtype: Any = None, str
 
     ``dtype`` converts host data before the transfer. A DeviceArray is never converted here (that
     is an op on the device): one of another dtype raises a TypeError that names
-    :func:`dnnbind.ops.cast`.
+    :func:`dnnbind.kernels.cast`.
     """
     dev = resolve_device(device)
     if dev.is_cuda:
@@ -197,7 +197,7 @@ def asarray(x: Any, device: "str | Device | None" = None, dtype: Any = None, str
         if is_device_array(x):
             if dtype is not None and normalize_dtype(dtype, "backend.asarray") != x.dtype:
                 raise TypeError(f"backend.asarray: x is a DeviceArray of dtype {x.dtype}, and dtype={dtype!r} asks "
-                                "for a conversion on the device: use dnnbind.ops.cast(x, dtype)")
+                                "for a conversion on the device: use dnnbind.kernels.cast(x, dtype)")
             if x.device.index != dev.index:
                 return x.to(str(dev))
             return x

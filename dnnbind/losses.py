@@ -1,4 +1,4 @@
-"""Losses with Keras 3 names, computed by ``dnnbind.ops`` (value and gradient in one call).
+"""Losses with Keras 3 names, computed by ``dnnbind.kernels`` (value and gradient in one call).
 
 Every loss returns the mean over the batch (Keras's ``"sum_over_batch_size"``) as a 0-d float32
 array (float64 for float64 predictions) on the predictions' device, together with the gradient w.r.t. the predictions (already
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
+from . import kernels
 
 __all__ = [
     "Loss",
@@ -133,8 +133,8 @@ class SparseCategoricalCrossentropy(Loss):
 
     def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
         if logits or self.from_logits:
-            return ops.softmax_cross_entropy(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
-        return ops.crossentropy_from_probs(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
+            return kernels.softmax_cross_entropy(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
+        return kernels.crossentropy_from_probs(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "from_logits": self.from_logits}
@@ -167,9 +167,9 @@ class CategoricalCrossentropy(Loss):
 
     def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
         if logits or self.from_logits:
-            return ops.softmax_cross_entropy(y_pred, y_true, label_smoothing=self.label_smoothing,
+            return kernels.softmax_cross_entropy(y_pred, y_true, label_smoothing=self.label_smoothing,
                                              grad_scale=grad_scale, sample_weight=sample_weight)
-        return ops.crossentropy_from_probs(y_pred, y_true, label_smoothing=self.label_smoothing,
+        return kernels.crossentropy_from_probs(y_pred, y_true, label_smoothing=self.label_smoothing,
                                            grad_scale=grad_scale, sample_weight=sample_weight)
 
     def get_config(self):
@@ -195,7 +195,7 @@ class BinaryCrossentropy(Loss):
         return y
 
     def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
-        return ops.binary_crossentropy(y_pred, y_true, from_logits=self.from_logits or logits,
+        return kernels.binary_crossentropy(y_pred, y_true, from_logits=self.from_logits or logits,
                                        label_smoothing=self.label_smoothing, grad_scale=grad_scale,
                                        sample_weight=sample_weight)
 
@@ -211,7 +211,7 @@ class MeanSquaredError(Loss):
         return _check_rows(_float_labels(np.asarray(y), what), output_shape, what)
 
     def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
-        return ops.mean_squared_error(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
+        return kernels.mean_squared_error(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
 
 
 _BY_NAME: dict[str, type] = {

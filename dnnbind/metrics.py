@@ -1,7 +1,7 @@
 """Metrics with Keras 3 names, accumulated on the device.
 
 A metric keeps a running total in a 0-d float32 array on the predictions' device (updated in
-place by ``ops.axpy``) and a host-side sample count (known without asking the device). Nothing
+place by ``kernels.axpy``) and a host-side sample count (known without asking the device). Nothing
 is read back until :meth:`Metric.result` is called (the progress bar, the end of an epoch).
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import backend, ops
+from . import backend, kernels
 
 __all__ = [
     "Metric",
@@ -49,14 +49,14 @@ class Metric:
         """total += weight * value, on the device."""
         acc = self._accumulator(like)
         if value.dtype != _F32:
-            value = ops.cast(value, _F32)
+            value = kernels.cast(value, _F32)
         if tuple(value.shape) != ():
             value = value.reshape()
-        ops.axpy(float(weight), value, acc)
+        kernels.axpy(float(weight), value, acc)
 
     def reset_state(self) -> None:
         if self._total is not None:
-            ops.fill(self._total, 0.0)
+            kernels.fill(self._total, 0.0)
         self._count = 0.0
 
     def result(self) -> float:
@@ -89,7 +89,7 @@ class SparseCategoricalAccuracy(Metric):
     label_kind = "sparse"
 
     def update_state(self, y_true, y_pred):
-        self._add(ops.accuracy_count(y_pred, y_true), y_pred)
+        self._add(kernels.accuracy_count(y_pred, y_true), y_pred)
         self._count += int(y_pred.shape[0])
 
 
@@ -99,7 +99,7 @@ class CategoricalAccuracy(Metric):
     label_kind = "categorical"
 
     def update_state(self, y_true, y_pred):
-        self._add(ops.accuracy_count(y_pred, y_true), y_pred)
+        self._add(kernels.accuracy_count(y_pred, y_true), y_pred)
         self._count += int(y_pred.shape[0])
 
 
@@ -123,15 +123,15 @@ class BinaryAccuracy(Metric):
             w = backend.asarray(np.array([[0.0, 1.0]], dtype=v.dtype), device=dev)
             b = backend.asarray(np.array([threshold, 0.0], dtype=v.dtype), device=dev)
             consts = self._consts[key] = (w, b)
-        return ops.dense_forward(v, consts[0], consts[1])
+        return kernels.dense_forward(v, consts[0], consts[1])
 
     def update_state(self, y_true, y_pred):
         m = int(np.prod(y_pred.shape))
         if y_true.dtype != y_pred.dtype:
-            y_true = ops.cast(y_true, y_pred.dtype)
+            y_true = kernels.cast(y_true, y_pred.dtype)
         scores = self._two_column(y_pred.reshape(m, 1), self.threshold)
         labels = self._two_column(y_true.reshape(m, 1), 0.5)  # one-hot-like rows: arg-max = (y > 0.5)
-        self._add(ops.accuracy_count(scores, labels), y_pred)
+        self._add(kernels.accuracy_count(scores, labels), y_pred)
         self._count += m
 
     def get_config(self):
@@ -148,7 +148,7 @@ class TopKCategoricalAccuracy(Metric):
         self.k = int(k)
 
     def update_state(self, y_true, y_pred):
-        self._add(ops.top_k_count(y_pred, y_true, self.k), y_pred)
+        self._add(kernels.top_k_count(y_pred, y_true, self.k), y_pred)
         self._count += int(y_pred.shape[0])
 
     def get_config(self):
@@ -161,7 +161,7 @@ class SparseTopKCategoricalAccuracy(TopKCategoricalAccuracy):
     label_kind = "sparse"
 
     def update_state(self, y_true, y_pred):
-        self._add(ops.top_k_count(y_pred, y_true, self.k), y_pred)
+        self._add(kernels.top_k_count(y_pred, y_true, self.k), y_pred)
         self._count += int(y_pred.shape[0])
 
 

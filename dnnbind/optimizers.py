@@ -1,4 +1,4 @@
-"""Optimizers with Keras 3 names, defaults and update rules; updates run in ``dnnbind.ops.optim``.
+"""Optimizers with Keras 3 names, defaults and update rules; updates run in ``dnnbind.kernels.optim``.
 
 The update is fused and in place on the parameters' device. The learning rate and the step
 count are 0-d arrays on that device, so a captured CUDA graph of a training step replays with
@@ -6,7 +6,7 @@ the current values; the learning rate array is rewritten (one tiny host-to-devic
 when its value changes (a schedule, a callback).
 
 Step count: the device counter (int64, ``_step_array``) is the truth. Each ``apply`` advances it
-on the device with ``ops.advance_step`` unless the step's ``skip`` flag is set (dynamic loss
+on the device with ``kernels.advance_step`` unless the step's ``skip`` flag is set (dynamic loss
 scaling skips steps whose gradients overflowed), so Adam's bias correction and ``iterations``
 count applied updates only (Keras's LossScaleOptimizer). The host keeps an estimate without ever
 waiting for the device: ``_iterations`` counts the steps issued minus the skips it has seen, and
@@ -23,7 +23,7 @@ Weight decay is decoupled, as in Keras 3: ``p -= lr * weight_decay * p`` before 
 Gradient clipping takes Keras 3's arguments (``clipnorm``: per-tensor L2 norm, ``global_clipnorm``:
 the norm of all gradients together, ``clipvalue``: per element; at most one of the two norms).
 It acts on the gradients after the loss-scale division, inside the fused update
-(``ops.optim``): on a GPU the norms and factors never leave the device. The values are baked
+(``kernels.optim``): on a GPU the norms and factors never leave the device. The values are baked
 into a captured training step, so setting one bumps ``_state_version`` (the model re-captures).
 """
 
@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _validate, backend, ops
+from . import _validate, backend, kernels
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "get", "serialize", "schedules"]
 
@@ -199,7 +199,7 @@ class Optimizer:
         # training step address them, and a model drops its graphs when this changes
         self._state_version = 0
         # the CUDA updates' device pointer tables for this optimizer's arrays (made on first use)
-        self._tables = ops.UpdateTables()
+        self._tables = kernels.UpdateTables()
         self._prepared = None  # the update, checked once per parameter set (see _fused)
         self.built = False
 
@@ -325,7 +325,7 @@ class Optimizer:
         arrays, on the params' device."""
         iterations = self.iterations
         self._device = backend.device_of(params[0]) if params else backend.default_device()
-        self._slots = [{name: ops.zeros_like(p) for name in self._slot_names_for(p)} for p in params]
+        self._slots = [{name: kernels.zeros_like(p) for name in self._slot_names_for(p)} for p in params]
         lr = self._lr_at(iterations)
         self._lr_array = backend.asarray(np.array(lr, np.float32), device=self._device)
         self._lr_uploaded = lr
@@ -361,7 +361,7 @@ class Optimizer:
         self._sync_lr()
         # step += 1 on the device unless skipped (Adam's bias correction reads the 1-based count of
         # applied updates); the kernel reads the flag, so this is graph-replay safe with no host read
-        ops.advance_step(self._step_array, skip=skip)
+        kernels.advance_step(self._step_array, skip=skip)
         self._update(list(params), list(grads), grad_scale=grad_scale, skip=skip)
         self._count_step(skip)
 
@@ -370,18 +370,18 @@ class Optimizer:
 
     def _fused(self, kind: str, params: list, grads: list, states: tuple, hyper: dict, *, grad_scale: Any,
                skip: Any, step: Any = None) -> None:
-        """Run the ``ops.optim`` update ``kind`` through an ``ops.optim.PreparedUpdate``: the public
+        """Run the ``kernels.optim`` update ``kind`` through an ``kernels.optim.PreparedUpdate``: the public
         op's checks of the parameters, slots and hyper-parameters run when one of them changed (a new
         parameter set, rebuilt slots, a hyper-parameter set by the user), not every step; the
         gradients are still checked every step."""
         prepared = self._prepared
         if prepared is None or prepared.kind != kind or not prepared.matches(params, *states, **hyper):
-            prepared = self._prepared = ops.optim.PreparedUpdate(kind, params, *states, **hyper)
+            prepared = self._prepared = kernels.optim.PreparedUpdate(kind, params, *states, **hyper)
         prepared(grads, lr=self._lr_array, step=step, grad_scale=grad_scale, skip=skip)
 
     def _reads_compute_grads(self) -> bool:
         """Whether this update may be given float16/bfloat16 gradients of float32 parameters instead
-        of their float32 casts, with bitwise the same result: the fused updates of ``ops.optim``
+        of their float32 casts, with bitwise the same result: the fused updates of ``kernels.optim``
         convert each gradient element exactly, as the cast would. Not with ``clipnorm`` or
         ``global_clipnorm``: the update groups tensors by gradient dtype, and a group's chunk size
         follows its total size, so the norms' sums would be taken in another order. Not for a

@@ -5,8 +5,8 @@ with 64, 128 and 256 channels (``--base-width`` scales them), then Flatten and a
 Dense softmax over the 10 classes. Optimizer: Adam.
 
 The training set is uploaded to the device once. Every step gathers its batch
-with ``dnnbind.ops.take`` and augments it there with
-``dnnbind.ops.random_crop_flip`` (random 32x32 crop of the 4-pixel zero-padded
+with ``dnnbind.kernels.take`` and augments it there with
+``dnnbind.kernels.random_crop_flip`` (random 32x32 crop of the 4-pixel zero-padded
 image and a random horizontal flip), then calls ``model.train_on_batch``; no
 images cross the host-device bus during an epoch. On the CPU backend the same
 code runs on NumPy arrays.
@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 import dnnbind as keras
-from dnnbind import backend, layers, ops
+from dnnbind import backend, layers, kernels
 from dnnbind.datasets import cifar10
 
 NUM_CLASSES = 10
@@ -131,10 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         order = backend.asarray(rng.permutation(n).astype(np.int64), device)
         for step in range(steps):
             index = order[step * args.batch_size:(step + 1) * args.batch_size]
-            xb = ops.take(x_dev, index)
-            yb = ops.take(y_dev, index)
+            xb = kernels.take(x_dev, index)
+            yb = kernels.take(y_dev, index)
             if not args.no_augment:
-                xb = ops.random_crop_flip(xb, padding=4, layout="NHWC",
+                xb = kernels.random_crop_flip(xb, padding=4, layout="NHWC",
                                           seed=int(rng.integers(0, 2**31 - 1)))
             logs = model.train_on_batch(xb, yb, return_dict=True)
         # Reading the running metrics back is the only host synchronisation of the epoch.

@@ -3,7 +3,7 @@
     python examples/cudnn_graph.py
 
 On a GPU it builds the plan (cached: a second build of the same structure is a cache hit), runs it
-and compares with ``dnnbind.ops`` on NumPy, then tries MLPerf ResNet's scale-bias-relu-conv-genstats
+and compares with ``dnnbind.kernels`` on NumPy, then tries MLPerf ResNet's scale-bias-relu-conv-genstats
 block (batch-norm statistics in the convolution's epilogue) and its backward, dgrad + drelu + the
 batch-norm weight gradients (cuDNN's DgradDreluBNBwdWeight fusion). Without a GPU it says so and shows the
 graphs it would build (shapes, layouts, what stays virtual).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dnnbind import cuda, ops
+from dnnbind import cuda, kernels
 from dnnbind.cudnn.graph import Graph, GraphNotSupportedError, plan_cache_info
 
 N, H, W, C, K = 8, 16, 16, 32, 64
@@ -69,7 +69,7 @@ def run_conv_bias_relu(rng: np.random.Generator) -> None:
     ws = cuda.empty((plan.workspace_size,), "uint8") if plan.workspace_size else None
     plan.execute({"x": cuda.to_device(x), "w": cuda.to_device(w), "b": cuda.to_device(b), "y": y}, workspace=ws)
     got = y.numpy().astype(np.float64)
-    ref = np.maximum(ops.conv2d_forward(x.astype(np.float64), w.astype(np.float64), padding=1, layout="NHWC")
+    ref = np.maximum(kernels.conv2d_forward(x.astype(np.float64), w.astype(np.float64), padding=1, layout="NHWC")
                      + b.astype(np.float64), 0.0)
     err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
     print(f"conv + bias + relu (float16, one fused kernel): relative error vs NumPy {err:.2e}")
@@ -117,7 +117,7 @@ def run_dgrad_drelu_dbn(rng: np.random.Generator) -> None:
         dev[name] = cuda.to_device(np.full((1, 1, 1, C), np.nan, np.float32))
     plan.execute(dev, workspace=cuda.empty((plan.workspace_size,), "uint8") if plan.workspace_size else None)
     xhat = (xr - mean) * inv
-    dz = ops.conv2d_backward_data(dy.astype(np.float64), w.astype(np.float64), x.shape, padding=1,
+    dz = kernels.conv2d_backward_data(dy.astype(np.float64), w.astype(np.float64), x.shape, padding=1,
                                   layout="NHWC") * (xhat * gamma + beta > 0)
     ref = (dz * xhat).sum(axis=(0, 1, 2), keepdims=True)
     got = dev["dscale"].numpy().astype(np.float64)

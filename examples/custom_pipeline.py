@@ -8,14 +8,14 @@ This is the "pipeline of your own" way into dnnbind:
 * a ``dnnbind.cudnn.Handle`` bound to a ``dnnbind.cuda.Stream`` runs the activation and
   pooling steps through the raw cuDNN calls (``cudnnActivationForward`` / ``Backward``,
   ``cudnnPoolingForward`` / ``Backward``) with those descriptors;
-* ``dnnbind.ops`` runs the convolution and its two backward passes and the bias gradient, on
+* ``dnnbind.kernels`` runs the convolution and its two backward passes and the bias gradient, on
   the same ``dnnbind.cudnn`` descriptors; the script prints the algorithms it chose
   (``dnnbind.cudnn.algo``) and the stream's workspace;
 * a custom CUDA kernel, compiled at run time with NVRTC (``dnnbind.cuda.Kernel``), adds the
   bias in place (the source is inline below);
 * ``dnnbind.cuda.Event`` times the forward and backward passes.
 
-Every result is checked against the NumPy reference: the same ``dnnbind.ops``
+Every result is checked against the NumPy reference: the same ``dnnbind.kernels``
 functions called on host arrays. On the CPU backend only that reference path runs
 (and the descriptors are still built), and the script says what it skipped.
 
@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 import dnnbind
-from dnnbind import backend, cudnn, ops
+from dnnbind import backend, cudnn, kernels
 
 # One thread per element of an NCHW tensor: y[n, c, h, w] += b[c], in place.
 BIAS_ADD_SOURCE = r"""
@@ -66,22 +66,22 @@ def rel_error(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def reference(x, w, b, dout, padding):
-    """Forward and backward on host arrays, through the NumPy implementations of dnnbind.ops."""
-    conv = ops.conv2d_forward(x, w, padding=padding)
-    pre = ops.bias_add(conv, b)
-    act = ops.activation_forward(pre, "relu")
-    out = ops.pool2d_forward(act, mode="max", window=2)
-    d_act = ops.pool2d_backward(dout, act, out, mode="max", window=2)
-    d_pre = ops.activation_backward(d_act, pre, act, "relu")
-    db = ops.bias_backward(d_pre)
-    dw = ops.conv2d_backward_filter(x, d_pre, w.shape, padding=padding)
-    dx = ops.conv2d_backward_data(d_pre, w, x.shape, padding=padding)
+    """Forward and backward on host arrays, through the NumPy implementations of dnnbind.kernels."""
+    conv = kernels.conv2d_forward(x, w, padding=padding)
+    pre = kernels.bias_add(conv, b)
+    act = kernels.activation_forward(pre, "relu")
+    out = kernels.pool2d_forward(act, mode="max", window=2)
+    d_act = kernels.pool2d_backward(dout, act, out, mode="max", window=2)
+    d_pre = kernels.activation_backward(d_act, pre, act, "relu")
+    db = kernels.bias_backward(d_pre)
+    dw = kernels.conv2d_backward_filter(x, d_pre, w.shape, padding=padding)
+    dx = kernels.conv2d_backward_data(d_pre, w, x.shape, padding=padding)
     return {"out": out, "dx": dx, "dw": dw, "db": db}
 
 
 def forward_loss(x, w, b, dout, padding) -> float:
-    conv = ops.conv2d_forward(x, w, padding=padding)
-    out = ops.pool2d_forward(ops.activation_forward(ops.bias_add(conv, b), "relu"), mode="max", window=2)
+    conv = kernels.conv2d_forward(x, w, padding=padding)
+    out = kernels.pool2d_forward(kernels.activation_forward(kernels.bias_add(conv, b), "relu"), mode="max", window=2)
     return float(np.sum(out * dout))
 
 
@@ -146,9 +146,9 @@ def run_gpu(x, w, b, dout, padding, descs, device):
     d_pre = dnnbind.to_device(nan, stream=stream)
 
     start, middle, end = cuda.Event(), cuda.Event(), cuda.Event()
-    with ops.config.override(allow_tf32=False):
+    with kernels.config.override(allow_tf32=False):
         start.record(stream)
-        ops.conv2d_forward(xd, wd, padding=padding, out=pre, stream=stream)
+        kernels.conv2d_forward(xd, wd, padding=padding, out=pre, stream=stream)
         total = int(np.prod(descs["conv_shape"]))
         n, k, h, wdt = descs["conv_shape"]
         threads = 256
@@ -165,14 +165,14 @@ def run_gpu(x, w, b, dout, padding, descs, device):
         capi.cudnnActivationBackward(handle.handle, descs["act"].handle, alpha, descs["y"].handle, act.ptr,
                                      descs["y"].handle, d_act.ptr, descs["y"].handle, pre.ptr, beta,
                                      descs["y"].handle, d_pre.ptr)
-        db = ops.bias_backward(d_pre, stream=stream)
-        dw = ops.conv2d_backward_filter(xd, d_pre, w.shape, padding=padding, stream=stream)
-        dx = ops.conv2d_backward_data(d_pre, wd, x.shape, padding=padding, stream=stream)
+        db = kernels.bias_backward(d_pre, stream=stream)
+        dw = kernels.conv2d_backward_filter(xd, d_pre, w.shape, padding=padding, stream=stream)
+        dx = kernels.conv2d_backward_data(d_pre, wd, x.shape, padding=padding, stream=stream)
         end.record(stream)
     end.synchronize()
     print(f"gpu: forward {start.elapsed_time(middle):.3f} ms, backward {middle.elapsed_time(end):.3f} ms "
           f"(first call: includes cuDNN algorithm selection)")
-    # What dnnbind.ops chose for the convolutions, from the same room as the descriptors above.
+    # What dnnbind.kernels chose for the convolutions, from the same room as the descriptors above.
     for key, choice in cudnn.algo.cache_info().items():
         if key.x_dims == tuple(x.shape) and key.w_dims == tuple(w.shape):
             print(f"  conv {key.direction}: {choice.name} ({choice.source}, {choice.workspace} B of workspace)")

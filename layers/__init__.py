@@ -1,4 +1,4 @@
-"""Keras-style layers (``dnnbind.layers``), computing through :mod:`dnnbind.ops` on NumPy or CUDA.
+"""Keras-style layers (``dnnbind.layers``), computing through :mod:`dnnbind.kernels` on NumPy or CUDA.
 
 Names, arguments and defaults follow Keras 3; ``get_weights``/``set_weights`` use Keras layouts.
 """

@@ -1,6 +1,6 @@
 """The Layer contract, layer variables, activations shared by layers, and Input.
 
-A layer computes only through :mod:`dnnbind.ops`, so the same code runs on
+A layer computes only through :mod:`dnnbind.kernels`, so the same code runs on
 NumPy arrays (CPU backend) and on :class:`dnnbind.cuda.DeviceArray` (cuDNN /
 cuBLAS). Weights live on the layer's device in an internal layout chosen for
 speed; ``get_weights``/``set_weights`` always speak Keras layouts.
@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind import _validate, backend, ops
+from dnnbind import _validate, backend, kernels
 from dnnbind import initializers as _init
 from dnnbind.backend import Device
 from dnnbind.mixed_precision import Policy, global_policy
@@ -318,7 +318,7 @@ class Layer:
         """Inputs are cast to the compute dtype (ints become floats, as Keras)."""
         want = self._effective_compute_dtype()
         if x.dtype != want:
-            return ops.cast(x, want)
+            return kernels.cast(x, want)
         return x
 
     def _compute_weight(self, w: Weight) -> Any:
@@ -339,7 +339,7 @@ class Layer:
                 # copy-on-write: a trainer may be reading the dict (another thread's step)
                 self._cast_weights = {**self._cast_weights, w: want}
                 _note_new_cast()
-            return ops.cast(w.value, want)
+            return kernels.cast(w.value, want)
         return w.value
 
     def _to_variable_dtype(self, g: Any, w: Weight) -> Any:
@@ -347,7 +347,7 @@ class Layer:
         trainer step whose optimizer reads low-precision gradients itself: the update kernels
         convert each element exactly as this cast would, so the result is the same bits)."""
         if g.dtype != w.value.dtype and not self._keep_grad_dtype:
-            return ops.cast(g, w.value.dtype)
+            return kernels.cast(g, w.value.dtype)
         return g
 
     # ----- weights --------------------------------------------------------------------------
@@ -624,7 +624,7 @@ def Input(shape: Sequence[int] | None = None, batch_size: int | None = None, dty
 
 
 # ----- activations -------------------------------------------------------------------------------
-# Keras activation name -> (ops kind, alpha). "softmax"/"log_softmax" use ops.softmax_* instead.
+# Keras activation name -> (ops kind, alpha). "softmax"/"log_softmax" use kernels.softmax_* instead.
 _ACTIVATIONS: dict[str, tuple[str | None, float | None]] = {
     "linear": (None, None),
     "relu": ("relu", None),
@@ -648,7 +648,7 @@ def activation_names() -> list[str]:
 
 
 class ActivationFn:
-    """A Keras activation by name, run through ``ops.activation_*`` / ``ops.softmax_*``.
+    """A Keras activation by name, run through ``kernels.activation_*`` / ``kernels.softmax_*``.
 
     Keeps what its backward needs from the last forward.
     """
@@ -677,9 +677,9 @@ class ActivationFn:
         if self.kind is None:
             return x
         if self.kind in ("softmax", "log_softmax"):
-            y = ops.softmax_forward(x, log=self.kind == "log_softmax")
+            y = kernels.softmax_forward(x, log=self.kind == "log_softmax")
         else:
-            y = ops.activation_forward(x, self.kind, alpha=self.alpha)
+            y = kernels.activation_forward(x, self.kind, alpha=self.alpha)
         if training:
             self._x, self._y = x, y
         return y
@@ -695,8 +695,8 @@ class ActivationFn:
         if self._y is None:
             raise RuntimeError("activation backward called without a training forward")
         if self.kind in ("softmax", "log_softmax"):
-            dx = ops.softmax_backward(dy, self._y, log=self.kind == "log_softmax")
+            dx = kernels.softmax_backward(dy, self._y, log=self.kind == "log_softmax")
         else:
-            dx = ops.activation_backward(dy, self._x, self._y, self.kind, alpha=self.alpha)
+            dx = kernels.activation_backward(dy, self._x, self._y, self.kind, alpha=self.alpha)
         self._x = self._y = None
         return dx

@@ -1,5 +1,5 @@
 """Convolution layers (Keras 3 arguments): Conv2D, DepthwiseConv2D, SeparableConv2D and Conv1D, all
-computed by ``ops.conv2d_*`` in NHWC (channels_last) or NCHW (depthwise as grouped convolutions,
+computed by ``kernels.conv2d_*`` in NHWC (channels_last) or NCHW (depthwise as grouped convolutions,
 Conv1D as a 2-d convolution of unit width)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind import _validate, ops
+from dnnbind import _validate, kernels
 from dnnbind import initializers as _init
-from dnnbind.ops._params import ConvParams, resolve_padding
+from dnnbind.kernels._params import ConvParams, resolve_padding
 
 from .base import Layer, register, split_batch
 from .core import _ActivationMixin, _QuantizableMixin
@@ -171,7 +171,7 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
 
     def _dequantized_kernel(self):
         n, k = self._kernel_dims()
-        w = ops.dequantize_weight(self.kernel.value.reshape(n, k), self.kernel_scale.value,
+        w = kernels.dequantize_weight(self.kernel.value.reshape(n, k), self.kernel_scale.value,
                                   mode=self.quantization_mode, dtype=self._effective_compute_dtype())
         return w.reshape(*self._internal_kernel_shape())
 
@@ -196,16 +196,16 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         if self.bias is not None and act.kind in (None, "relu"):
             # Kernel fusion: one cudnnConvolutionBiasActivationForward on the GPU (one pass less
             # over the output on NumPy) instead of conv, bias add and activation.
-            y = ops.conv2d_bias_activation_forward(x, w, self._compute_weight(self.bias),
+            y = kernels.conv2d_bias_activation_forward(x, w, self._compute_weight(self.bias),
                                                    activation=act.kind or "linear", **conv_kwargs)
             self._skipped_softmax = False
             if training:
                 self._x, self._w = x, w
                 act.remember(y, y)  # relu's gradient mask, x > 0, is y > 0
             return y
-        z = ops.conv2d_forward(x, w, **conv_kwargs)
+        z = kernels.conv2d_forward(x, w, **conv_kwargs)
         if self.bias is not None:
-            z = ops.bias_add(z, self._compute_weight(self.bias), layout=self.layout)
+            z = kernels.bias_add(z, self._compute_weight(self.bias), layout=self.layout)
         if training:
             self._x, self._w = x, w
         return self._activate(z, training, skip_softmax)
@@ -235,7 +235,7 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
                                "fuses its backward with the batch norm before it")
         bn._check_backward_through_conv()  # before any gradient is kept: a refusal changes no state
         if self.trainable:
-            dw = ops.conv2d_backward_filter(self._x, dy, tuple(self._w.shape), **self._conv_kwargs())
+            dw = kernels.conv2d_backward_filter(self._x, dy, tuple(self._w.shape), **self._conv_kwargs())
             self.grads[self.kernel.name] = self._to_variable_dtype(dw, self.kernel)
         dx = bn._backward_through_conv(dy, self._w, self._conv_kwargs())
         self._x = self._w = None
@@ -252,11 +252,11 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         """Fills the gradients of ``kernel`` (and the bias); returns dx (None unless ``need_dx``)."""
         dz = self._activation_backward(dy)
         if self.trainable:
-            dw = ops.conv2d_backward_filter(self._x, dz, tuple(self._w.shape), **conv_kwargs)
+            dw = kernels.conv2d_backward_filter(self._x, dz, tuple(self._w.shape), **conv_kwargs)
             self.grads[kernel.name] = self._to_variable_dtype(dw, kernel)
             if self.bias is not None:
-                self.grads["bias"] = self._to_variable_dtype(ops.bias_backward(dz, layout=self.layout), self.bias)
-        return ops.conv2d_backward_data(dz, self._w, tuple(self._x.shape), **conv_kwargs) if need_dx else None
+                self.grads["bias"] = self._to_variable_dtype(kernels.bias_backward(dz, layout=self.layout), self.bias)
+        return kernels.conv2d_backward_data(dz, self._w, tuple(self._x.shape), **conv_kwargs) if need_dx else None
 
     def get_config(self):
         return {**super().get_config(), "filters": self.filters, "kernel_size": list(self.kernel_size),
@@ -277,7 +277,7 @@ class DepthwiseConv2D(Conv2D):
     Output channels ``in * depth_multiplier``, channel ``c * depth_multiplier + m`` from input channel
     ``c`` (Keras). Keras kernel layout ``(kh, kw, in, depth_multiplier)`` (weight ``kernel``), bias
     ``(in * depth_multiplier,)``; computed as a grouped convolution with ``groups=in``
-    (``ops.conv2d_*``, cuDNN grouped convolutions on the GPU).
+    (``kernels.conv2d_*``, cuDNN grouped convolutions on the GPU).
     """
 
     _quantize_modes = ()  # own kernel layouts: model.quantize leaves them in float
@@ -391,7 +391,7 @@ class SeparableConv2D(Conv2D):
     def _forward(self, x, training, skip_softmax):
         x = self._cast_input(x)
         dw = self._compute_weight(self.depthwise_kernel)
-        mid = ops.conv2d_forward(x, dw, **self._depthwise_kwargs())
+        mid = kernels.conv2d_forward(x, dw, **self._depthwise_kwargs())
         if training:
             self._x_in, self._dw = x, dw
         return self._conv_bias_activation(mid, self._compute_weight(self.pointwise_kernel), self._conv_kwargs(),
@@ -403,10 +403,10 @@ class SeparableConv2D(Conv2D):
             dmid = self._conv_bias_activation_backward(dy, self.pointwise_kernel, self._conv_kwargs(), True)
             kw = self._depthwise_kwargs()
             if self.trainable:
-                ddw = ops.conv2d_backward_filter(self._x_in, dmid, tuple(self._dw.shape), **kw)
+                ddw = kernels.conv2d_backward_filter(self._x_in, dmid, tuple(self._dw.shape), **kw)
                 self.grads["depthwise_kernel"] = self._to_variable_dtype(ddw, self.depthwise_kernel)
             if need_dx:
-                dx = ops.conv2d_backward_data(dmid, self._dw, tuple(self._x_in.shape), **kw)
+                dx = kernels.conv2d_backward_data(dmid, self._dw, tuple(self._x_in.shape), **kw)
         self._x = self._w = self._x_in = self._dw = None
         return dx
 

@@ -7,10 +7,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind import _validate, backend, ops
+from dnnbind import _validate, backend, kernels
 from dnnbind import initializers as _init
 from dnnbind import quantizers as Q
-from dnnbind.ops.quantize import FUSED_ACTIVATIONS
+from dnnbind.kernels.quantize import FUSED_ACTIVATIONS
 from dnnbind.utils import draw_seed
 
 from .base import ActivationFn, Layer, Weight, register, split_batch
@@ -217,7 +217,7 @@ class _QuantizableMixin:
 
     # ----- calibration: the float forward records max|x| ------------------------------------------
     def _record_input(self, x: Any) -> None:
-        amax = float(backend.to_numpy(ops.abs_max(x))[0])  # calibration only: a host read is fine here
+        amax = float(backend.to_numpy(kernels.abs_max(x))[0])  # calibration only: a host read is fine here
         self._calibration_amax = amax if self._calibration_amax is None else max(self._calibration_amax, amax)
 
     def _refuse_training(self) -> None:
@@ -315,13 +315,13 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
         mode = self.quantization_mode
         if mode == "int8":
             scale = self.input_scale.value if self._input_scale_static else None
-            return ops.int8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale,
+            return kernels.int8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale,
                                           activation=activation)
         if mode == "float8":
             scale = self.input_scale.value if self._input_scale_static else None
-            return ops.float8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale,
+            return kernels.float8_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b, input_scale=scale,
                                             activation=activation)
-        return ops.int4_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b,
+        return kernels.int4_dense_forward(x2, self.kernel.value, self.kernel_scale.value, b,
                                       in_features=self._in_features, group_size=self.int4_group_size)
 
     def _forward(self, x: Any, training: bool, skip_softmax: bool) -> Any:
@@ -342,7 +342,7 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
             if self._calibration_amax is not None:
                 self._record_input(x2)
             w = self._compute_weight(self.kernel)
-            z = ops.dense_forward(x2, w, b)
+            z = kernels.dense_forward(x2, w, b)
             if training:
                 self._x2, self._w, self._lead = x2, w, lead
         if x.ndim != 2:
@@ -355,10 +355,10 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
         dz = self._activation_backward(dy)
         dz2 = dz if dz.ndim == 2 else dz.reshape(int(math.prod(self._lead)), self.units)
         if self.trainable:
-            self.grads["kernel"] = self._to_variable_dtype(ops.dense_backward_weight(self._x2, dz2), self.kernel)
+            self.grads["kernel"] = self._to_variable_dtype(kernels.dense_backward_weight(self._x2, dz2), self.kernel)
             if self.bias is not None:
-                self.grads["bias"] = self._to_variable_dtype(ops.bias_backward(dz2), self.bias)
-        dx = ops.dense_backward_input(dz2, self._w) if need_dx else None
+                self.grads["bias"] = self._to_variable_dtype(kernels.bias_backward(dz2), self.bias)
+        dx = kernels.dense_backward_input(dz2, self._w) if need_dx else None
         if dx is not None and len(self._lead) != 1:
             dx = dx.reshape(*self._lead, int(self._x2.shape[-1]))
         self._x2 = self._w = None
@@ -396,17 +396,17 @@ class Dropout(Layer):
 
     # What the mask covers: one element here, a whole feature map in SpatialDropout2D.
     def _drop(self, x):
-        return ops.dropout_forward(x, self._state)
+        return kernels.dropout_forward(x, self._state)
 
     def _drop_backward(self, dy):
-        return ops.dropout_backward(dy, self._reserve, self._state)
+        return kernels.dropout_backward(dy, self._reserve, self._state)
 
     def forward(self, x, training=False):
         if not training or self.rate == 0.0:
             self._reserve = None
             return x
         if self._state is None:
-            self._state = ops.DropoutState(self.rate, seed=self._seed)
+            self._state = kernels.DropoutState(self.rate, seed=self._seed)
         y, self._reserve = self._drop(x)
         return y
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dnnbind import _validate, ops
+from dnnbind import _validate, kernels
 
 from .base import Layer, register
 
@@ -67,7 +67,7 @@ class _Merge(Layer):
 
     def _pass_through(self, dy: Any, n: int) -> list:
         """``dy`` for the first input and copies for the others."""
-        return [dy] + [ops.copy(dy) for _ in range(n - 1)]
+        return [dy] + [kernels.copy(dy) for _ in range(n - 1)]
 
 
 @register
@@ -77,7 +77,7 @@ class Add(_Merge):
     def forward(self, inputs, training=False):
         xs = self._inputs(inputs)
         self._n = len(xs)
-        return xs[0] if len(xs) == 1 else self._fold(ops.add, xs)
+        return xs[0] if len(xs) == 1 else self._fold(kernels.add, xs)
 
     def backward(self, dy, need_dx=True):
         return self._pass_through(dy, self._n) if need_dx else [None] * self._n
@@ -91,12 +91,12 @@ class Subtract(_Merge):
 
     def forward(self, inputs, training=False):
         a, b = self._inputs(inputs)
-        return ops.subtract(a, b)
+        return kernels.subtract(a, b)
 
     def backward(self, dy, need_dx=True):
         if not need_dx:
             return [None, None]
-        return [dy, ops.scale(dy, -1.0)]
+        return [dy, kernels.scale(dy, -1.0)]
 
 
 @register
@@ -107,7 +107,7 @@ class Multiply(_Merge):
         xs = self._inputs(inputs)
         self._n = len(xs)
         self._xs = xs if training else None
-        return xs[0] if len(xs) == 1 else self._fold(ops.multiply, xs)
+        return xs[0] if len(xs) == 1 else self._fold(kernels.multiply, xs)
 
     def backward(self, dy, need_dx=True):
         xs, self._xs = self._xs, None
@@ -122,7 +122,7 @@ class Multiply(_Merge):
             g = None
             for j, x in enumerate(xs):
                 if j != i:
-                    g = ops.multiply(dy if g is None else g, x)
+                    g = kernels.multiply(dy if g is None else g, x)
             grads.append(g)
         return grads
 
@@ -136,19 +136,19 @@ class Average(_Merge):
         self._n = len(xs)
         if len(xs) == 1:
             return xs[0]
-        y = self._fold(ops.add, xs)
-        return ops.scale(y, 1.0 / len(xs), out=y)
+        y = self._fold(kernels.add, xs)
+        return kernels.scale(y, 1.0 / len(xs), out=y)
 
     def backward(self, dy, need_dx=True):
         if not need_dx:
             return [None] * self._n
         if self._n == 1:
             return [dy]
-        return [ops.scale(dy, 1.0 / self._n) for _ in range(self._n)]
+        return [kernels.scale(dy, 1.0 / self._n) for _ in range(self._n)]
 
 
 class _Extremum(_Merge):
-    _op = staticmethod(ops.maximum)
+    _op = staticmethod(kernels.maximum)
 
     def forward(self, inputs, training=False):
         xs = self._inputs(inputs)
@@ -169,21 +169,21 @@ class _Extremum(_Merge):
             return [dy]
         if xs is None:
             raise RuntimeError(f"{self._owner}: backward called without a training forward")
-        return ops.extremum_backward(dy, xs, y)
+        return kernels.extremum_backward(dy, xs, y)
 
 
 @register
 class Maximum(_Extremum):
     """Elementwise maximum of the inputs (NaN propagates)."""
 
-    _op = staticmethod(ops.maximum)
+    _op = staticmethod(kernels.maximum)
 
 
 @register
 class Minimum(_Extremum):
     """Elementwise minimum of the inputs (NaN propagates)."""
 
-    _op = staticmethod(ops.minimum)
+    _op = staticmethod(kernels.minimum)
 
 
 @register
@@ -224,14 +224,14 @@ class Concatenate(_Merge):
             return xs[0]
         ax = self._array_axis(xs[0].ndim)
         self._ax, self._sizes = ax, tuple(int(x.shape[ax]) for x in xs)
-        return ops.concatenate(xs, axis=ax)
+        return kernels.concatenate(xs, axis=ax)
 
     def backward(self, dy, need_dx=True):
         if not need_dx:
             return [None] * self._n
         if self._n == 1:
             return [dy]
-        return ops.concatenate_backward(dy, self._sizes, axis=self._ax)
+        return kernels.concatenate_backward(dy, self._sizes, axis=self._ax)
 
     def get_config(self):
         return {**super().get_config(), "axis": self.axis}

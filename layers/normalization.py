@@ -1,5 +1,5 @@
-"""BatchNormalization and LayerNormalization (Keras 3 arguments), computed by ``ops.batchnorm_*`` /
-``ops.layernorm_*`` with float32 statistics (float64 for float64 data); ``SyncBatchNormalization``
+"""BatchNormalization and LayerNormalization (Keras 3 arguments), computed by ``kernels.batchnorm_*`` /
+``kernels.layernorm_*`` with float32 statistics (float64 for float64 data); ``SyncBatchNormalization``
 (``BatchNormalization(synchronized=True)``) takes its training statistics over every rank's batch
 under a data-parallel distribution (:mod:`.sync_batchnorm`)."""
 
@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind import _validate, backend, ops
+from dnnbind import _validate, backend, kernels
 from dnnbind import distribution as _distribution
 from dnnbind import initializers as _init
 
@@ -128,8 +128,8 @@ class BatchNormalization(Layer):
         return self._forward(x, training, activation)
 
     def _forward_after_conv(self, x, w, conv_kwargs: dict, training, activation: "str | None"):
-        """The training forward of ``conv(x, w)`` (``conv_kwargs``: ``ops.conv2d_forward``'s keywords)
-        then this batch norm (then ``activation``), through ``ops.conv2d_batchnorm_forward_training``, which
+        """The training forward of ``conv(x, w)`` (``conv_kwargs``: ``kernels.conv2d_forward``'s keywords)
+        then this batch norm (then ``activation``), through ``kernels.conv2d_batchnorm_forward_training``, which
         may compute the statistics in the convolution's epilogue. Returns this layer's output; the next
         :meth:`backward` is the usual one, its ``dx`` the gradient of the convolution's output. For
         ``Sequential``'s fusion schedule, which asks :meth:`_fusable` first (and that the layout is NHWC)."""
@@ -138,7 +138,7 @@ class BatchNormalization(Layer):
                                f"training={training!r} (trainable={self.trainable}, synchronized="
                                f"{self.synchronized}, layout={self.layout}, activation={activation!r})")
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
-        y, out, self._saved = ops.conv2d_batchnorm_forward_training(
+        y, out, self._saved = kernels.conv2d_batchnorm_forward_training(
             x, w, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
             epsilon=self.epsilon, activation=activation, **conv_kwargs)
         self._sync_replica = None
@@ -157,12 +157,12 @@ class BatchNormalization(Layer):
     def _backward_through_conv(self, dy, w, conv_kwargs: dict):
         """The backward of a convolution (filter ``w``, ``conv_kwargs``) applied to this layer's relu'd output,
         from the convolution's output gradient ``dy``, down to this layer's input, through
-        ``ops.batchnorm_relu_conv2d_backward`` (on CUDA possibly one cuDNN graph: the data gradient, the relu
+        ``kernels.batchnorm_relu_conv2d_backward`` (on CUDA possibly one cuDNN graph: the data gradient, the relu
         and the batch-norm weight gradients). Fills this layer's grads like :meth:`backward`; returns dx. For
         ``Sequential``'s fusion schedule, after a forward fused with the relu (:meth:`_forward_fused`)."""
         self._check_backward_through_conv()
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
-        return self._finish_backward(*ops.batchnorm_relu_conv2d_backward(
+        return self._finish_backward(*kernels.batchnorm_relu_conv2d_backward(
             dy, w, self._x, self._y, gamma, beta, self._saved, epsilon=self.epsilon, **conv_kwargs))
 
     def forward(self, x, training=False):
@@ -181,7 +181,7 @@ class BatchNormalization(Layer):
             self._training_forward = True
             return y
         if training and self.trainable:
-            y, self._saved = ops.batchnorm_forward_training(
+            y, self._saved = kernels.batchnorm_forward_training(
                 x, gamma, beta, self.moving_mean.value, self.moving_variance.value, momentum=self.momentum,
                 activation=activation, **self._kwargs())
             self._x, self._training_forward = x, True
@@ -189,7 +189,7 @@ class BatchNormalization(Layer):
             self._activation, self._y = activation, (None if activation is None else y)
             return y
         self._training_forward = False
-        return ops.batchnorm_forward_inference(x, gamma, beta, self.moving_mean.value, self.moving_variance.value,
+        return kernels.batchnorm_forward_inference(x, gamma, beta, self.moving_mean.value, self.moving_variance.value,
                                                **self._kwargs())
 
     def backward(self, dy, need_dx=True):
@@ -198,7 +198,7 @@ class BatchNormalization(Layer):
             # frozen (inference-mode) BN is a per-channel affine map: dx = dy * gamma / sqrt(var + eps),
             # which is exactly the inference forward applied to dy with a zero mean and zero beta
             zeros = self._param(None, 0.0)
-            return ops.batchnorm_forward_inference(dy, gamma, zeros, zeros, self.moving_variance.value,
+            return kernels.batchnorm_forward_inference(dy, gamma, zeros, zeros, self.moving_variance.value,
                                                    **self._kwargs())
         replica = self.__dict__.get("_sync_replica")
         if replica is not None:
@@ -208,7 +208,7 @@ class BatchNormalization(Layer):
             self._sync_xhat = self._sync_scale = self._sync_replica = None
         else:
             activation = self.__dict__.get("_activation")
-            dx, dgamma, dbeta = ops.batchnorm_backward(dy, self._x, gamma, self._saved, activation=activation,
+            dx, dgamma, dbeta = kernels.batchnorm_backward(dy, self._x, gamma, self._saved, activation=activation,
                                                        y=self._y if activation is not None else None,
                                                        **self._kwargs())
         return self._finish_backward(dx, dgamma, dbeta)
@@ -315,12 +315,12 @@ class LayerNormalization(Layer):
         if w is None:
             return None
         want = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
-        return w.value if w.value.dtype == want else ops.cast(w.value, want)
+        return w.value if w.value.dtype == want else kernels.cast(w.value, want)
 
     def forward(self, x, training=False):
         x = self._cast_input(x)
         gamma = self._param(self.gamma, x)
-        y, mean, inv_std = ops.layernorm_forward(x, gamma, self._param(self.beta, x), epsilon=self.epsilon,
+        y, mean, inv_std = kernels.layernorm_forward(x, gamma, self._param(self.beta, x), epsilon=self.epsilon,
                                                  norm_ndim=self._k)
         if training:
             self._x, self._gamma_used, self._mean, self._inv_std = x, gamma, mean, inv_std
@@ -330,7 +330,7 @@ class LayerNormalization(Layer):
         if getattr(self, "_x", None) is None:
             raise RuntimeError(f"LayerNormalization '{self.name}': backward called without a training forward")
         param_grads = self.trainable and (self.gamma is not None or self.beta is not None)
-        dx, dgamma, dbeta = ops.layernorm_backward(dy, self._x, self._gamma_used, self._mean, self._inv_std,
+        dx, dgamma, dbeta = kernels.layernorm_backward(dy, self._x, self._gamma_used, self._mean, self._inv_std,
                                                    norm_ndim=self._k, param_grads=param_grads)
         if param_grads:
             if self.gamma is not None:

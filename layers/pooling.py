@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dnnbind import _validate, ops
-from dnnbind.ops._params import PoolParams, resolve_padding
+from dnnbind import _validate, kernels
+from dnnbind.kernels._params import PoolParams, resolve_padding
 
 from .base import Layer, register, split_batch
 from .conv import check_image_shape, data_format_to_layout
@@ -57,13 +57,13 @@ class _Pooling2D(Layer):
         return {"mode": p.mode, "window": p.window, "stride": p.stride, "padding": p.pad, "layout": self.layout}
 
     def forward(self, x, training=False):
-        y = ops.pool2d_forward(x, **self._kwargs())
+        y = kernels.pool2d_forward(x, **self._kwargs())
         if training:
             self._x, self._y = x, y
         return y
 
     def backward(self, dy, need_dx=True):
-        dx = ops.pool2d_backward(dy, self._x, self._y, **self._kwargs())
+        dx = kernels.pool2d_backward(dy, self._x, self._y, **self._kwargs())
         self._x = self._y = None
         return dx
 
@@ -98,7 +98,7 @@ class _GlobalPooling(Layer):
     1-d inputs ``(N, steps, C)`` are viewed as ``(N, steps, 1, C)`` (NHWC) and ``(N, C, steps)`` as
     ``(N, C, steps, 1)`` (NCHW): the same memory, so the reshapes are views. Max pooling is one
     pooling window covering the whole map (cuDNN pooling on the GPU); the gradient goes to the first
-    maximum in row-major order, as ``ops.pool2d_backward``.
+    maximum in row-major order, as ``kernels.pool2d_backward``.
     """
 
     _rank = 2
@@ -133,12 +133,12 @@ class _GlobalPooling(Layer):
         n = int(x.shape[0])
         x4 = x.reshape(n, *self._image_shape(tuple(x.shape[1:])))
         if self._mode == "avg":
-            y = ops.global_avg_pool2d_forward(x4, layout=self.layout)
+            y = kernels.global_avg_pool2d_forward(x4, layout=self.layout)
             y4 = None
         else:
             hw = (int(x4.shape[1]), int(x4.shape[2])) if self.layout == "NHWC" else (int(x4.shape[2]),
                                                                                       int(x4.shape[3]))
-            y4 = ops.pool2d_forward(x4, mode="max", window=hw, stride=hw, padding=0, layout=self.layout)
+            y4 = kernels.pool2d_forward(x4, mode="max", window=hw, stride=hw, padding=0, layout=self.layout)
             y = y4
         if training:  # the mean's gradient needs only the shape; the max's needs the input
             self._x4 = x4 if y4 is not None else None
@@ -149,10 +149,10 @@ class _GlobalPooling(Layer):
         x4, y4, x4_shape, x_shape = self._x4, self._y4, self._x4_shape, self._x_shape
         n = int(dy.shape[0])
         if y4 is None:
-            dx4 = ops.global_avg_pool2d_backward(dy.reshape(n, int(dy.size) // n), x4_shape, layout=self.layout)
+            dx4 = kernels.global_avg_pool2d_backward(dy.reshape(n, int(dy.size) // n), x4_shape, layout=self.layout)
         else:
             hw = x4_shape[1:3] if self.layout == "NHWC" else x4_shape[2:4]
-            dx4 = ops.pool2d_backward(dy.reshape(*y4.shape), x4, y4, mode="max", window=hw, stride=hw, padding=0,
+            dx4 = kernels.pool2d_backward(dy.reshape(*y4.shape), x4, y4, mode="max", window=hw, stride=hw, padding=0,
                                       layout=self.layout)
         self._x4 = self._y4 = None
         return dx4.reshape(*x_shape)

@@ -14,8 +14,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from dnnbind import _validate, backend, ops
-from dnnbind.ops.preprocessing import channel_run
+from dnnbind import _validate, backend, kernels
+from dnnbind.kernels.preprocessing import channel_run
 
 from .base import Layer, register, split_batch
 
@@ -96,10 +96,10 @@ class Rescaling(_Constants):
         self._make_constants()
 
     def forward(self, x, training=False):
-        return ops.rescale(self._cast_input(x), self._consts["scale"], self._consts["offset"])
+        return kernels.rescale(self._cast_input(x), self._consts["scale"], self._consts["offset"])
 
     def backward(self, dy, need_dx=True):
-        return ops.rescale(dy, self._consts["scale"]) if need_dx else None
+        return kernels.rescale(dy, self._consts["scale"]) if need_dx else None
 
     def get_config(self):
         return {**super().get_config(), "scale": self.scale, "offset": self.offset}
@@ -215,12 +215,12 @@ class Normalization(_Constants):
 
     def forward(self, x, training=False):
         mean, variance = self._stats()
-        return ops.normalize(self._cast_input(x), mean, variance, invert=self.invert, epsilon=_EPSILON)
+        return kernels.normalize(self._cast_input(x), mean, variance, invert=self.invert, epsilon=_EPSILON)
 
     def backward(self, dy, need_dx=True):
         if not need_dx:
             return None
-        return ops.normalize_backward(dy, self._stats()[1], invert=self.invert, epsilon=_EPSILON)
+        return kernels.normalize_backward(dy, self._stats()[1], invert=self.invert, epsilon=_EPSILON)
 
     # ----- adapt ------------------------------------------------------------------------------
     def adapt(self, data: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnbind import ops
+from dnnbind import kernels
 
 from .base import register, split_batch
 from .conv import check_image_shape, data_format_to_layout
@@ -22,7 +22,7 @@ class SpatialDropout2D(Dropout):
     stream's seed when the layer is created, from dnnbind's seed generator
     (:func:`dnnbind.utils.set_random_seed` makes it reproducible); ``seed`` (the config value) stays
     None. Moving the layer to another device restarts the stream from that seed. On CUDA the masks
-    are drawn on the device (``ops.spatial_dropout_forward``), so a captured training step draws a
+    are drawn on the device (``kernels.spatial_dropout_forward``), so a captured training step draws a
     new mask at each replay.
     """
 
@@ -37,10 +37,10 @@ class SpatialDropout2D(Dropout):
         self._set_built(shape)
 
     def _drop(self, x):
-        return ops.spatial_dropout_forward(x, self._state, layout=self.layout)
+        return kernels.spatial_dropout_forward(x, self._state, layout=self.layout)
 
     def _drop_backward(self, dy):
-        return ops.spatial_dropout_backward(dy, self._reserve, layout=self.layout)
+        return kernels.spatial_dropout_backward(dy, self._reserve, layout=self.layout)
 
     def get_config(self):
         return {**super().get_config(), "data_format": self.data_format}

@@ -13,15 +13,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind import _validate, ops
-from dnnbind.ops.reshaping import UPSAMPLE_INTERPOLATIONS
+from dnnbind import _validate, kernels
+from dnnbind.kernels.reshaping import UPSAMPLE_INTERPOLATIONS
 
 from .base import Layer, register
 from .conv import check_image_shape, data_format_to_layout
 
 __all__ = ["Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D"]
 
-# Keras accepts these too (through ops.image.resize); dnnbind has no kernels for them yet
+# Keras accepts these too (through kernels.image.resize); dnnbind has no kernels for them yet
 _UNSUPPORTED_INTERPOLATIONS = ("bicubic", "lanczos3", "lanczos5", "area")
 
 
@@ -108,10 +108,10 @@ class Permute(Layer):
         return tuple(input_shape[d - 1] for d in self.dims)
 
     def forward(self, x, training=False):
-        return ops.transpose(x, self._forward_axes)
+        return kernels.transpose(x, self._forward_axes)
 
     def backward(self, dy, need_dx=True):
-        return ops.transpose(dy, self._backward_axes) if need_dx else None
+        return kernels.transpose(dy, self._backward_axes) if need_dx else None
 
     def get_config(self):
         return {**super().get_config(), "dims": list(self.dims)}
@@ -198,10 +198,10 @@ class ZeroPadding2D(_Image2D):
         return self._image_shape(h + t + b, w + l + r, c)
 
     def forward(self, x, training=False):
-        return ops.pad2d(self._cast_input(x), self._amounts, layout=self.layout)
+        return kernels.pad2d(self._cast_input(x), self._amounts, layout=self.layout)
 
     def backward(self, dy, need_dx=True):
-        return ops.crop2d(dy, self._amounts, layout=self.layout) if need_dx else None
+        return kernels.crop2d(dy, self._amounts, layout=self.layout) if need_dx else None
 
     def get_config(self):
         return {**super().get_config(), "padding": [list(p) for p in self.padding]}
@@ -231,10 +231,10 @@ class Cropping2D(_Image2D):
         return self._image_shape(h - t - b, w - l - r, c)
 
     def forward(self, x, training=False):
-        return ops.crop2d(self._cast_input(x), self._amounts, layout=self.layout)
+        return kernels.crop2d(self._cast_input(x), self._amounts, layout=self.layout)
 
     def backward(self, dy, need_dx=True):
-        return ops.pad2d(dy, self._amounts, layout=self.layout) if need_dx else None
+        return kernels.pad2d(dy, self._amounts, layout=self.layout) if need_dx else None
 
     def get_config(self):
         return {**super().get_config(), "cropping": [list(p) for p in self.cropping]}
@@ -243,7 +243,7 @@ class Cropping2D(_Image2D):
 @register
 class UpSampling2D(_Image2D):
     """Repeat rows and columns ``size = (rows, cols)`` times (``interpolation="nearest"``) or interpolate
-    (``"bilinear"``: half-pixel centres, edges clamped, as Keras's ``ops.image.resize``)."""
+    (``"bilinear"``: half-pixel centres, edges clamped, as Keras's ``kernels.image.resize``)."""
 
     def __init__(self, size: Any = (2, 2), data_format: str | None = None, interpolation: str = "nearest",
                  **kwargs: Any) -> None:
@@ -266,10 +266,10 @@ class UpSampling2D(_Image2D):
     def forward(self, x, training=False):
         x = self._cast_input(x)
         self._x_shape = tuple(x.shape)
-        return ops.upsample2d_forward(x, **self._kwargs())
+        return kernels.upsample2d_forward(x, **self._kwargs())
 
     def backward(self, dy, need_dx=True):
-        return ops.upsample2d_backward(dy, self._x_shape, **self._kwargs()) if need_dx else None
+        return kernels.upsample2d_backward(dy, self._x_shape, **self._kwargs()) if need_dx else None
 
     def get_config(self):
         return {**super().get_config(), "size": list(self.size), "interpolation": self.interpolation}

@@ -1,7 +1,7 @@
 """Synchronised batch normalization: batch statistics over every rank's batch (torch's SyncBatchNorm).
 
 The training forward and backward of ``BatchNormalization(synchronized=True)`` (alias
-``SyncBatchNormalization``) under a data-parallel distribution, composed from public ``dnnbind.ops``
+``SyncBatchNormalization``) under a data-parallel distribution, composed from public ``dnnbind.kernels``
 (per-channel sums ``bias_backward``, the per-channel affine maps ``bias_add``/``normalize``/
 ``rescale``, elementwise ops) and one all-reduce each way; they run on NumPy and CUDA alike.
 
@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dnnbind import ops
+from dnnbind import kernels
 
 __all__ = ["sync_batchnorm_forward", "sync_batchnorm_backward"]
 
@@ -45,7 +45,7 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _as(x: Any, dtype: np.dtype) -> Any:
-    return x if x.dtype == dtype else ops.cast(x, dtype)
+    return x if x.dtype == dtype else kernels.cast(x, dtype)
 
 
 def _per_channel(p: Any, x: Any, layout: str) -> Any:
@@ -55,7 +55,7 @@ def _per_channel(p: Any, x: Any, layout: str) -> Any:
 
 def _filled(like: Any, value: float) -> Any:
     # made in the step and dropped with it: nothing allocated while capturing outlives the capture
-    return ops.fill(ops.empty_like(like), value)
+    return kernels.fill(kernels.empty_like(like), value)
 
 
 def sync_batchnorm_forward(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, *, momentum: float,
@@ -85,23 +85,23 @@ def sync_batchnorm_forward(x: Any, gamma: Any, beta: Any, running_mean: Any, run
     count = int(x.size) // channels * int(world_size)
     xc = _as(x, cd)
     shift = _as(running_mean, cd)
-    centred = ops.bias_add(xc, ops.scale(shift, -1.0), layout=layout)
-    sums = [ops.bias_backward(centred, layout=layout),
-            ops.bias_backward(ops.multiply(centred, centred), layout=layout)]
+    centred = kernels.bias_add(xc, kernels.scale(shift, -1.0), layout=layout)
+    sums = [kernels.bias_backward(centred, layout=layout),
+            kernels.bias_backward(kernels.multiply(centred, centred), layout=layout)]
     del centred
     all_reduce(sums)
-    mean_shifted = ops.scale(sums[0], 1.0 / count)
-    mean = ops.add(shift, mean_shifted)
-    var = ops.subtract(ops.scale(sums[1], 1.0 / count), ops.multiply(mean_shifted, mean_shifted))
-    var = ops.maximum(var, _filled(var, 0.0))  # rounding may leave a constant channel's variance below 0
-    var_eps = ops.add(var, _filled(var, epsilon))
-    xhat = ops.normalize(xc, _per_channel(mean, xc, layout), _per_channel(var_eps, xc, layout), epsilon=0.0)
-    y = ops.rescale(xhat, _per_channel(_as(gamma, cd), xc, layout), _per_channel(_as(beta, cd), xc, layout))
-    scale = ops.normalize_backward(_as(gamma, cd), var_eps, epsilon=0.0)
-    unbiased = ops.scale(var, count / (count - 1)) if count > 1 else var
+    mean_shifted = kernels.scale(sums[0], 1.0 / count)
+    mean = kernels.add(shift, mean_shifted)
+    var = kernels.subtract(kernels.scale(sums[1], 1.0 / count), kernels.multiply(mean_shifted, mean_shifted))
+    var = kernels.maximum(var, _filled(var, 0.0))  # rounding may leave a constant channel's variance below 0
+    var_eps = kernels.add(var, _filled(var, epsilon))
+    xhat = kernels.normalize(xc, _per_channel(mean, xc, layout), _per_channel(var_eps, xc, layout), epsilon=0.0)
+    y = kernels.rescale(xhat, _per_channel(_as(gamma, cd), xc, layout), _per_channel(_as(beta, cd), xc, layout))
+    scale = kernels.normalize_backward(_as(gamma, cd), var_eps, epsilon=0.0)
+    unbiased = kernels.scale(var, count / (count - 1)) if count > 1 else var
     for running, batch in ((running_mean, mean), (running_var, unbiased)):
-        ops.scale(running, momentum, out=running)
-        ops.axpy(1.0 - momentum, _as(batch, running.dtype), running)
+        kernels.scale(running, momentum, out=running)
+        kernels.axpy(1.0 - momentum, _as(batch, running.dtype), running)
     return _as(y, x.dtype), xhat, scale
 
 
@@ -116,12 +116,12 @@ def sync_batchnorm_backward(dy: Any, xhat: Any, scale: Any, *, layout: str, worl
     channels = int(scale.shape[0])
     count = int(dy.size) // channels * int(world_size)
     g = _as(dy, cd)
-    dbeta = ops.bias_backward(g, layout=layout)
-    dgamma = ops.bias_backward(ops.multiply(g, xhat), layout=layout)
-    totals = [ops.copy(dbeta), ops.copy(dgamma)]  # the all-reduce is in place; the parameter gradients stay local
+    dbeta = kernels.bias_backward(g, layout=layout)
+    dgamma = kernels.bias_backward(kernels.multiply(g, xhat), layout=layout)
+    totals = [kernels.copy(dbeta), kernels.copy(dgamma)]  # the all-reduce is in place; the parameter gradients stay local
     all_reduce(totals)
-    mean_dy = ops.scale(totals[0], 1.0 / count)
-    mean_dy_xhat = ops.scale(totals[1], 1.0 / count)
-    projected = ops.rescale(xhat, _per_channel(mean_dy_xhat, g, layout), _per_channel(mean_dy, g, layout))
-    dx = ops.rescale(ops.subtract(g, projected), _per_channel(scale, g, layout))
+    mean_dy = kernels.scale(totals[0], 1.0 / count)
+    mean_dy_xhat = kernels.scale(totals[1], 1.0 / count)
+    projected = kernels.rescale(xhat, _per_channel(mean_dy_xhat, g, layout), _per_channel(mean_dy, g, layout))
+    dx = kernels.rescale(kernels.subtract(g, projected), _per_channel(scale, g, layout))
     return _as(dx, dy.dtype), dgamma, dbeta

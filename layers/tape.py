@@ -11,7 +11,7 @@ gradients of arrays read by several layers, and sums a shared layer's weight gra
 applications into ``layer.grads``.
 
 The rule for subclassed models: only layers are differentiated. An array computed by an op outside
-a layer (``x * 2``, ``ops.add``, a NumPy function) is a constant to the tape. When such a
+a layer (``x * 2``, ``kernels.add``, a NumPy function) is a constant to the tape. When such a
 computation reads a layer's output, that layer receives no gradient, and :meth:`Tape.backward`
 raises a ``ValueError`` naming the layer and asking to wrap the computation in a ``Layer`` (with
 its own ``backward``). Ops applied to the model *inputs* before the first layer are fine.
@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from dnnbind import backend, ops
+from dnnbind import backend, kernels
 
 __all__ = ["Tape", "active_tape"]
 
@@ -145,7 +145,7 @@ class Tape:
                     "a model output was not produced by a layer (an op outside any Layer made it, or it is an "
                     "input passed through); the tape differentiates layers only: wrap the computation in a "
                     "dnnbind Layer with its own backward")
-            grads[slot] = grad if slot not in grads else ops.add(grads[slot], grad)
+            grads[slot] = grad if slot not in grads else kernels.add(grads[slot], grad)
         shared_grads: dict[int, dict[str, Any]] = {}
         pending = dict(self._uses) if on_grads is not None else None  # id(layer) -> backward runs to come
         for app in reversed(self.applications):
@@ -156,7 +156,7 @@ class Tape:
                 if self.strict:
                     raise ValueError(
                         f"layer '{layer.name}' ({type(layer).__name__}) received no gradient: its output was "
-                        "unused, or read by a computation outside any Layer (x * 2, ops.add, a NumPy function), "
+                        "unused, or read by a computation outside any Layer (x * 2, kernels.add, a NumPy function), "
                         "which the tape cannot differentiate. Wrap that computation in a dnnbind Layer with "
                         "its own backward (see dnnbind.layers.tape)")
                 if pending is not None:
@@ -171,7 +171,7 @@ class Tape:
             if shared:
                 acc = shared_grads.setdefault(id(layer), {})
                 for name, g in layer.grads.items():
-                    acc[name] = g if name not in acc else ops.add(acc[name], g)
+                    acc[name] = g if name not in acc else kernels.add(acc[name], g)
             if pending is not None:
                 self._settle(layer, pending, shared_grads, on_grads, ran=True)
             if not need_dx:
@@ -180,7 +180,7 @@ class Tape:
             for slot, d in zip(app.in_slots, dxs):
                 if d is None or slot not in self._produced:
                     continue
-                grads[slot] = d if slot not in grads else ops.add(grads[slot], d)
+                grads[slot] = d if slot not in grads else kernels.add(grads[slot], d)
         for app in self.applications:
             acc = shared_grads.get(id(app.layer))
             if acc is not None:

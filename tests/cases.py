@@ -1,7 +1,7 @@
 """The cases of each op family, in one table that its CPU test (NumPy vs a naive reference and finite
 differences, float64) and its GPU test (CUDA vs the NumPy reference, per dtype) both run.
 
-A case added here is checked on both backends; a new activation in ``ops.ACTIVATIONS`` is tested on
+A case added here is checked on both backends; a new activation in ``kernels.ACTIVATIONS`` is tested on
 both without a line changed here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dnnbind import ops
+from dnnbind import kernels
 
 # Convolution: x shape NCHW, w shape KCRS, stride, padding, dilation, groups. NHWC runs are the same
 # cases transposed.
@@ -54,7 +54,7 @@ POOL_CASES = [
 ]
 
 # Activations: every kind the ops know (default alpha), and the kinds that take an alpha with one.
-ACTIVATION_CASES = [pytest.param(kind, None, id=kind) for kind in ops.ACTIVATIONS] + [
+ACTIVATION_CASES = [pytest.param(kind, None, id=kind) for kind in kernels.ACTIVATIONS] + [
     pytest.param("elu", 0.7, id="elu-0.7"),
     pytest.param("clipped_relu", 1.5, id="clipped_relu-1.5"),
     pytest.param("leaky_relu", 0.1, id="leaky_relu-0.1"),

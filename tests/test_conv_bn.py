@@ -1,5 +1,5 @@
-"""``ops.conv2d_batchnorm_forward_training`` (a convolution then a training batch norm in one call) and
-``ops.batchnorm_relu_conv2d_backward`` (the backward of conv(relu(batchnorm(x))) down to x) on the NumPy
+"""``kernels.conv2d_batchnorm_forward_training`` (a convolution then a training batch norm in one call) and
+``kernels.batchnorm_relu_conv2d_backward`` (the backward of conv(relu(batchnorm(x))) down to x) on the NumPy
 backend, and which layers Sequential runs through them (issue 9)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dnnbind as keras
-from dnnbind import layers, ops
+from dnnbind import layers, kernels
 from dnnbind.models.sequential import conv_bn_candidates
 from testutil import numerical_grad, random, rel_error
 
@@ -35,12 +35,12 @@ def _inputs(rng, x_shape, w_shape, layout, dtype=np.float64):
 def test_numpy_op_is_the_convolution_then_the_batch_norm(rng, layout, x_shape, w_shape, conv, activation):
     x, w, gamma, beta, rm, rv = _inputs(rng, x_shape, w_shape, layout, np.float32)
     rm_ref, rv_ref = rm.copy(), rv.copy()
-    out_buffer = np.full(ops.conv2d_output_shape(x_shape, w_shape, layout=layout, **conv), np.nan, np.float32)
-    y, out, saved = ops.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm, rv, momentum=0.9,
+    out_buffer = np.full(kernels.conv2d_output_shape(x_shape, w_shape, layout=layout, **conv), np.nan, np.float32)
+    y, out, saved = kernels.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm, rv, momentum=0.9,
                                                           activation=activation, layout=layout, out=out_buffer,
                                                           **conv)
-    y_ref = ops.conv2d_forward(x, w, layout=layout, **conv)
-    out_ref, saved_ref = ops.batchnorm_forward_training(y_ref, gamma, beta, rm_ref, rv_ref, momentum=0.9,
+    y_ref = kernels.conv2d_forward(x, w, layout=layout, **conv)
+    out_ref, saved_ref = kernels.batchnorm_forward_training(y_ref, gamma, beta, rm_ref, rv_ref, momentum=0.9,
                                                         activation=activation, layout=layout)
     assert out is out_buffer
     assert np.array_equal(y, y_ref) and np.array_equal(out, out_ref)
@@ -58,20 +58,20 @@ def test_float64_gradients_through_the_op_match_finite_differences(rng, layout, 
     """The op's backward is the batch norm's and the convolution's: dx, dw, dgamma, dbeta of
     sum(out * r) against central differences of the forward (a fresh copy of the running statistics each time)."""
     x, w, gamma, beta, rm, rv = _inputs(rng, x_shape, w_shape, layout)
-    out_shape = ops.conv2d_output_shape(x_shape, w_shape, layout=layout, **conv)
+    out_shape = kernels.conv2d_output_shape(x_shape, w_shape, layout=layout, **conv)
     r = random(rng, out_shape)
     kw = dict(epsilon=1e-3, layout=layout, activation=activation)
 
     def loss():
-        _, out, _ = ops.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm.copy(), rv.copy(), **kw, **conv)
+        _, out, _ = kernels.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm.copy(), rv.copy(), **kw, **conv)
         return float(np.sum(out * r))
 
-    y, out, saved = ops.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm.copy(), rv.copy(), **kw, **conv)
+    y, out, saved = kernels.conv2d_batchnorm_forward_training(x, w, gamma, beta, rm.copy(), rv.copy(), **kw, **conv)
     if activation == "relu":
         assert np.min(np.abs(out[out > 0])) > 1e-4 and np.any(out == 0)  # no pre-activation on relu's kink
-    dy, dgamma, dbeta = ops.batchnorm_backward(r, y, gamma, saved, y=out if activation else None, **kw)
-    dx = ops.conv2d_backward_data(dy, w, x_shape, layout=layout, **conv)
-    dw = ops.conv2d_backward_filter(x, dy, w_shape, layout=layout, **conv)
+    dy, dgamma, dbeta = kernels.batchnorm_backward(r, y, gamma, saved, y=out if activation else None, **kw)
+    dx = kernels.conv2d_backward_data(dy, w, x_shape, layout=layout, **conv)
+    dw = kernels.conv2d_backward_filter(x, dy, w_shape, layout=layout, **conv)
     for name, analytic, arg in (("dx", dx, x), ("dw", dw, w), ("dgamma", dgamma, gamma), ("dbeta", dbeta, beta)):
         assert np.any(analytic != 0), name
         assert rel_error(analytic, numerical_grad(loss, arg)) < 1e-6, name
@@ -93,7 +93,7 @@ def test_bad_input_is_refused_before_the_running_statistics_change(rng, change, 
     args.update(change)
     before = rm.copy(), rv.copy()
     with pytest.raises(error, match=match):
-        ops.conv2d_batchnorm_forward_training(**args)
+        kernels.conv2d_batchnorm_forward_training(**args)
     assert np.array_equal(rm, before[0]) and np.array_equal(rv, before[1])
 
 
@@ -115,7 +115,7 @@ def test_which_convolutions_run_with_their_batch_norm():
     relu_pairs, convs, back = model._fused_pairs(True)
     assert relu_pairs == (1,) and convs == (0, 3) and back == (3,)  # conv 3 takes the relu'd output of bn 1
     assert model._fused_pairs(False) == ((), (), ())  # inference never fuses
-    with ops.config.override(fuse_layers=False):
+    with kernels.config.override(fuse_layers=False):
         assert model._fused_pairs(True) == ((), (), ())
     model.layers[4].trainable = False  # a frozen batch norm runs its inference op in training
     assert model._fused_pairs(True)[1] == (0,)
@@ -142,7 +142,7 @@ def test_the_fused_forward_leaves_both_layers_ready_for_their_own_backwards(cpu,
     conv, bn = model.layers[0], model.layers[1]
     assert conv._x is not None and bn._x is not None and bn._activation == "relu" and bn._y is not None
     assert bn._x.shape == (5, 6, 6, 4)  # the convolution's output is what the batch norm normalised
-    with ops.config.override(fuse_layers=False):
+    with kernels.config.override(fuse_layers=False):
         out_plain = plain._run_forward([x], training=True, logits=[True])[0]
     assert np.array_equal(out, out_plain)
     dout = random(rng, out.shape).astype(np.float32)
@@ -169,8 +169,8 @@ def _backward_inputs(rng, x_shape, w_shape, layout, conv, dtype=np.float64):
     gamma = random(rng, (c,), low=0.5, high=1.5).astype(gamma.dtype)
     beta = random(rng, (c,), low=-0.3, high=0.3).astype(gamma.dtype)
     rm, rv = np.zeros(c, gamma.dtype), np.ones(c, gamma.dtype)
-    y, saved = ops.batchnorm_forward_training(x, gamma, beta, rm, rv, layout=layout, activation="relu")
-    dy = random(rng, ops.conv2d_output_shape(x_shape, w_shape, layout=layout, **conv)).astype(dtype)
+    y, saved = kernels.batchnorm_forward_training(x, gamma, beta, rm, rv, layout=layout, activation="relu")
+    dy = random(rng, kernels.conv2d_output_shape(x_shape, w_shape, layout=layout, **conv)).astype(dtype)
     return dy, w, x, y, gamma, beta, saved
 
 
@@ -184,9 +184,9 @@ BACKWARD_CASES = [  # (layout, x shape = the batch norm's, w shape, conv keyword
 @pytest.mark.parametrize("layout, x_shape, w_shape, conv", BACKWARD_CASES)
 def test_numpy_backward_op_is_the_data_gradient_then_the_batch_norm_backward(rng, layout, x_shape, w_shape, conv):
     dy, w, x, y, gamma, beta, saved = _backward_inputs(rng, x_shape, w_shape, layout, conv, np.float32)
-    got = ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, layout=layout, **conv)
-    dconv = ops.conv2d_backward_data(dy, w, x_shape, layout=layout, **conv)
-    ref = ops.batchnorm_backward(dconv, x, gamma, saved, layout=layout, activation="relu", y=y)
+    got = kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, layout=layout, **conv)
+    dconv = kernels.conv2d_backward_data(dy, w, x_shape, layout=layout, **conv)
+    ref = kernels.batchnorm_backward(dconv, x, gamma, saved, layout=layout, activation="relu", y=y)
     for a, b in zip(got, ref):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert np.any(got[0] != 0)
@@ -199,11 +199,11 @@ def test_float64_backward_op_matches_finite_differences(rng, layout, x_shape, w_
     assert np.min(np.abs(y[y > 0])) > 1e-4 and np.any(y == 0)  # no pre-activation on relu's kink
 
     def loss():
-        out, _ = ops.batchnorm_forward_training(x, gamma, beta, np.zeros_like(gamma), np.ones_like(gamma),
+        out, _ = kernels.batchnorm_forward_training(x, gamma, beta, np.zeros_like(gamma), np.ones_like(gamma),
                                                 layout=layout, activation="relu")
-        return float(np.sum(ops.conv2d_forward(out, w, layout=layout, **conv) * dy))
+        return float(np.sum(kernels.conv2d_forward(out, w, layout=layout, **conv) * dy))
 
-    dx, dgamma, dbeta = ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, layout=layout, **conv)
+    dx, dgamma, dbeta = kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, layout=layout, **conv)
     for name, analytic, arg in (("dx", dx, x), ("dgamma", dgamma, gamma), ("dbeta", dbeta, beta)):
         assert np.any(analytic != 0), name
         assert rel_error(analytic, numerical_grad(loss, arg)) < 1e-6, name
@@ -214,30 +214,30 @@ def test_backward_op_refuses_bad_input_with_the_argument_named(rng):
                                                        np.float32)
     kw = dict(padding=1, layout="NHWC")
     with pytest.raises(ValueError, match=r"dy has shape \(3, 3, 3, 6\), expected the convolution's output shape"):
-        ops.batchnorm_relu_conv2d_backward(dy[:, :3, :3], w, x, y, gamma, beta, saved, **kw)
+        kernels.batchnorm_relu_conv2d_backward(dy[:, :3, :3], w, x, y, gamma, beta, saved, **kw)
     with pytest.raises(ValueError, match="y .the relu's output. has shape"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y[:2], gamma, beta, saved, **kw)
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y[:2], gamma, beta, saved, **kw)
     with pytest.raises(TypeError, match="saved must be the BatchNormSaved"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, (saved.mean, saved.inv_std), **kw)
-    _, plain = ops.batchnorm_forward_training(x, gamma, beta, np.zeros(4, np.float32), np.ones(4, np.float32),
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, (saved.mean, saved.inv_std), **kw)
+    _, plain = kernels.batchnorm_forward_training(x, gamma, beta, np.zeros(4, np.float32), np.ones(4, np.float32),
                                               layout="NHWC")
     with pytest.raises(ValueError, match="activation=None; this backward needs the record of a forward with"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, plain, **kw)
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, plain, **kw)
     with pytest.raises(TypeError, match="float16"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x.astype(np.float16), y, gamma, beta, saved, **kw)
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x.astype(np.float16), y, gamma, beta, saved, **kw)
     with pytest.raises(ValueError, match=r"beta has shape \(3,\), expected \(4,\) for x of shape"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta[:3], saved, **kw)
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta[:3], saved, **kw)
     with pytest.raises(TypeError, match="beta must be float32"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta.astype(np.float64), saved, **kw)
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta.astype(np.float64), saved, **kw)
     with pytest.raises(ValueError, match="epsilon must be > 0"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, epsilon=-1.0, **kw)
-    other = ops.batchnorm_forward_training(x[:2], gamma, beta, np.zeros(4, np.float32), np.ones(4, np.float32),
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, saved, epsilon=-1.0, **kw)
+    other = kernels.batchnorm_forward_training(x[:2], gamma, beta, np.zeros(4, np.float32), np.ones(4, np.float32),
                                            layout="NHWC", activation="relu")[1]
     with pytest.raises(ValueError, match=r"saved was made for x of shape \(2, 5, 5, 4\)"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, other, **kw)
-    short = ops.BatchNormSaved(saved.mean[:3], saved.inv_std)
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, other, **kw)
+    short = kernels.BatchNormSaved(saved.mean[:3], saved.inv_std)
     with pytest.raises(ValueError, match=r"saved.mean has shape \(3,\)"):
-        ops.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, short, **kw)
+        kernels.batchnorm_relu_conv2d_backward(dy, w, x, y, gamma, beta, short, **kw)
 
 
 def test_sequential_backward_through_conv_relu_and_batch_norm_equals_the_layers_own(cpu, rng):
@@ -252,7 +252,7 @@ def test_sequential_backward_through_conv_relu_and_batch_norm_equals_the_layers_
     assert model._fused_pairs(True) == ((1,), (0,), (3,))
     x = random(rng, (4, 6, 6, 3)).astype(np.float32)
     out = model._run_forward([x], training=True, logits=[True])[0]
-    with ops.config.override(fuse_layers=False):
+    with kernels.config.override(fuse_layers=False):
         out_plain = plain._run_forward([x], training=True, logits=[True])[0]
     assert np.array_equal(out, out_plain)
     calls = []

@@ -1,4 +1,4 @@
-"""``ops.conv2d_batchnorm_forward_training`` and ``ops.batchnorm_relu_conv2d_backward`` on the GPU (issue 9).
+"""``kernels.conv2d_batchnorm_forward_training`` and ``kernels.batchnorm_relu_conv2d_backward`` on the GPU (issue 9).
 
 The fused paths (forward: one cuDNN graph of the convolution with the batch-norm statistics in its
 epilogue, genstats, then the normalising kernel; backward: one graph of the data gradient, the relu's
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 import dnnbind as keras
-from dnnbind import cuda, layers, ops
-from dnnbind.ops import config
-from dnnbind.ops._cuda import batchnorm as bn
-from dnnbind.ops._cuda import conv_bn, conv_graph
-from dnnbind.ops._cuda.activation import activation_backward
+from dnnbind import cuda, layers, kernels
+from dnnbind.kernels import config
+from dnnbind.kernels._cuda import batchnorm as bn
+from dnnbind.kernels._cuda import conv_bn, conv_graph
+from dnnbind.kernels._cuda.activation import activation_backward
 from gpu_errlog import BF16, PRECISIONS, check, dev, host, poisoned, quantize
-from test_ops_batchnorm import relu_safe_beta
+from test_kernels_batchnorm import relu_safe_beta
 from testutil import fit_on_gpu, rel_error, random
 
 pytestmark = pytest.mark.gpu
@@ -53,7 +53,7 @@ def _inputs(rng, x_shape, w_shape, conv, dtype, activation):
     gamma = random(rng, (k,), low=0.5, high=1.5).astype(np.float32)
     beta = random(rng, (k,), low=-0.3, high=0.3).astype(np.float32)
     if activation == "relu":
-        y64 = ops.conv2d_forward(x, w, layout="NHWC", **conv)
+        y64 = kernels.conv2d_forward(x, w, layout="NHWC", **conv)
         beta, margin = relu_safe_beta(y64, gamma.astype(np.float64), (0, 1, 2), epsilon=1e-3, layout="NHWC")
         assert margin > 2e-2, margin
         beta = beta.astype(np.float32)
@@ -67,18 +67,18 @@ def _inputs(rng, x_shape, w_shape, conv, dtype, activation):
 def test_fused_path_matches_the_unfused_gpu_ops_and_the_reference(rng, forced, monkeypatch, label, dtype, overrides,
                                                                   x_shape, w_shape, conv, fused_expected, activation):
     x, w, gamma, beta, rm, rv = _inputs(rng, x_shape, w_shape, conv, dtype, activation)
-    out_shape = ops.conv2d_output_shape(x_shape, w_shape, layout="NHWC", **conv)
+    out_shape = kernels.conv2d_output_shape(x_shape, w_shape, layout="NHWC", **conv)
     kw = dict(momentum=0.9, epsilon=1e-3, activation=activation, layout="NHWC")
     xd, wd, gd, bd = dev(x, dtype), dev(w, dtype), dev(gamma), dev(beta)
     rm_f, rv_f, rm_u, rv_u = dev(rm), dev(rv), dev(rm), dev(rv)
     with config.override(**overrides):
         before = conv_graph.stats()["forward_genstats"]["graph"]
-        y, out, saved = ops.conv2d_batchnorm_forward_training(xd, wd, gd, bd, rm_f, rv_f,
+        y, out, saved = kernels.conv2d_batchnorm_forward_training(xd, wd, gd, bd, rm_f, rv_f,
                                                               out=poisoned(out_shape, dtype), **kw, **conv)
         fused = conv_graph.stats()["forward_genstats"]["graph"] - before
         # the unfused GPU ops: the convolution, then the batch norm's own training call
-        y_u = ops.conv2d_forward(xd, wd, layout="NHWC", out=poisoned(out_shape, dtype), **conv)
-        out_u, saved_u = ops.batchnorm_forward_training(y_u, gd, bd, rm_u, rv_u, out=poisoned(out_shape, dtype),
+        y_u = kernels.conv2d_forward(xd, wd, layout="NHWC", out=poisoned(out_shape, dtype), **conv)
+        out_u, saved_u = kernels.batchnorm_forward_training(y_u, gd, bd, rm_u, rv_u, out=poisoned(out_shape, dtype),
                                                         **kw)
     case = f"{x_shape} {w_shape} {conv} {activation} path {saved.path}"
     choices = [c for k, c in conv_graph.cache_info().items() if k.direction == "forward_genstats"]
@@ -97,7 +97,7 @@ def test_fused_path_matches_the_unfused_gpu_ops_and_the_reference(rng, forced, m
         check(f"conv_bn_vs_unfused.{name}", label, a, host(b), case)
     # the float64 reference of the same (rounded) inputs
     p64 = [a.astype(np.float64) for a in (gamma, beta, rm, rv)]
-    y_ref, out_ref, saved_ref = ops.conv2d_batchnorm_forward_training(x, w, *p64, **kw, **conv)
+    y_ref, out_ref, saved_ref = kernels.conv2d_batchnorm_forward_training(x, w, *p64, **kw, **conv)
     check("conv2d_batchnorm_forward_training.y", label, y, y_ref, case)
     check("conv2d_batchnorm_forward_training.out", label, out, out_ref, case)
     check("conv2d_batchnorm_forward_training.running_mean", label, rm_f, p64[2], case)
@@ -109,14 +109,14 @@ def test_fused_path_matches_the_unfused_gpu_ops_and_the_reference(rng, forced, m
     bkw = dict(epsilon=1e-3, activation=activation, layout="NHWC")
     relu_apart = []
     monkeypatch.setattr(bn, "activation_backward", lambda *a, **k: relu_apart.append(1) or activation_backward(*a, **k))
-    got = ops.batchnorm_backward(dev(dy, dtype), y, gd, saved, y=out if activation else None, **bkw)
+    got = kernels.batchnorm_backward(dev(dy, dtype), y, gd, saved, y=out if activation else None, **bkw)
     monkeypatch.undo()
     if activation == "relu" and saved.path == conv_bn.GENSTATS:
         # the record (with beta) went to the fused batch-norm + relu backward: no relu pass apart
         assert saved.beta is not None and bn.fused_backward_takes_genstats(y, cuda.current_stream()), case
         assert relu_apart == [], case
-    unfused = ops.batchnorm_backward(dev(dy, dtype), y_u, gd, saved_u, y=out_u if activation else None, **bkw)
-    ref = ops.batchnorm_backward(dy, y_ref, p64[0], saved_ref, y=out_ref if activation else None, **bkw)
+    unfused = kernels.batchnorm_backward(dev(dy, dtype), y_u, gd, saved_u, y=out_u if activation else None, **bkw)
+    ref = kernels.batchnorm_backward(dy, y_ref, p64[0], saved_ref, y=out_ref if activation else None, **bkw)
     for name, a, u, r in zip(("dx", "dgamma", "dbeta"), got, unfused, ref):
         check(f"conv_bn_backward_vs_unfused.{name}", label, a, host(u), case)
         check(f"conv_bn_backward.{name}", label, a, r, case)
@@ -130,7 +130,7 @@ def test_the_measured_choice_times_both_jobs_on_scratch_statistics(rng, dtype):
     rm_d, rv_d = dev(rm), dev(rv)
     try:
         with config.override(benchmark=True):
-            y, out, saved = ops.conv2d_batchnorm_forward_training(dev(x, dtype), dev(w, dtype), dev(gamma), dev(beta),
+            y, out, saved = kernels.conv2d_batchnorm_forward_training(dev(x, dtype), dev(w, dtype), dev(gamma), dev(beta),
                                                                   rm_d, rv_d, momentum=0.9, activation="relu",
                                                                   padding=1, layout="NHWC")
         (key, choice), = [(k, c) for k, c in conv_graph.cache_info().items() if k.direction == "forward_genstats"]
@@ -144,7 +144,7 @@ def test_the_measured_choice_times_both_jobs_on_scratch_statistics(rng, dtype):
         assert (saved.path == conv_bn.GENSTATS) == (choice.path == "graph"), (saved, choice)
     # the timed runs of both paths (a dozen) left the running statistics at exactly one update
     p64 = [a.astype(np.float64) for a in (gamma, beta, rm, rv)]
-    _, out_ref, _ = ops.conv2d_batchnorm_forward_training(x, w, *p64, momentum=0.9, activation="relu", padding=1,
+    _, out_ref, _ = kernels.conv2d_batchnorm_forward_training(x, w, *p64, momentum=0.9, activation="relu", padding=1,
                                                           layout="NHWC")
     label = "float16" if dtype == np.float16 else "bfloat16"
     check("conv_bn[benchmark].running_mean", label, rm_d, p64[2])
@@ -247,18 +247,18 @@ def test_fused_backward_matches_the_unfused_gpu_ops_and_the_reference(rng, force
     assert margin > 1e-3, margin
     beta = beta.astype(np.float32)
     w = quantize(random(rng, w_shape, low=-0.3, high=0.3), dtype)
-    dy_shape = ops.conv2d_output_shape(x_shape, w_shape, layout="NHWC", **conv)
+    dy_shape = kernels.conv2d_output_shape(x_shape, w_shape, layout="NHWC", **conv)
     dy = quantize(random(rng, dy_shape), dtype)
     kw = dict(epsilon=1e-3, layout="NHWC")
     xd, wd, dyd, gd, bd = dev(x, dtype), dev(w, dtype), dev(dy, dtype), dev(gamma), dev(beta)
     zeros, ones = np.zeros(c, np.float32), np.ones(c, np.float32)
     with config.override(**overrides):
-        y, saved = ops.batchnorm_forward_training(xd, gd, bd, dev(zeros), dev(ones), activation="relu", **kw)
+        y, saved = kernels.batchnorm_forward_training(xd, gd, bd, dev(zeros), dev(ones), activation="relu", **kw)
         before = conv_graph.stats()["backward_data_drelu_dbn"]["graph"]
-        got = ops.batchnorm_relu_conv2d_backward(dyd, wd, xd, y, gd, bd, saved, **kw, **conv)
+        got = kernels.batchnorm_relu_conv2d_backward(dyd, wd, xd, y, gd, bd, saved, **kw, **conv)
         fused = conv_graph.stats()["backward_data_drelu_dbn"]["graph"] - before
-        dconv = ops.conv2d_backward_data(dyd, wd, x_shape, layout="NHWC", out=poisoned(x_shape, dtype), **conv)
-        unfused = ops.batchnorm_backward(dconv, xd, gd, saved, activation="relu", y=y, **kw)
+        dconv = kernels.conv2d_backward_data(dyd, wd, x_shape, layout="NHWC", out=poisoned(x_shape, dtype), **conv)
+        unfused = kernels.batchnorm_backward(dconv, xd, gd, saved, activation="relu", y=y, **kw)
     (choice,) = [ch for k, ch in conv_graph.cache_info().items() if k.direction == "backward_data_drelu_dbn"]
     case = f"{x_shape} {w_shape} {conv} choice {choice.source}"
     if label != "float16":
@@ -266,10 +266,10 @@ def test_fused_backward_matches_the_unfused_gpu_ops_and_the_reference(rng, force
         assert fused == 0 and choice.source == "refused", (case, choice)
     elif fused_expected:
         assert fused == 1 and choice.source == "forced", (case, choice)
-    y_ref, saved_ref = ops.batchnorm_forward_training(x, gamma.astype(np.float64), beta.astype(np.float64),
+    y_ref, saved_ref = kernels.batchnorm_forward_training(x, gamma.astype(np.float64), beta.astype(np.float64),
                                                       zeros.astype(np.float64), ones.astype(np.float64),
                                                       activation="relu", **kw)
-    ref = ops.batchnorm_relu_conv2d_backward(dy, w, x, y_ref, gamma.astype(np.float64), beta.astype(np.float64),
+    ref = kernels.batchnorm_relu_conv2d_backward(dy, w, x, y_ref, gamma.astype(np.float64), beta.astype(np.float64),
                                              saved_ref, **kw, **conv)
     for name, a, u, r in zip(("dx", "dgamma", "dbeta"), got, unfused, ref):
         assert np.any(r != 0), name

@@ -1,6 +1,6 @@
 """CPU checks of the CUDA implementations (no GPU needed).
 
-* every NVRTC source of dnnbind/ops/_cuda compiles for sm_90 and exports every kernel name
+* every NVRTC source of dnnbind/kernels/_cuda compiles for sm_90 and exports every kernel name
   the Python side launches;
 * cuDNN descriptors built by the ops (tensor, filter, convolution, pooling) read back as set
   (cuDNN's descriptor functions work without a GPU);
@@ -21,16 +21,16 @@ import pytest
 from dnnbind import cudnn
 from dnnbind._lib import cudnn as C
 from dnnbind.cudnn import algo
-from dnnbind.ops import config
-from dnnbind.ops._cuda import _common as cm
-from dnnbind.ops._params import ConvParams, PoolParams, resolve_padding
+from dnnbind.kernels import config
+from dnnbind.kernels._cuda import _common as cm
+from dnnbind.kernels._params import ConvParams, PoolParams, resolve_padding
 
 FLOATS = ("f32", "f64", "f16", "bf16")
 ALL = FLOATS + ("i32", "i64", "u8", "i8", "bool")
 
 
 def _expected_kernels() -> dict[str, list[str]]:
-    from dnnbind.ops._cuda.activation import KERNEL_KINDS
+    from dnnbind.kernels._cuda.activation import KERNEL_KINDS
 
     act = [f"act_{d}_{k}_{t}" for d in ("fwd", "bwd") for k in KERNEL_KINDS for t in FLOATS]
     layout = [f"{k}_{t}" for k in ("pad2d", "crop2d", "scale_hw", "bias_add", "bias_add_f32bias", "channel_sum",
@@ -102,7 +102,7 @@ def _tensor_readback(handle: int) -> tuple[int, tuple, tuple]:
 @pytest.mark.parametrize("dtype, code", [(np.float32, 0), (np.float16, 2), (cm.BF16, 9), (np.float64, 1)])
 def test_conv_geometry_descriptors_read_back_dims_and_layout_strides(layout, dtype, code):
     """The ops describe tensors with the public dnnbind.cudnn descriptors, shared through their caches."""
-    from dnnbind.ops._cuda import conv
+    from dnnbind.kernels._cuda import conv
 
     params = ConvParams(stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1)
     x_shape = (3, 5, 7, 9) if layout == "NCHW" else (3, 7, 9, 5)
@@ -132,7 +132,7 @@ def test_algorithm_descriptor_carries_padding_stride_dilation_groups_math(math, 
 
 
 def test_pooling_plan_descriptor_reads_back():
-    from dnnbind.ops._cuda import pooling
+    from dnnbind.kernels._cuda import pooling
 
     params = PoolParams(mode="avg", window=(3, 2), stride=(2, 1), pad=(1, 1, 0, 0))
     plan = pooling._plan((2, 4, 9, 9), params, "NCHW", np.float32)
@@ -159,8 +159,8 @@ CASES = [
 @pytest.mark.parametrize("x_shape, w_shape, stride, padding, dilation, groups", CASES)
 def test_conv_geometry_matches_cudnn_output_dims_and_reference(layout, x_shape, w_shape, stride, padding, dilation,
                                                                groups):
-    from dnnbind.ops import conv as public
-    from dnnbind.ops._cuda import conv
+    from dnnbind.kernels import conv as public
+    from dnnbind.kernels._cuda import conv
 
     pad = resolve_padding(padding, x_shape[2:], w_shape[2:], stride, dilation)
     params = ConvParams(stride=stride, pad=pad, dilation=dilation, groups=groups)
@@ -182,7 +182,7 @@ def test_conv_geometry_matches_cudnn_output_dims_and_reference(layout, x_shape, 
 
 
 def test_algorithm_key_covers_every_setting_that_changes_the_choice():
-    from dnnbind.ops._cuda import conv
+    from dnnbind.kernels._cuda import conv
 
     params = ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
     g = conv._geometry((2, 3, 8, 8), (4, 3, 3, 3), params, "NCHW", cm.F32)
@@ -206,7 +206,7 @@ def test_algorithm_key_covers_every_setting_that_changes_the_choice():
 
 
 def test_strict_fp32_refuses_tensor_op_algorithms():
-    from dnnbind.ops._cuda import conv
+    from dnnbind.kernels._cuda import conv
 
     M = C.MathType
     params = ConvParams(stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1)
@@ -228,8 +228,8 @@ def test_strict_fp32_refuses_tensor_op_algorithms():
     ((7, 7), (2, 2), (2, 2), "same"), ((6, 5), (3, 3), (2, 2), "same"), ((5, 8), (3, 2), (1, 3), "same"),
 ])
 def test_exclude_padding_map_matches_the_reference_average(x_hw, window, stride, padding):
-    from dnnbind.ops import pool2d_forward
-    from dnnbind.ops._cuda.pooling import exclude_pad_map
+    from dnnbind.kernels import pool2d_forward
+    from dnnbind.kernels._cuda.pooling import exclude_pad_map
 
     pad = resolve_padding(padding, x_hw, window, stride)
     params = PoolParams(mode="avg", window=window, stride=stride, pad=pad)
@@ -242,7 +242,7 @@ def test_exclude_padding_map_matches_the_reference_average(x_hw, window, stride,
 
 
 def test_reduction_axis_runs_merge():
-    from dnnbind.ops._cuda.elementwise import _merge_runs
+    from dnnbind.kernels._cuda.elementwise import _merge_runs
 
     assert _merge_runs((2, 3, 4, 5), (1, 2)) == ((2, 12, 5), (1,))
     assert _merge_runs((2, 3, 4, 5), (0, 3)) == ((2, 12, 5), (0, 2))
@@ -259,8 +259,8 @@ def test_dtype_tables():
 
 
 def test_activation_kernels_cover_every_kind_and_cudnn_is_opt_in():
-    from dnnbind.ops._cuda import activation
-    from dnnbind.ops.activation import ACTIVATIONS
+    from dnnbind.kernels._cuda import activation
+    from dnnbind.kernels.activation import ACTIVATIONS
 
     # every kind has its own kernels but linear, which is a device copy
     assert set(activation.KERNEL_KINDS) == set(ACTIVATIONS) - {"linear"}
@@ -286,14 +286,14 @@ def test_activation_kernel_sources_agree_with_the_host_on_what_each_backward_rea
     not_x = re.search(r"x = (K != ACT_\w+(?: && K != ACT_\w+)*)", text).group(1)
     kinds_y = {m.lower() for m in re.findall(r"ACT_(\w+)", reads_y)}
     kinds_no_x = {m.lower() for m in re.findall(r"ACT_(\w+)", not_x)}
-    from dnnbind.ops._cuda.activation import _BACKWARD_READS
+    from dnnbind.kernels._cuda.activation import _BACKWARD_READS
 
     assert kinds_y == {k for k, v in _BACKWARD_READS.items() if "y" in v}
     assert kinds_no_x == {k for k, v in _BACKWARD_READS.items() if "x" not in v}
 
 
 def test_maxpool_kernel_eligibility():
-    from dnnbind.ops._cuda import pooling
+    from dnnbind.kernels._cuda import pooling
 
     plain = PoolParams(mode="max", window=(2, 2), stride=(2, 2), pad=(0, 0, 0, 0))
     assert pooling._own_maxpool(plain, "NHWC") and not pooling._own_maxpool(plain, "NCHW")

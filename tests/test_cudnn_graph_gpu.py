@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from dnnbind import cuda, ops
+from dnnbind import cuda, kernels
 from dnnbind._validate import normalize_dtype
 from dnnbind.cudnn import get_handle
 from dnnbind.cudnn import graph as cg
@@ -88,7 +88,7 @@ def test_conv_fprop(rng, dtype):
     y.output("y")
     plan = _build(g)
     out = _run(plan, {"x": x, "w": w, "y": ("out", y.shape, dtype)})
-    ref = ops.conv2d_forward(xr, wr, stride=(2, 1), padding=1, layout="NHWC")
+    ref = kernels.conv2d_forward(xr, wr, stride=(2, 1), padding=1, layout="NHWC")
     assert_close(out["y"], ref, _tol(dtype), f"conv_fprop {dtype}")
 
 
@@ -100,7 +100,7 @@ def test_conv_dgrad(rng, dtype):
     dx = g.conv_dgrad(g.tensor("dy", dy.shape), g.tensor("w", w.shape), (4, 12, 12, 16), padding=1)
     dx.output("dx")
     out = _run(_build(g), {"dy": dy, "w": w, "dx": ("out", dx.shape, dtype)})
-    ref = ops.conv2d_backward_data(dyr, wr, (4, 12, 12, 16), padding=1, layout="NHWC")
+    ref = kernels.conv2d_backward_data(dyr, wr, (4, 12, 12, 16), padding=1, layout="NHWC")
     assert_close(out["dx"], ref, _tol(dtype), f"conv_dgrad {dtype}")
 
 
@@ -112,7 +112,7 @@ def test_conv_wgrad(rng, dtype):
     dw = g.conv_wgrad(g.tensor("x", x.shape), g.tensor("dy", dy.shape), (32, 3, 3, 16), padding=1)
     dw.output("dw")
     out = _run(_build(g), {"x": x, "dy": dy, "dw": ("out", dw.shape, dtype)})
-    ref = ops.conv2d_backward_filter(xr, dyr, (32, 3, 3, 16), padding=1, layout="NHWC")
+    ref = kernels.conv2d_backward_filter(xr, dyr, (32, 3, 3, 16), padding=1, layout="NHWC")
     assert_close(out["dw"], ref, _tol(dtype), f"conv_wgrad {dtype}")
 
 
@@ -124,7 +124,7 @@ def _conv_bias_relu(rng, dtype):
     y = g.relu(g.bias(g.conv_fprop(g.tensor("x", x.shape), g.tensor("w", w.shape), padding=1),
                       g.tensor("b", b.shape)))
     y.output("y")
-    ref = np.maximum(ops.conv2d_forward(xr, wr, padding=1, layout="NHWC") + br, 0.0)
+    ref = np.maximum(kernels.conv2d_forward(xr, wr, padding=1, layout="NHWC") + br, 0.0)
     return g, {"x": x, "w": w, "b": b, "y": ("out", y.shape, dtype)}, ref
 
 
@@ -171,7 +171,7 @@ def test_execute_inside_cuda_graph_capture_replays(rng):
     s.synchronize()
     w = bindings["w"].astype(np.float64)
     b = bindings["b"].astype(np.float64)
-    ref = np.maximum(ops.conv2d_forward(x2r, w, padding=1, layout="NHWC") + b, 0.0)
+    ref = np.maximum(kernels.conv2d_forward(x2r, w, padding=1, layout="NHWC") + b, 0.0)
     assert_close(dev["y"].numpy(stream=s).astype(np.float64), ref, TOLERANCE["float16"], "replayed plan")
     graph.close()
 
@@ -270,7 +270,7 @@ def test_scale_bias_relu_conv_genstats(rng, dtype):
     out = _run(plan, {"x": x, "w": w, "scale": sc, "bias": bi, "y": ("out", y.shape, dtype),
                       "sum": ("out", (1, 1, 1, 64), "float32"), "sq_sum": ("out", (1, 1, 1, 64), "float32")})
     pro = np.maximum(xr * scr + bir, 0.0).astype(normalize_dtype(dtype)).astype(np.float64)
-    yref = ops.conv2d_forward(pro, wr, padding=1, layout="NHWC")
+    yref = kernels.conv2d_forward(pro, wr, padding=1, layout="NHWC")
     assert_close(out["y"], yref, TOLERANCE[dtype], f"scale-bias-relu-conv {dtype}")
     yq = out["y"]  # the stats are of the stored y
     assert_close(out["sum"], yq.sum(axis=(0, 1, 2), keepdims=True), TOLERANCE[dtype], "genstats sum")
@@ -407,7 +407,7 @@ def test_dgrad_drelu_dbn_weight(rng, dtype):
         pytest.skip(f"cuDNN has no bfloat16 DgradDreluBNBwdWeight engine here: {err}")
     out = _run(plan, {"dy": dy, "w": wt, "x": x, "mean": mean, "inv": inv, "gamma": gamma, "beta": beta,
                       "dz": ("out", x.shape, dtype), **{n: ("out", pc, f32) for n in names[1:]}})
-    dconv = ops.conv2d_backward_data(dyr, wr, x.shape, padding=1, layout="NHWC")
+    dconv = kernels.conv2d_backward_data(dyr, wr, x.shape, padding=1, layout="NHWC")
     dz = dconv * (bn > 0)
     assert_close(out["dz"], dz, TOLERANCE[dtype], f"dgrad+drelu {dtype}")
     dgamma, dbeta, dxref = _bn_backward_reference(dz, xr, gamma, mean, inv)
@@ -458,7 +458,7 @@ def test_resample_forward(rng, mode):
     y = g.resample(g.tensor("x", x.shape), mode=mode, window=2, stride=2)
     y.output("y")
     out = _run(_build(g), {"x": x, "y": ("out", y.shape, "float16")})
-    ref = ops.pool2d_forward(xr, mode=mode, window=2, stride=2, layout="NHWC")
+    ref = kernels.pool2d_forward(xr, mode=mode, window=2, stride=2, layout="NHWC")
     assert_close(out["y"], ref, TOLERANCE["float16"], f"resample {mode} float16")
 
 
@@ -484,7 +484,7 @@ def test_resample_max_backward_with_index(rng, dtype):
     fwd = _build(g)
     dev = {"x": cuda.to_device(x), "y": _poisoned(y.shape, dtype), "index": cuda.zeros(idx.shape, "int8")}
     fwd.execute(dev, workspace=_workspace(fwd))
-    yref = ops.pool2d_forward(xr, mode="max", window=2, stride=2, layout="NHWC")
+    yref = kernels.pool2d_forward(xr, mode="max", window=2, stride=2, layout="NHWC")
     assert_close(_host(dev["y"]), yref, TOLERANCE[dtype], f"resample max forward with index {dtype}")
     h = Graph(io_dtype=dtype)
     dx = h.resample_backward(h.tensor("dy", dy.shape), index=h.tensor("index", idx.shape, "int8"),
@@ -493,7 +493,7 @@ def test_resample_max_backward_with_index(rng, dtype):
     bwd = _build(h)
     out_dx = _poisoned(x.shape, dtype)
     bwd.execute({"dy": cuda.to_device(dy), "index": dev["index"], "dx": out_dx}, workspace=_workspace(bwd))
-    ref = ops.pool2d_backward(dyr, xr, ops.pool2d_forward(xr, mode="max", window=2, stride=2, layout="NHWC"),
+    ref = kernels.pool2d_backward(dyr, xr, kernels.pool2d_forward(xr, mode="max", window=2, stride=2, layout="NHWC"),
                               mode="max", window=2, stride=2, layout="NHWC")
     assert_close(_host(out_dx), ref, TOLERANCE[dtype], f"resample max backward {dtype}")
 

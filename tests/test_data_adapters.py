@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dnnbind as keras
-from dnnbind import layers, ops
+from dnnbind import layers, kernels
 from dnnbind.trainers import data_adapters as da
 
 
@@ -434,7 +434,7 @@ def test_gpu_generator_fit_with_graphs_matches_the_array_path_exactly(weighted):
     x, y = _data(96)
     w = np.random.default_rng(2).uniform(0.1, 2.0, 96).astype(np.float32) if weighted else None
     # deterministic kernels, and no TF32, so the comparison with NumPy below is tight
-    with ops.config.override(deterministic=True, allow_tf32=False):
+    with kernels.config.override(deterministic=True, allow_tf32=False):
         ref = _model(device=_gpu())
         ref.fit(x, y, sample_weight=w, batch_size=16, epochs=2, shuffle=False, verbose=0)
         gen = _model(device=_gpu())
@@ -456,7 +456,7 @@ def test_gpu_generator_fit_with_graphs_matches_the_array_path_exactly(weighted):
 @pytest.mark.gpu
 def test_gpu_partial_batches_and_predict_through_the_prefetcher():
     x, y = _data(40)  # batches of 16, 16, 8: the last runs eagerly
-    with ops.config.override(deterministic=True, allow_tf32=False):
+    with kernels.config.override(deterministic=True, allow_tf32=False):
         m = _model(device=_gpu())
         ref = m.predict(x, batch_size=16, verbose=0)
         out = m.predict(_Batches(x, y, 16, workers=2), verbose=0)
@@ -478,7 +478,7 @@ def test_gpu_streamed_arrays_use_the_prefetcher(monkeypatch):
 
     x, y = _data(64)
     w = np.linspace(0.5, 1.5, 64).astype(np.float32)
-    with ops.config.override(deterministic=True):
+    with kernels.config.override(deterministic=True):
         ref = _model(device=_gpu())
         ref.fit(x, y, sample_weight=w, batch_size=16, epochs=2, seed=4, verbose=0)
         m = _model(device=_gpu())

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import dnnbind as keras
-from dnnbind import cuda, layers, ops
+from dnnbind import cuda, layers, kernels
 from dnnbind import distribution as dd
 from dnnbind.distribution.communicator import NcclCommunicator
 from dnnbind.distribution.launch import free_port
@@ -126,7 +126,7 @@ def test_one_rank_data_parallel_fit_is_bitwise_plain_fit_with_nccl_in_the_graph(
     x, y = _data()
     one_rank.bucket_bytes = 4096  # two buckets: [dense bias, dense kernel], [BN beta, gamma, conv bias, kernel]
     calls = _spy_all_reduce(monkeypatch)
-    with ops.config.override(deterministic=True), warnings.catch_warnings(record=True) as caught:
+    with kernels.config.override(deterministic=True), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plain = _model()
         plain_hist = plain.fit(x, y, batch_size=32, epochs=2, seed=5, verbose=0, validation_data=(x[:64], y[:64]))
@@ -194,7 +194,7 @@ def test_fit_with_sync_batchnorm_captures_its_collectives(one_rank, monkeypatch)
         return m
 
     calls = _spy_all_reduce(monkeypatch)
-    with ops.config.override(allow_tf32=False), warnings.catch_warnings(record=True) as caught:
+    with kernels.config.override(allow_tf32=False), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plain = model(False)
         plain.fit(x, y, batch_size=32, epochs=2, seed=5, verbose=0)
@@ -274,10 +274,10 @@ _TRAIN = r"""
 import hashlib, os, sys
 import numpy as np
 import dnnbind as keras
-from dnnbind import distribution as dd, layers, ops
+from dnnbind import distribution as dd, layers, kernels
 # exact float32 GEMMs in a fixed order: the comparison with one process then sees only the split sum
-ops.config.allow_tf32 = False
-ops.config.deterministic = True
+kernels.config.allow_tf32 = False
+kernels.config.deterministic = True
 dd.set_distribution(dd.DataParallel(timeout=120))
 rng = np.random.default_rng(0)
 x = rng.normal(size=(512, 16)).astype(np.float32)

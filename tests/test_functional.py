@@ -343,13 +343,13 @@ def gpu():
 
 @pytest.mark.gpu
 def test_gpu_functional_residual_cnn_graphs_match_eager(gpu):
-    from dnnbind import ops
+    from dnnbind import kernels
 
     dnnbind.set_default_device("cuda")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 6, 6, 2)).astype(np.float32)
     y = rng.integers(0, 3, 64)
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         graphed, eager = residual_cnn(seed=11), residual_cnn(seed=12)
         eager.set_weights(graphed.get_weights())
         graphed.compile(keras.optimizers.SGD(0.05, momentum=0.9), "sparse_categorical_crossentropy",
@@ -373,14 +373,14 @@ def test_gpu_functional_residual_cnn_graphs_match_eager(gpu):
 
 @pytest.mark.gpu
 def test_gpu_two_input_two_output_graphs_match_eager(gpu):
-    from dnnbind import ops
+    from dnnbind import kernels
 
     dnnbind.set_default_device("cuda")
     rng = np.random.default_rng(1)
     xa = rng.normal(size=(48, 5)).astype(np.float32)
     xb = rng.normal(size=(48, 4)).astype(np.float32)
     yc, yr = rng.integers(0, 3, 48), rng.normal(size=(48, 2)).astype(np.float32)
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         graphed, eager = two_in_two_out(seed=13), two_in_two_out(seed=14)
         eager.set_weights(graphed.get_weights())
         graphed.compile(keras.optimizers.Adam(0.01), ["sparse_categorical_crossentropy", "mse"])

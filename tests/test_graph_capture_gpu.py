@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dnnbind import cuda, ops
-from dnnbind.ops import config
+from dnnbind import cuda, kernels
+from dnnbind.kernels import config
 from gpu_errlog import check, host
 from testutil import random
 
@@ -25,16 +25,16 @@ class _Net:
         self.lr = put(np.asarray(1e-2, np.float32))
         self.step = put(np.asarray(1, np.int64))
         self.kw = dict(stride=2, padding="same", layout="NHWC", stream=stream)  # asymmetric: pad kernels too
-        y_shape = ops.conv2d_output_shape(x.shape, w.shape, stride=2, padding="same", layout="NHWC")
+        y_shape = kernels.conv2d_output_shape(x.shape, w.shape, stride=2, padding="same", layout="NHWC")
         self.y = cuda.empty(y_shape, np.float32, stream=stream)
         self.dx = cuda.empty(x.shape, np.float32, stream=stream)
         self.dw = cuda.empty(w.shape, np.float32, stream=stream)
 
     def train_step(self):
-        ops.conv2d_forward(self.x, self.w, out=self.y, **self.kw)
-        ops.conv2d_backward_data(self.dy, self.w, self.x.shape, out=self.dx, **self.kw)
-        ops.conv2d_backward_filter(self.x, self.dy, self.w.shape, out=self.dw, **self.kw)
-        ops.adam_update([self.w], [self.dw], [self.m], [self.v], lr=self.lr, step=self.step, stream=self.s)
+        kernels.conv2d_forward(self.x, self.w, out=self.y, **self.kw)
+        kernels.conv2d_backward_data(self.dy, self.w, self.x.shape, out=self.dx, **self.kw)
+        kernels.conv2d_backward_filter(self.x, self.dy, self.w.shape, out=self.dw, **self.kw)
+        kernels.adam_update([self.w], [self.dw], [self.m], [self.v], lr=self.lr, step=self.step, stream=self.s)
 
     def set_step(self, step: int):
         self.step.copy_from_host(np.asarray(step, np.int64), stream=self.s)
@@ -43,7 +43,7 @@ class _Net:
 def test_captured_conv_step_with_adam_replays_like_eager(rng):
     x = random(rng, (4, 9, 9, 3)).astype(np.float32)
     w = random(rng, (8, 3, 3, 3)).astype(np.float32)
-    dy_shape = ops.conv2d_output_shape(x.shape, w.shape, stride=2, padding="same", layout="NHWC")
+    dy_shape = kernels.conv2d_output_shape(x.shape, w.shape, stride=2, padding="same", layout="NHWC")
     dy = random(rng, dy_shape).astype(np.float32)
     stream = cuda.Stream()
     with config.override(allow_tf32=False, deterministic=True):
@@ -69,7 +69,7 @@ def test_captured_conv_step_with_adam_replays_like_eager(rng):
     assert not np.array_equal(host(eager.w), w.astype(np.float64))
     w_seen = _w_before_last(eager, w)  # the last forward ran with the weights after 3 updates
     check("graph_capture.conv2d_forward", "float32", eager.y,
-          ops.conv2d_forward(x.astype(np.float64), w_seen, stride=2, padding="same", layout="NHWC"), tol=1e-5)
+          kernels.conv2d_forward(x.astype(np.float64), w_seen, stride=2, padding="same", layout="NHWC"), tol=1e-5)
 
 
 def _w_before_last(net, w0):
@@ -78,7 +78,7 @@ def _w_before_last(net, w0):
     m, v = np.zeros_like(p), np.zeros_like(p)
     dw = host(net.dw)
     for step in (1, 2, 3):
-        ops.adam_update([p], [dw], [m], [v], lr=float(np.float32(1e-2)), step=step)
+        kernels.adam_update([p], [dw], [m], [v], lr=float(np.float32(1e-2)), step=step)
     return p
 
 
@@ -87,11 +87,11 @@ def test_dropout_replayed_in_a_graph_draws_fresh_masks(rng):
     stream = cuda.Stream()
     xd = cuda.to_device(x, stream=stream)
     y = cuda.empty(x.shape, np.float32, stream=stream)
-    state = ops.DropoutState(0.5, seed=11)
-    ops.dropout_forward(xd, state, out=y, stream=stream)  # warm-up: creates the cuDNN state
+    state = kernels.DropoutState(0.5, seed=11)
+    kernels.dropout_forward(xd, state, out=y, stream=stream)  # warm-up: creates the cuDNN state
     stream.synchronize()
     with cuda.capture(stream) as graph:
-        ops.dropout_forward(xd, state, out=y, stream=stream)
+        kernels.dropout_forward(xd, state, out=y, stream=stream)
     masks = []
     for _ in range(3):
         graph.launch(stream)

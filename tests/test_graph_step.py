@@ -18,7 +18,7 @@ import pytest
 
 import dnnbind
 import dnnbind as keras
-from dnnbind import layers, mixed_precision, ops
+from dnnbind import layers, mixed_precision, kernels
 from dnnbind._step_graphs import StepGraphs, step_key
 from testutil import rel_error
 
@@ -228,13 +228,13 @@ def test_step_key_separates_what_changes_the_captured_work():
                                                                    (16,), i32),
               step_key("train", 7, (16, 6), f32, (16, 3), f32), step_key("predict", 7, (16, 6), f32, None, None)]
     assert len({base, *others}) == len(others) + 1
-    with ops.config.override(allow_tf32=not ops.config.allow_tf32):
+    with kernels.config.override(allow_tf32=not kernels.config.allow_tf32):
         assert step_key("train", 7, (16, 6), f32, (16,), i32) != base
-    with ops.config.override(deterministic=not ops.config.deterministic):
+    with kernels.config.override(deterministic=not kernels.config.deterministic):
         assert step_key("train", 7, (16, 6), f32, (16,), i32) != base
-    with ops.config.override(benchmark=not ops.config.benchmark):
+    with kernels.config.override(benchmark=not kernels.config.benchmark):
         assert step_key("train", 7, (16, 6), f32, (16,), i32) != base
-    with ops.config.override(workspace_limit=1 << 20):
+    with kernels.config.override(workspace_limit=1 << 20):
         assert step_key("train", 7, (16, 6), f32, (16,), i32) != base
     with pytest.raises(ValueError):
         StepGraphs(max_graphs=0)
@@ -397,7 +397,7 @@ def test_a_switch_registered_during_the_warm_up_keys_the_entry_as_the_next_call_
     real_step = graphed._eager_step
 
     def step_that_imports_a_module(kind, xb, yb):
-        ops.config.register_switches(owner, lambda: (True,))
+        kernels.config.register_switches(owner, lambda: (True,))
         return real_step(kind, xb, yb)
 
     graphed._eager_step = step_that_imports_a_module
@@ -408,7 +408,7 @@ def test_a_switch_registered_during_the_warm_up_keys_the_entry_as_the_next_call_
         assert (g.stats["warmups"], g.stats["captures"], g.stats["replays"]) == (1, 1, 1)
         assert len(g) == 1 and any(owner in str(k) for k in g.keys())
     finally:
-        ops.config._switches.pop(owner, None)
+        kernels.config._switches.pop(owner, None)
     assert_same(graphed, eager)
 
 
@@ -522,7 +522,7 @@ def test_gpu_graph_fit_matches_eager(gpu, opt):
                "adam": lambda: keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(3e-3, 5, 0.7))}[opt]
     x, y = gpu_data(80)  # batch 16: 5 full batches per epoch
     xv, yv = gpu_data(40, seed=1)  # validation: 2 full batches and one of 8
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         graphed, eager = gpu_pair(factory)
         hg = graphed.fit(x, y, batch_size=16, epochs=4, validation_data=(xv, yv), verbose=0, seed=7)
         he = eager.fit(x, y, batch_size=16, epochs=4, validation_data=(xv, yv), verbose=0, seed=7)
@@ -546,7 +546,7 @@ def test_gpu_graph_fit_matches_eager(gpu, opt):
 def test_gpu_benchmark_mode_is_captured_after_the_warm_up(gpu):
     """cudnnFind runs in the eager warm-up step of a key; the capture reuses its choice."""
     x, y = gpu_data(64)
-    with ops.config.override(allow_tf32=False, deterministic=True, benchmark=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True, benchmark=True):
         graphed, eager = gpu_pair(lambda: keras.optimizers.SGD(0.05, momentum=0.9))
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
@@ -567,7 +567,7 @@ def test_gpu_train_on_batch_replays_without_host_synchronisation(gpu, monkeypatc
     xd = dnnbind.backend.asarray(x)
     yd = dnnbind.backend.asarray(y.astype(np.int32))
     graphed, eager = gpu_pair(lambda: keras.optimizers.SGD(0.05, momentum=0.9))
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         for _ in range(2):  # warm-up, capture
             graphed.train_on_batch(xd, yd, return_dict=True)
             eager.train_on_batch(xd, yd, return_dict=True)
@@ -610,7 +610,7 @@ def test_gpu_dropout_draws_fresh_masks_on_every_replay(gpu):
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_gpu_mixed_precision_graphs_match_eager(gpu, policy):
     x, y = gpu_data(64)
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         graphed, eager = gpu_pair(lambda: keras.optimizers.Adam(3e-3), policy=policy)
         hg = graphed.fit(x, y, batch_size=16, epochs=3, verbose=0, seed=1)
         he = eager.fit(x, y, batch_size=16, epochs=3, verbose=0, seed=1)
@@ -634,7 +634,7 @@ def test_gpu_mixed_precision_graphs_match_eager(gpu, policy):
 @pytest.mark.gpu
 def test_gpu_invalidation_and_set_weights(gpu):
     x, y = gpu_data(32)
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         graphed, eager = gpu_pair(lambda: keras.optimizers.SGD(0.05, momentum=0.9))
         for _ in range(3):
             graphed.train_on_batch(x, y)
@@ -719,23 +719,23 @@ def test_gpu_lru_bound_closes_evicted_graphs(gpu):
 
 def test_capture_key_follows_registered_module_switches():
     """A module switch that changes the captured kernels (batch norm's path) is part of the step key."""
-    from dnnbind.ops._cuda import batchnorm as bn_cuda
+    from dnnbind.kernels._cuda import batchnorm as bn_cuda
 
-    before = ops.config.capture_key()
+    before = kernels.config.capture_key()
     key = step_key("train", 1, (8, 4), np.float32, (8,), np.int32)
     saved = bn_cuda.USE_PERSISTENT_NHWC
     try:
         bn_cuda.USE_PERSISTENT_NHWC = not saved
-        assert ops.config.capture_key() != before
+        assert kernels.config.capture_key() != before
         assert step_key("train", 1, (8, 4), np.float32, (8,), np.int32) != key
     finally:
         bn_cuda.USE_PERSISTENT_NHWC = saved
-    assert ops.config.capture_key() == before
+    assert kernels.config.capture_key() == before
 
 
 @pytest.mark.gpu
 def test_gpu_flipping_a_batchnorm_switch_captures_anew(gpu):
-    from dnnbind.ops._cuda import batchnorm as bn_cuda
+    from dnnbind.kernels._cuda import batchnorm as bn_cuda
 
     x, y = gpu_data(32)
     dnnbind.set_default_device("cuda")

@@ -15,8 +15,8 @@ from dnnbind.cuda import array as amod
 from dnnbind.cuda import kernel as kmod
 from dnnbind.cuda import memory as mmod
 from dnnbind.cuda.stream import Stream
-from dnnbind.ops import _dispatch
-from dnnbind.ops import conv as conv_ops
+from dnnbind.kernels import _dispatch
+from dnnbind.kernels import conv as conv_ops
 
 SAXPY = r"""
 extern "C" __global__ void saxpy(float a, const float* x, float* y, long long n, int flag, double d) {
@@ -54,13 +54,13 @@ def test_is_device_array_and_as_array():
 def test_route_fast_paths_and_mixed_devices():
     x, w = _fake_array(), _fake_array((3,))
     h = np.zeros((4, 3), np.float32)
-    assert _dispatch.route("op", "conv", x=x, w=w, out=None).__name__ == "dnnbind.ops._cuda.conv"
+    assert _dispatch.route("op", "conv", x=x, w=w, out=None).__name__ == "dnnbind.kernels._cuda.conv"
     assert _dispatch.route("op", "conv", x=h, w=h, out=None) is None
     with pytest.raises(TypeError, match="x is a DeviceArray but w is a ndarray"):
         _dispatch.route("op", "conv", x=x, w=h)
     with pytest.raises(TypeError, match="x is a numpy.ndarray but w is a DeviceArray"):
         _dispatch.route("op", "conv", x=h, w=x)
-    assert _dispatch.route("op", "conv", x=x, alpha=2.0).__name__ == "dnnbind.ops._cuda.conv"
+    assert _dispatch.route("op", "conv", x=x, alpha=2.0).__name__ == "dnnbind.kernels._cuda.conv"
 
 
 def test_normalize_shape_and_dtype_fast_paths_keep_their_errors():
@@ -167,9 +167,9 @@ def test_launch_plan_packs_the_same_bytes_as_the_general_path(monkeypatch, known
 def test_conv_key_memo_follows_the_config():
     from dnnbind._lib import cudnn as C
     from dnnbind.cudnn import algo
-    from dnnbind.ops import config
-    from dnnbind.ops._cuda import conv as cconv
-    from dnnbind.ops._params import ConvParams
+    from dnnbind.kernels import config
+    from dnnbind.kernels._cuda import conv as cconv
+    from dnnbind.kernels._params import ConvParams
 
     params = ConvParams(stride=(1, 1), pad=(1, 1, 1, 1), dilation=(1, 1), groups=1)
     try:
@@ -198,8 +198,8 @@ class _RecordingKernel:
 
 def test_cast_plan_memo_is_keyed_by_both_dtypes_and_keeps_the_grid(monkeypatch):
     from dnnbind._validate import BFLOAT16
-    from dnnbind.ops._cuda import _common as cm
-    from dnnbind.ops._cuda import elementwise as ew
+    from dnnbind.kernels._cuda import _common as cm
+    from dnnbind.kernels._cuda import elementwise as ew
 
     launches: list = []
     monkeypatch.setattr(ew, "_cast_plans", {})
@@ -221,16 +221,16 @@ def test_cast_plan_memo_is_keyed_by_both_dtypes_and_keeps_the_grid(monkeypatch):
     assert set(ew._cast_plans) == {(np.dtype(np.float32), BFLOAT16, 0), (np.dtype(np.float32), np.dtype(np.float16), 0)}
     # the public op still refuses bad input before any launch, after good calls
     with pytest.raises(TypeError, match="cast"):
-        __import__("dnnbind").ops.cast(x, np.complex64, stream=s)
+        __import__("dnnbind").kernels.cast(x, np.complex64, stream=s)
     with pytest.raises(ValueError, match="out has shape"):
-        __import__("dnnbind").ops.cast(x, BFLOAT16, out=cuda.DeviceArray(None, (10,), BFLOAT16, 0x50000,
+        __import__("dnnbind").kernels.cast(x, BFLOAT16, out=cuda.DeviceArray(None, (10,), BFLOAT16, 0x50000,
                                                                              device_index=0, stream=s), stream=s)
     assert len(launches) == 3
 
 
 def test_optimizer_table_key_follows_addresses_and_sizes(monkeypatch):
-    from dnnbind.ops import UpdateTables
-    from dnnbind.ops._cuda import optim
+    from dnnbind.kernels import UpdateTables
+    from dnnbind.kernels._cuda import optim
 
     uploads = []
 
@@ -261,7 +261,7 @@ def test_optimizer_table_key_follows_addresses_and_sizes(monkeypatch):
 
 
 def test_pool_params_memo_still_rejects_bool_and_float_arguments():
-    from dnnbind.ops import pooling as pool_ops
+    from dnnbind.kernels import pooling as pool_ops
 
     args = dict(mode="max", window=2, stride=None, padding="valid", layout="NHWC")
     first = pool_ops.pool_params("op", (2, 8, 8, 3), **args)
@@ -276,7 +276,7 @@ def test_pool_params_memo_still_rejects_bool_and_float_arguments():
 
 
 def test_optimizer_list_check_fast_path_keeps_the_messages():
-    from dnnbind.ops import optim as optim_ops
+    from dnnbind.kernels import optim as optim_ops
 
     p = [np.zeros((2, 3), np.float32), np.zeros(4, np.float32)]
     optim_ops._check_lists("op", p, grads=[np.zeros((2, 3), np.float16), np.zeros(4, np.float32)],
@@ -397,7 +397,7 @@ def test_free_fast_path_defers_while_the_stream_captures(monkeypatch):
 def test_stream_of_none_is_as_stream_none(monkeypatch):
     from dnnbind.cuda import device as dmod
     from dnnbind.cuda import stream as smod
-    from dnnbind.ops._cuda import _common as cm
+    from dnnbind.kernels._cuda import _common as cm
 
     default, inner = _open_stream(0x7000), _open_stream(0x8000)
     monkeypatch.setattr(dmod, "_probe", (1, ""))
@@ -410,8 +410,8 @@ def test_stream_of_none_is_as_stream_none(monkeypatch):
 
 def test_bias_backward_plan_memo_launches_as_computed(monkeypatch):
     from dnnbind._validate import BFLOAT16
-    from dnnbind.ops._cuda import _common as cm
-    from dnnbind.ops._cuda import conv as cconv
+    from dnnbind.kernels._cuda import _common as cm
+    from dnnbind.kernels._cuda import conv as cconv
 
     launches: list = []
     ptrs = iter(range(0x900000, 0xA00000, 0x1000))
@@ -448,7 +448,7 @@ def test_bias_backward_plan_memo_launches_as_computed(monkeypatch):
 
 def test_optimizer_groups_fast_path_matches_the_general_grouping():
     from dnnbind._validate import BFLOAT16
-    from dnnbind.ops._cuda import optim
+    from dnnbind.kernels._cuda import optim
 
     f32 = np.float32
     p = [_fake_array((4, 3), f32, 0x1000), _fake_array((5,), f32, 0x2000)]
@@ -484,8 +484,8 @@ def test_kernel_launch_dims_memo_takes_unhashable_spellings(monkeypatch):
 def test_cast_many_table_offsets_vector_flags_and_keeping(monkeypatch):
     """The multi-tensor cast's pointer table (what elementwise.cu's cast_chunks reads), where it is
     kept (the caller's tables, or the prepared CastMany's own), and that a capture keeps nothing."""
-    from dnnbind import ops
-    from dnnbind.ops._cuda import elementwise as cew
+    from dnnbind import kernels
+    from dnnbind.kernels._cuda import elementwise as cew
 
     uploads = []
 
@@ -510,7 +510,7 @@ def test_cast_many_table_offsets_vector_flags_and_keeping(monkeypatch):
 
     s = FakeStream()
     xs = [_fake_array((3, 5), ptr=0x10000), _fake_array((3000,), ptr=0x20004), _fake_array((0,), ptr=0x30000)]
-    entry = cew._cast_entry(xs, np.dtype(ml_dtypes.bfloat16), s, ops.UpdateTables(), None)
+    entry = cew._cast_entry(xs, np.dtype(ml_dtypes.bfloat16), s, kernels.UpdateTables(), None)
     table, plan = entry
     assert table.n == 1 and plan.kernel == "cast_many_f32_bf16" and plan.chunk == 1024
     rows = uploads[0][:cew._CAST_COLS * 3].reshape(3, cew._CAST_COLS)
@@ -519,7 +519,7 @@ def test_cast_many_table_offsets_vector_flags_and_keeping(monkeypatch):
     assert uploads[0][cew._CAST_COLS * 3:].tolist() == [0, 0, 1, 0, 1, 1024, 1, 2048]  # (tensor, start)
     assert plan.nchunks == 4 and plan.nbytes == 256 + 6144
     assert [(v[0], v[3]) for v in plan.views] == [((3, 5), 0), ((3000,), 256), ((0,), 6400)]
-    tables = ops.UpdateTables()
+    tables = kernels.UpdateTables()
     first = cew._cast_entry(xs, np.dtype(np.float16), s, tables, None)
     assert cew._cast_entry(xs, np.dtype(np.float16), s, tables, None) is first and len(uploads) == 2
     moved = [xs[0], _fake_array((3000,), ptr=0x20010), xs[2]]  # another address: another table
@@ -545,11 +545,11 @@ def test_cast_many_table_offsets_vector_flags_and_keeping(monkeypatch):
 
 
 def test_prepared_update_checks_gradients_every_call_and_changes_nothing_on_bad_ones():
-    from dnnbind import ops
+    from dnnbind import kernels
 
     p = [np.ones((2, 3), np.float32), np.ones(4, np.float32)]
     m, v = [np.zeros_like(a) for a in p], [np.zeros_like(a) for a in p]
-    prepared = ops.optim.PreparedUpdate("adam", p, m, v, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
+    prepared = kernels.optim.PreparedUpdate("adam", p, m, v, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
                                         amsgrad=False, vhat=None, tables=None)
     before = [a.copy() for a in p + m + v]
     for bad, words in (([np.ones((3, 2), np.float32), np.ones(4, np.float32)], r"grads\[0\] has shape \(3, 2\)"),
@@ -564,7 +564,7 @@ def test_prepared_update_checks_gradients_every_call_and_changes_nothing_on_bad_
     prepared(g, lr=0.1, step=1)
     q, mq, vq = [np.ones((2, 3), np.float32), np.ones(4, np.float32)], [np.zeros_like(a) for a in p], \
         [np.zeros_like(a) for a in p]
-    ops.adam_update(q, g, mq, vq, lr=0.1, step=1)
+    kernels.adam_update(q, g, mq, vq, lr=0.1, step=1)
     assert all(np.array_equal(a, b) for a, b in zip(p + m + v, q + mq + vq)) and not np.array_equal(p[0], before[0])
     assert prepared.matches(p, m, v, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0, amsgrad=False,
                             vhat=None, tables=None)
@@ -573,7 +573,7 @@ def test_prepared_update_checks_gradients_every_call_and_changes_nothing_on_bad_
     assert not prepared.matches(p, [m[0], m[1].copy()], v, beta1=0.9, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
                                 amsgrad=False, vhat=None, tables=None)
     with pytest.raises(ValueError, match=r"beta1 must be in \[0, 1\)"):
-        ops.optim.PreparedUpdate("adam", p, m, v, beta1=1.0, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
+        kernels.optim.PreparedUpdate("adam", p, m, v, beta1=1.0, beta2=0.999, epsilon=1e-7, weight_decay=0.0,
                                  amsgrad=False, vhat=None, tables=None)
 
 

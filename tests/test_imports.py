@@ -122,7 +122,7 @@ def test_deferred_imports_hide_no_cycle_but_the_documented_one():
     # the edges the three former cycles ran along now point one way only
     assert "dnnbind.saving_lib" in graph["dnnbind.models.model"]
     assert not graph["dnnbind.saving_lib"] & {"dnnbind.models", "dnnbind.saving"}
-    assert "dnnbind.ops" not in graph["dnnbind.backend"]
+    assert "dnnbind.kernels" not in graph["dnnbind.backend"]
     assert "dnnbind.cuda.interop" not in graph["dnnbind.cuda.array"]
     # Model.__new__ returns a Functional for Model(inputs, outputs), and Functional subclasses Model
     # (Keras 3 defers the same import): the one cycle DESIGN.md names
@@ -131,8 +131,8 @@ def test_deferred_imports_hide_no_cycle_but_the_documented_one():
 
 @pytest.mark.parametrize("first", ["dnnbind.saving", "dnnbind.models", "dnnbind.saving_lib", "dnnbind.callbacks",
                                    "dnnbind.cuda.interop", "dnnbind.cuda.array", "dnnbind.cuda._dlpack",
-                                   "dnnbind.backend", "dnnbind.ops", "dnnbind.cudnn", "dnnbind.cublas",
-                                   "dnnbind.ops._cuda._common", "dnnbind.layers", "dnnbind.doctor"])
+                                   "dnnbind.backend", "dnnbind.kernels", "dnnbind.cudnn", "dnnbind.cublas",
+                                   "dnnbind.kernels._cuda._common", "dnnbind.layers", "dnnbind.doctor"])
 def test_each_room_imports_first_in_a_fresh_interpreter(first):
     code = f"import {first}, dnnbind.saving, dnnbind.models; print(dnnbind.saving.load_model is dnnbind.load_model)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -141,9 +141,9 @@ def test_each_room_imports_first_in_a_fresh_interpreter(first):
 
 
 def test_the_numpy_backend_loads_no_cuda_binding():
-    code = ("import sys, dnnbind, dnnbind.ops, dnnbind.layers, dnnbind.models, dnnbind.saving, dnnbind.callbacks; "
+    code = ("import sys, dnnbind, dnnbind.kernels, dnnbind.layers, dnnbind.models, dnnbind.saving, dnnbind.callbacks; "
             "print(sorted(m for m in sys.modules if m.startswith(('cuda.bindings', 'dnnbind.cuda', "
-            "'dnnbind.ops._cuda', 'dnnbind.cudnn', 'dnnbind.cublas'))))")
+            "'dnnbind.kernels._cuda', 'dnnbind.cudnn', 'dnnbind.cublas'))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"

@@ -8,7 +8,7 @@ import pytest
 
 import dnnbind
 import dnnbind as keras
-from dnnbind import layers, mixed_precision, ops
+from dnnbind import layers, mixed_precision, kernels
 from testutil import rel_error
 
 pytestmark = pytest.mark.gpu
@@ -53,7 +53,7 @@ def test_cuda_matches_numpy_training():
     w0 = cpu.get_weights()
     gpu = make_model("cuda", w0)
     assert gpu.device.is_cuda and dnnbind.backend.is_device_array(gpu.layers[0].kernel.value)
-    with ops.config.override(allow_tf32=False):
+    with kernels.config.override(allow_tf32=False):
         for m in (cpu, gpu):
             m.compile(keras.optimizers.SGD(0.05, momentum=0.9), "sparse_categorical_crossentropy",
                       metrics=["accuracy"])

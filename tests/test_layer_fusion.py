@@ -1,6 +1,6 @@
 """Layer fusion in Sequential (issue 9): BatchNormalization + a plain relu run as one batch-norm op with
 ``activation="relu"`` in training forwards; which pairs fuse, and that training gives the same weights
-with ``ops.config.fuse_layers`` on and off (NumPy backend; GPU eager and CUDA-graph steps)."""
+with ``kernels.config.fuse_layers`` on and off (NumPy backend; GPU eager and CUDA-graph steps)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dnnbind as keras
-from dnnbind import layers, ops
+from dnnbind import layers, kernels
 from dnnbind.models.sequential import fusion_candidates
 from testutil import fit_on_gpu, rel_error
 
@@ -39,11 +39,11 @@ def _data(n=48, seed=0):
 
 @pytest.fixture
 def bn_calls(monkeypatch):
-    """The ``activation`` of every ops.batchnorm_forward_training call and of every
-    ops.conv2d_batchnorm_forward_training call (``conv_bn``), and the count of ops.activation_forward."""
+    """The ``activation`` of every kernels.batchnorm_forward_training call and of every
+    kernels.conv2d_batchnorm_forward_training call (``conv_bn``), and the count of kernels.activation_forward."""
     seen = {"bn": [], "conv_bn": [], "activation_forward": 0}
-    bn_forward, act_forward = ops.batchnorm_forward_training, ops.activation_forward
-    conv_bn_forward = ops.conv2d_batchnorm_forward_training
+    bn_forward, act_forward = kernels.batchnorm_forward_training, kernels.activation_forward
+    conv_bn_forward = kernels.conv2d_batchnorm_forward_training
 
     def bn_spy(*args, activation=None, **kwargs):
         seen["bn"].append(activation)
@@ -57,9 +57,9 @@ def bn_calls(monkeypatch):
         seen["activation_forward"] += 1
         return act_forward(*args, **kwargs)
 
-    monkeypatch.setattr(ops, "batchnorm_forward_training", bn_spy)
-    monkeypatch.setattr(ops, "activation_forward", act_spy)
-    monkeypatch.setattr(ops, "conv2d_batchnorm_forward_training", conv_bn_spy)
+    monkeypatch.setattr(kernels, "batchnorm_forward_training", bn_spy)
+    monkeypatch.setattr(kernels, "activation_forward", act_spy)
+    monkeypatch.setattr(kernels, "conv2d_batchnorm_forward_training", conv_bn_spy)
     return seen
 
 
@@ -79,9 +79,9 @@ def test_which_pairs_fuse():
     assert fusion_candidates(model.layers) == (1, 4)
     assert model._fused_pairs(True)[0] == (1, 4)
     assert model._fused_pairs(False)[0] == ()  # inference (predict, evaluate) never fuses
-    with ops.config.override(fuse_layers=False):
+    with kernels.config.override(fuse_layers=False):
         assert model._fused_pairs(True)[0] == ()
-    assert ops.config.get("fuse_layers") is True
+    assert kernels.config.get("fuse_layers") is True
 
 
 def test_the_schedule_follows_the_layer_list():
@@ -136,11 +136,11 @@ def test_a_batch_norm_subclass_with_its_own_backward_does_not_fuse():
 
 
 def test_fuse_layers_is_a_checked_setting_in_the_capture_key():
-    key = ops.config.capture_key()
-    with ops.config.override(fuse_layers=False):
-        assert ops.config.capture_key() != key
+    key = kernels.config.capture_key()
+    with kernels.config.override(fuse_layers=False):
+        assert kernels.config.capture_key() != key
     with pytest.raises(TypeError, match="fuse_layers must be True or False"):
-        with ops.config.override(fuse_layers=1):
+        with kernels.config.override(fuse_layers=1):
             pass
 
 
@@ -150,7 +150,7 @@ def _train(fuse: bool, steps: int = 3, **fit):
     x, y = _data()
     model = _conv_model()
     model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "sparse_categorical_crossentropy")
-    with ops.config.override(fuse_layers=fuse):
+    with kernels.config.override(fuse_layers=fuse):
         model.fit(x, y, batch_size=len(x) // steps, epochs=1, shuffle=False, verbose=0, **fit)
     return model
 

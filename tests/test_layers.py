@@ -62,7 +62,7 @@ def test_conv2d_forward_matches_reference(rng, data_format, padding, strides, gr
     y = layer(x)
     k, b = layer.get_weights()
     assert k.shape == (3, 2, 4 // groups, 4)
-    from dnnbind.ops._params import resolve_padding
+    from dnnbind.kernels._params import resolve_padding
 
     s = (strides, strides)
     pad = resolve_padding(padding, (7, 6), (3, 2), s)

@@ -12,7 +12,7 @@ import pytest
 
 import dnnbind
 from dnnbind import layers
-from dnnbind.ops._params import resolve_padding
+from dnnbind.kernels._params import resolve_padding
 from testutil import layer_grad_check, random, rel_error
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import dnnbind
 from dnnbind import layers, mixed_precision
-from dnnbind.ops import config
+from dnnbind.kernels import config
 from gpu_errlog import BF16, check, dev, host, quantize
 from testutil import random, rel_error
 

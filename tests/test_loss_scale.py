@@ -17,7 +17,7 @@ import pytest
 
 import dnnbind
 import dnnbind as keras
-from dnnbind import backend, layers, mixed_precision, models, ops, optimizers
+from dnnbind import backend, layers, mixed_precision, models, kernels, optimizers
 from testutil import rel_error
 
 OPTIMIZERS = {
@@ -149,7 +149,7 @@ def test_gpu_skipped_steps_counted_on_the_device_through_graphs(gpu):
     x = rng.normal(size=(16 * 40, 8, 8, 3)).astype(np.float32)
     y = rng.integers(0, 5, len(x))
     results = {}
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         for jit in (True, False):
             model = _gpu_model(jit)
             model._loss_scale = models._LossScale(model.device, initial=2.0**40)

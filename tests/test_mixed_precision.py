@@ -14,7 +14,7 @@ import pytest
 
 import dnnbind
 import dnnbind as keras
-from dnnbind import layers, mixed_precision, ops
+from dnnbind import layers, mixed_precision, kernels
 from dnnbind import optimizers as optimizers_module
 from dnnbind.layers import base as layers_base
 from dnnbind.trainers.trainer import Trainer
@@ -113,9 +113,9 @@ def test_weights_are_cast_once_per_step_and_gradients_stay_float16(f16_on_numpy,
     x, y = _data((6, 6, 2))
     model.train_on_batch(x[:12], y[:12])  # the first step casts layer by layer and learns what
     casts, many, seen_grads = [], [], []
-    real_cast, real_many = ops.cast, ops.elementwise.CastMany.__call__
-    monkeypatch.setattr(ops, "cast", lambda a, dt, **k: (casts.append((a.shape, np.dtype(dt))), real_cast(a, dt, **k))[1])
-    monkeypatch.setattr(ops.elementwise.CastMany, "__call__",
+    real_cast, real_many = kernels.cast, kernels.elementwise.CastMany.__call__
+    monkeypatch.setattr(kernels, "cast", lambda a, dt, **k: (casts.append((a.shape, np.dtype(dt))), real_cast(a, dt, **k))[1])
+    monkeypatch.setattr(kernels.elementwise.CastMany, "__call__",
                         lambda self, **k: (many.append([a.shape for a in self.xs]), real_many(self, **k))[1])
     real_apply = optimizers_module.Optimizer.apply
     monkeypatch.setattr(optimizers_module.Optimizer, "apply", lambda self, p, g, **k: (
@@ -196,7 +196,7 @@ def test_gpu_eager_mixed_steps_are_bitwise_the_per_tensor_casts(monkeypatch, pol
     try:
         dnnbind.set_default_device("cuda")
         mixed_precision.set_global_policy(policy)
-        with ops.config.override(allow_tf32=False, deterministic=True):
+        with kernels.config.override(allow_tf32=False, deterministic=True):
             for old in (False, True):
                 with monkeypatch.context() as m:
                     if old:
@@ -226,7 +226,7 @@ def test_gpu_graph_step_with_precast_matches_eager_and_captures_cleanly():
     try:
         dnnbind.set_default_device("cuda")
         mixed_precision.set_global_policy("mixed_bfloat16")
-        with ops.config.override(allow_tf32=False, deterministic=True):
+        with kernels.config.override(allow_tf32=False, deterministic=True):
             graphed, eager = _gpu_model(), _gpu_model()
             graphed.compile(keras.optimizers.Adam(3e-3), "sparse_categorical_crossentropy")
             eager.compile(keras.optimizers.Adam(3e-3), "sparse_categorical_crossentropy", jit_compile=False)

@@ -261,17 +261,17 @@ def test_clip_arguments_are_checked_and_configured():
     assert opt.global_clipnorm is None and opt._state_version == version + 1
 
 
-def test_ops_clip_arguments_are_checked(rng):
-    from dnnbind import ops
+def test_kernels_clip_arguments_are_checked(rng):
+    from dnnbind import kernels
 
     p, g = [rng.normal(size=3)], [rng.normal(size=3)]
     with pytest.raises(ValueError, match="sgd_update: only one of clipnorm and global_clipnorm"):
-        ops.sgd_update(p, g, None, lr=0.1, clipnorm=1.0, global_clipnorm=2.0)
+        kernels.sgd_update(p, g, None, lr=0.1, clipnorm=1.0, global_clipnorm=2.0)
     with pytest.raises(ValueError, match="adam_update: clipnorm must be > 0, got 0"):
-        ops.adam_update(p, g, [np.zeros(3)], [np.zeros(3)], lr=0.1, step=1, clipnorm=0.0)
+        kernels.adam_update(p, g, [np.zeros(3)], [np.zeros(3)], lr=0.1, step=1, clipnorm=0.0)
     before = p[0].copy()
     with pytest.raises(ValueError, match="rmsprop_update: clipvalue must be a finite number"):
-        ops.rmsprop_update(p, g, [np.zeros(3)], lr=0.1, clipvalue=float("nan"))
+        kernels.rmsprop_update(p, g, [np.zeros(3)], lr=0.1, clipvalue=float("nan"))
     assert np.array_equal(p[0], before)
 
 
@@ -347,7 +347,7 @@ def _thresholds(gs, scale):
 def test_clipping_gpu_matches_numpy(rng, kind, clip, param_dtype, grad_dtypes, label):
     import ml_dtypes
 
-    from dnnbind import ops
+    from dnnbind import kernels
     from gpu_errlog import check, dev
 
     grad_dtypes = [ml_dtypes.bfloat16 if d == "bfloat16" else d for d in grad_dtypes]
@@ -366,12 +366,12 @@ def test_clipping_gpu_matches_numpy(rng, kind, clip, param_dtype, grad_dtypes, l
 
     def update(params, grads, state, grad_scale):
         if kind == "sgd":
-            ops.sgd_update(params, grads, state[0], lr=2.0 ** -4, momentum=0.5, grad_scale=grad_scale, **kwargs)
+            kernels.sgd_update(params, grads, state[0], lr=2.0 ** -4, momentum=0.5, grad_scale=grad_scale, **kwargs)
         elif kind == "adam":
-            ops.adam_update(params, grads, state[0], state[1], lr=2.0 ** -7, step=step, epsilon=eps, amsgrad=True,
+            kernels.adam_update(params, grads, state[0], state[1], lr=2.0 ** -7, step=step, epsilon=eps, amsgrad=True,
                             vhat=state[2], grad_scale=grad_scale, **kwargs)
         else:
-            ops.rmsprop_update(params, grads, state[0], lr=2.0 ** -7, rho=0.75, momentum=0.5, epsilon=eps,
+            kernels.rmsprop_update(params, grads, state[0], lr=2.0 ** -7, rho=0.75, momentum=0.5, epsilon=eps,
                                centered=True, mom=state[1], avg=state[2], grad_scale=grad_scale, **kwargs)
 
     for step in (1, 2, 3):
@@ -390,7 +390,7 @@ def test_clipping_gpu_matches_numpy(rng, kind, clip, param_dtype, grad_dtypes, l
 def test_clipping_gpu_is_captured_and_replays_like_eager(rng):
     """Global norm and per-tensor factors computed inside a CUDA graph: replay = eager = NumPy,
     and the capture leaves no allocation behind (the scratch dies inside it)."""
-    from dnnbind import cuda, ops
+    from dnnbind import cuda, kernels
     from gpu_errlog import check, host
 
     ps, gs = _gpu_case(rng, np.float32, (np.float32,) * 4, 1.0)
@@ -400,7 +400,7 @@ def test_clipping_gpu_is_captured_and_replays_like_eager(rng):
         eager, graphed = [put(p) for p in ps], [put(p) for p in ps]
         grads = [put(g) for g in gs]
         lr, scale = put(np.asarray(0.1, np.float32)), put(np.asarray(2.0, np.float32))
-        run = lambda params: ops.sgd_update(params, grads, None, lr=lr, grad_scale=scale,  # noqa: E731
+        run = lambda params: kernels.sgd_update(params, grads, None, lr=lr, grad_scale=scale,  # noqa: E731
                                             stream=stream, **clip)
         run(graphed)  # warm-up: kernels compiled, pointer table uploaded
         for p, h in zip(graphed, ps):
@@ -413,7 +413,7 @@ def test_clipping_gpu_is_captured_and_replays_like_eager(rng):
         for _ in range(3):
             run(eager)
             graph.launch(stream)
-            ops.sgd_update(reference, [g.astype(np.float64) for g in gs], None, lr=float(np.float32(0.1)),
+            kernels.sgd_update(reference, [g.astype(np.float64) for g in gs], None, lr=float(np.float32(0.1)),
                            grad_scale=2.0, **clip)
         stream.synchronize()
         for i, (a, b, r) in enumerate(zip(graphed, eager, reference)):
@@ -424,13 +424,13 @@ def test_clipping_gpu_is_captured_and_replays_like_eager(rng):
 
 @pytest.mark.gpu
 def test_clipping_gpu_skip_flag_changes_nothing(rng):
-    from dnnbind import ops
+    from dnnbind import kernels
     from gpu_errlog import dev, host
 
     ps, gs = _gpu_case(rng, np.float32, (np.float32,) * 4, 1.0)
     dps, dgs = [dev(p) for p in ps], [dev(g) for g in gs]
     dm, dv = [dev(np.zeros_like(p)) for p in ps], [dev(np.zeros_like(p)) for p in ps]
-    ops.adam_update(dps, dgs, dm, dv, lr=0.1, step=1, global_clipnorm=0.1, skip=dev(np.asarray(1, np.int32)))
+    kernels.adam_update(dps, dgs, dm, dv, lr=0.1, step=1, global_clipnorm=0.1, skip=dev(np.asarray(1, np.int32)))
     for p, d, m in zip(ps, dps, dm):
         assert np.array_equal(host(d), p.astype(np.float64)) and not np.any(host(m))
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import dnnbind
-from dnnbind import layers, ops
+from dnnbind import layers, kernels
 from dnnbind import quantizers as Q
 from dnnbind._lib import cublaslt as L
 from dnnbind.cublas import _lt
@@ -43,7 +43,7 @@ def test_abs_max_quantize_scale_rounding_and_saturation(rng):
 
 def test_int8_static_scale_rounds_half_to_even_and_saturates():
     x = np.array([[0.25, 0.75, -1.25, 100.0, -100.0, 1.75]], np.float32)
-    q, scale = ops.quantize_int8(x, scale=np.array([2.0], np.float32))
+    q, scale = kernels.quantize_int8(x, scale=np.array([2.0], np.float32))
     # 0.5 -> 0, 1.5 -> 2, -2.5 -> -2 (ties to even), 200 -> 127, -200 -> -127, 3.5 -> 4
     np.testing.assert_array_equal(q, [[0, 2, -2, 127, -127, 4]])
     assert scale[0] == 2.0
@@ -51,7 +51,7 @@ def test_int8_static_scale_rounds_half_to_even_and_saturates():
 
 def test_int8_dynamic_scales_are_per_row(rng):
     x = (rng.standard_normal((4, 20)) * np.array([[0.1], [1.0], [10.0], [100.0]])).astype(np.float32)
-    q, scale = ops.quantize_int8(x)
+    q, scale = kernels.quantize_int8(x)
     assert scale.shape == (4,)
     np.testing.assert_array_equal(scale, np.float32(127) / (np.max(np.abs(x), axis=1) + np.float32(1e-7)))
     np.testing.assert_array_equal(q, np.clip(np.rint(x * scale[:, None]), -127, 127).astype(np.int8))
@@ -104,15 +104,15 @@ def test_float8_scale_rounding_and_saturation():
 def test_dequantize_weight_follows_each_definition(rng):
     w = rng.standard_normal((8, 40)).astype(np.float32)
     q8, s8 = Q.abs_max_quantize(w, axis=1)
-    got = ops.dequantize_weight(q8, s8.reshape(-1), mode="int8", dtype=np.float32)
+    got = kernels.dequantize_weight(q8, s8.reshape(-1), mode="int8", dtype=np.float32)
     np.testing.assert_array_equal(got, q8.astype(np.float32) / s8)
     qs, ds = Q.compute_float8_scale(np.max(np.abs(w)))
     qf = Q.float8_to_bits(Q.quantize_float8(w, qs))
-    got = ops.dequantize_weight(qf, np.array([ds], np.float32), mode="float8", dtype=np.float32)
+    got = kernels.dequantize_weight(qf, np.array([ds], np.float32), mode="float8", dtype=np.float32)
     np.testing.assert_array_equal(got, Q.float8_from_bits(qf).astype(np.float32) * ds)
     q4, s4 = Q.abs_max_quantize_grouped(w, 16)
     p4 = Q.pack_int4(q4, axis=1)[0]
-    got = ops.dequantize_weight(p4, s4, mode="int4", dtype=ml_dtypes.bfloat16, in_features=40, group_size=16)
+    got = kernels.dequantize_weight(p4, s4, mode="int4", dtype=ml_dtypes.bfloat16, in_features=40, group_size=16)
     assert got.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(got, Q.dequantize_grouped(q4, s4, 16).astype(ml_dtypes.bfloat16))
 
@@ -133,14 +133,14 @@ def test_int8_dense_forward_is_the_exact_integer_product(rng):
     x, w, b, ref = _layer_weights(rng)
     qw, sw = Q.abs_max_quantize(w, axis=1)
     sw = sw.reshape(-1)
-    y = ops.int8_dense_forward(x, qw, sw, b)
+    y = kernels.int8_dense_forward(x, qw, sw, b)
     qx, sx = Q.abs_max_quantize(x, axis=1)
     acc = qx.astype(np.int64) @ qw.astype(np.int64).T
     np.testing.assert_array_equal(y, acc.astype(np.float32) / (sx * sw[None, :]) + b)
     assert _rel(y, ref) < 0.02
     # a calibrated scale quantizes the whole tensor with one scale
     s = np.array([127.0 / np.max(np.abs(x))], np.float32)
-    ys = ops.int8_dense_forward(x, qw, sw, b, input_scale=s)
+    ys = kernels.int8_dense_forward(x, qw, sw, b, input_scale=s)
     qs = np.clip(np.rint(x * s[0]), -127, 127)
     np.testing.assert_array_equal(ys, (qs @ qw.T.astype(np.float64)).astype(np.float32) / (s[0] * sw) + b)
     assert _rel(ys, ref) < 0.03
@@ -150,7 +150,7 @@ def test_float8_and_int4_dense_forward_within_bounds(rng):
     x, w, b, ref = _layer_weights(rng, k=256)
     qs, ds = Q.compute_float8_scale(np.max(np.abs(w)))
     qw = Q.float8_to_bits(Q.quantize_float8(w, qs))
-    y8 = ops.float8_dense_forward(x, qw, np.array([ds], np.float32), b)
+    y8 = kernels.float8_dense_forward(x, qw, np.array([ds], np.float32), b)
     assert 0 < _rel(y8, ref) < 0.08
     # exactly the definition: x to E4M3 with its own per-tensor scale (quantizers.py, tested above), float64
     # sums of the E4M3 products, times both dequantize scales, + bias, to float32
@@ -160,10 +160,10 @@ def test_float8_and_int4_dense_forward_within_bounds(rng):
             np.float32(1) / input_scale[0], input_scale[0])
         acc = Q.quantize_float8(x, xq).astype(np.float64) @ w8.T
         want = (acc * (np.float64(xd) * np.float64(ds)) + b).astype(np.float32)
-        got = ops.float8_dense_forward(x, qw, np.array([ds], np.float32), b, input_scale=input_scale)
+        got = kernels.float8_dense_forward(x, qw, np.array([ds], np.float32), b, input_scale=input_scale)
         np.testing.assert_array_equal(got, want)
     q4, s4 = Q.abs_max_quantize_grouped(w, 128)
-    y4 = ops.int4_dense_forward(x, Q.pack_int4(q4, axis=1)[0], s4, b, in_features=256, group_size=128)
+    y4 = kernels.int4_dense_forward(x, Q.pack_int4(q4, axis=1)[0], s4, b, in_features=256, group_size=128)
     np.testing.assert_allclose(y4, x @ Q.dequantize_grouped(q4, s4, 128).T + b, rtol=1e-5, atol=1e-5)
     assert 0 < _rel(y4, ref) < 0.15
 
@@ -172,7 +172,7 @@ def test_float8_and_int4_dense_forward_within_bounds(rng):
 def test_quantized_ops_keep_the_input_dtype(rng, dtype):
     x, w, b, ref = _layer_weights(rng)
     qw, sw = Q.abs_max_quantize(w, axis=1)
-    y = ops.int8_dense_forward(x.astype(dtype), qw, sw.reshape(-1), b.astype(dtype))
+    y = kernels.int8_dense_forward(x.astype(dtype), qw, sw.reshape(-1), b.astype(dtype))
     assert y.dtype == np.dtype(dtype)
     assert _rel(y.astype(np.float32), ref) < 0.03
 
@@ -181,17 +181,17 @@ def test_quantized_ops_refuse_bad_arguments(rng):
     x, w, b, _ = _layer_weights(rng)
     qw, sw = Q.abs_max_quantize(w, axis=1)
     with pytest.raises(ValueError, match="kernel must be a 2-d int8"):
-        ops.int8_dense_forward(x, w, sw.reshape(-1))
+        kernels.int8_dense_forward(x, w, sw.reshape(-1))
     with pytest.raises(ValueError, match="features"):
-        ops.int8_dense_forward(x[:, :10], qw, sw.reshape(-1))
+        kernels.int8_dense_forward(x[:, :10], qw, sw.reshape(-1))
     with pytest.raises(ValueError, match="kernel_scale must be float32"):
-        ops.int8_dense_forward(x, qw, sw)
+        kernels.int8_dense_forward(x, qw, sw)
     with pytest.raises(TypeError, match="float16, bfloat16 or float32"):
-        ops.int8_dense_forward(x.astype(np.float64), qw, sw.reshape(-1))
+        kernels.int8_dense_forward(x.astype(np.float64), qw, sw.reshape(-1))
     with pytest.raises(ValueError, match="input_scale"):
-        ops.float8_dense_forward(x, qw.view(np.uint8), np.ones(1, np.float32), input_scale=np.ones(2, np.float32))
+        kernels.float8_dense_forward(x, qw.view(np.uint8), np.ones(1, np.float32), input_scale=np.ones(2, np.float32))
     with pytest.raises(ValueError, match="group_size"):
-        ops.int4_dense_forward(x, np.zeros((24, 32), np.uint8), np.ones((24, 1), np.float32), in_features=64,
+        kernels.int4_dense_forward(x, np.zeros((24, 32), np.uint8), np.ones((24, 1), np.float32), in_features=64,
                                group_size=3)
 
 
@@ -205,24 +205,24 @@ def test_fused_relu_references_apply_relu_on_float32_before_the_output_rounding(
     qx, sx = Q.abs_max_quantize(x.astype(np.float32), axis=1)
     acc = (qx.astype(np.int64) @ qw.astype(np.int64).T).astype(np.float32)
     y32 = acc / (sx * sw[None, :]) + b.astype(np.float32)
-    got = ops.int8_dense_forward(x, qw, sw, b, activation="relu")
+    got = kernels.int8_dense_forward(x, qw, sw, b, activation="relu")
     assert got.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(got, np.maximum(y32, np.float32(0)).astype(dtype))
     assert 0.2 < np.mean(got.astype(np.float32) == 0) < 0.8  # relu really cut
     # relu commutes with the monotonic rounding: equal to the unfused op followed by relu
-    plain = ops.int8_dense_forward(x, qw, sw, b, activation=None)
-    np.testing.assert_array_equal(got, ops.activation_forward(plain, "relu"))
-    np.testing.assert_array_equal(ops.int8_dense_forward(x, qw, sw, b, activation="linear"), plain)
+    plain = kernels.int8_dense_forward(x, qw, sw, b, activation=None)
+    np.testing.assert_array_equal(got, kernels.activation_forward(plain, "relu"))
+    np.testing.assert_array_equal(kernels.int8_dense_forward(x, qw, sw, b, activation="linear"), plain)
     # float8: float64 sums of the E4M3 products, scaled, + bias, to float32, relu, then the rounding
     qs, ds = Q.compute_float8_scale(np.max(np.abs(w)))
     q8 = Q.float8_to_bits(Q.quantize_float8(w, qs))
     s8 = np.array([ds], np.float32)
-    fx, xs = ops.quantize_float8(x)
+    fx, xs = kernels.quantize_float8(x)
     acc8 = Q.float8_from_bits(fx).astype(np.float64) @ Q.float8_from_bits(q8).astype(np.float64).T
     y8 = (acc8 * (np.float64(xs[1]) * np.float64(ds)) + b.astype(np.float32)).astype(np.float32)
-    got8 = ops.float8_dense_forward(x, q8, s8, b, activation="relu")
+    got8 = kernels.float8_dense_forward(x, q8, s8, b, activation="relu")
     np.testing.assert_array_equal(got8, np.maximum(y8, np.float32(0)).astype(dtype))
-    np.testing.assert_array_equal(got8, ops.activation_forward(ops.float8_dense_forward(x, q8, s8, b), "relu"))
+    np.testing.assert_array_equal(got8, kernels.activation_forward(kernels.float8_dense_forward(x, q8, s8, b), "relu"))
 
 
 def test_fused_activation_keeps_nan_and_refuses_what_it_cannot_fuse(rng):
@@ -230,13 +230,13 @@ def test_fused_activation_keeps_nan_and_refuses_what_it_cannot_fuse(rng):
     qw, sw = Q.abs_max_quantize(w, axis=1)
     nan_bias = b.copy()
     nan_bias[3] = np.nan
-    y = ops.int8_dense_forward(x, qw, sw.reshape(-1), nan_bias, activation="relu")
+    y = kernels.int8_dense_forward(x, qw, sw.reshape(-1), nan_bias, activation="relu")
     assert np.all(np.isnan(y[:, 3])) and np.all(np.isfinite(np.delete(y, 3, axis=1)))
     for bad in ("gelu", "softmax", "ReLU", 1):
         with pytest.raises(ValueError, match=r"int8_dense_forward: activation must be None, 'linear' or one of"):
-            ops.int8_dense_forward(x, qw, sw.reshape(-1), b, activation=bad)
+            kernels.int8_dense_forward(x, qw, sw.reshape(-1), b, activation=bad)
     with pytest.raises(ValueError, match=r"float8_dense_forward: activation"):
-        ops.float8_dense_forward(x, qw.view(np.uint8), np.ones(1, np.float32), activation="gelu")
+        kernels.float8_dense_forward(x, qw.view(np.uint8), np.ones(1, np.float32), activation="gelu")
 
 
 @pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
@@ -256,12 +256,12 @@ def test_quantized_dense_activation_fused_or_applied_after_gives_the_same(rng, m
         linear.quantize(mode, group_size=16)
     seen = []
     for name in ("int8_dense_forward", "float8_dense_forward"):
-        real = getattr(ops, name)
-        monkeypatch.setattr(ops, name, lambda *a, _real=real, **k: seen.append(k.get("activation")) or _real(*a, **k))
+        real = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda *a, _real=real, **k: seen.append(k.get("activation")) or _real(*a, **k))
     got = d(x)
     z = linear(x)
     assert got.shape == (6, 3, 32)
-    ref = ops.activation_forward(z, activation) if activation != "softmax" else ops.softmax_forward(z)
+    ref = kernels.activation_forward(z, activation) if activation != "softmax" else kernels.softmax_forward(z)
     np.testing.assert_array_equal(got, ref)
     fused = mode != "int4" and activation == "relu"
     if mode != "int4":
@@ -733,12 +733,12 @@ def test_dequantize_weight_spells_dtypes_through_the_one_normaliser_and_names_ba
     rng = np.random.default_rng(3)
     w = rng.standard_normal((4, 6)).astype(np.float32)
     q, s = Q.abs_max_quantize(w, axis=1)
-    got = ops.dequantize_weight(q, s.reshape(-1), mode="int8", dtype="bf16")  # ml_dtypes' bfloat16, as everywhere
+    got = kernels.dequantize_weight(q, s.reshape(-1), mode="int8", dtype="bf16")  # ml_dtypes' bfloat16, as everywhere
     assert got.dtype == ml_dtypes.bfloat16
     np.testing.assert_allclose(got.astype(np.float32), w, atol=np.abs(w).max() / 127 + 1e-2)
     with pytest.raises(TypeError, match="dequantize_weight: dtype: 'nope' is not a dtype"):
-        ops.dequantize_weight(q, s.reshape(-1), mode="int8", dtype="nope")
+        kernels.dequantize_weight(q, s.reshape(-1), mode="int8", dtype="nope")
     packed = Q.pack_int4(np.zeros((4, 2), np.int8), axis=1)[0]
     with pytest.raises(ValueError, match="in_features must be a positive int, got True"):
-        ops.dequantize_weight(packed, np.ones((4, 1), np.float32), mode="int4", dtype=np.float32, in_features=True,
+        kernels.dequantize_weight(packed, np.ones((4, 1), np.float32), mode="int4", dtype=np.float32, in_features=True,
                               group_size=2)

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import dnnbind
-from dnnbind import cuda, layers, ops
+from dnnbind import cuda, layers, kernels
 from dnnbind import quantizers as Q
 from dnnbind.cublas._lt import LtNotSupportedError, lt_plans
-from dnnbind.ops._cuda import quant as cuda_quant
-from dnnbind.ops import config
+from dnnbind.kernels._cuda import quant as cuda_quant
+from dnnbind.kernels import config
 from gpu_errlog import BF16, check, dev, dev_offset, poisoned, record
 
 pytestmark = pytest.mark.gpu
@@ -81,27 +81,27 @@ def _label(dtype) -> str:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_int8_quantizers_match_numpy_exactly(rng, dtype):
     x = _x(rng, (37, 300), dtype)
-    q, s = ops.quantize_int8(dev(x))
-    q_ref, s_ref = ops.quantize_int8(x)
+    q, s = kernels.quantize_int8(dev(x))
+    q_ref, s_ref = kernels.quantize_int8(x)
     np.testing.assert_array_equal(_host(s), s_ref)
     np.testing.assert_array_equal(_host(q), q_ref)
     scale = np.array([40.0], np.float32)  # saturates the tails, ties at multiples of 1/80
-    q, _ = ops.quantize_int8(dev(x), scale=dev(scale))
-    np.testing.assert_array_equal(_host(q), ops.quantize_int8(x, scale=scale)[0])
+    q, _ = kernels.quantize_int8(dev(x), scale=dev(scale))
+    np.testing.assert_array_equal(_host(q), kernels.quantize_int8(x, scale=scale)[0])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_float8_quantizer_and_abs_max_match_numpy_exactly(rng, dtype):
     x = _x(rng, (19, 64), dtype)
     x[0, :8] = np.array([1.0625, 1.1875, -2.5, 1000.0, -1000.0, 0.0009765625, 0.0, 3.0], np.float32).astype(dtype)
-    np.testing.assert_array_equal(_host(ops.abs_max(dev(x))), ops.abs_max(x))
-    q, scales = ops.quantize_float8(dev(x))
-    q_ref, scales_ref = ops.quantize_float8(x)
+    np.testing.assert_array_equal(_host(kernels.abs_max(dev(x))), kernels.abs_max(x))
+    q, scales = kernels.quantize_float8(dev(x))
+    q_ref, scales_ref = kernels.quantize_float8(x)
     np.testing.assert_array_equal(_host(scales), scales_ref)
     np.testing.assert_array_equal(_host(q), q_ref)
     one = np.array([1.0], np.float32)  # no scaling: ties to even and saturation at 448 as ml_dtypes
-    q, _ = ops.quantize_float8(dev(x), scale=dev(one))
-    np.testing.assert_array_equal(_host(q), ops.quantize_float8(x, scale=one)[0])
+    q, _ = kernels.quantize_float8(dev(x), scale=dev(one))
+    np.testing.assert_array_equal(_host(q), kernels.quantize_float8(x, scale=one)[0])
 
 
 # ----------------------------------------------------------------------------- cuBLASLt
@@ -189,8 +189,8 @@ def test_int8_dense_matches_numpy(rng, dtype, rows, k, n, static, bias):
     x = _x(rng, (rows, k), dtype)
     bb = b.astype(dtype) if bias else None
     scale = np.array([127.0 / float(np.max(np.abs(x.astype(np.float32))))], np.float32) if static else None
-    ref = ops.int8_dense_forward(x, qw, sw, bb, input_scale=scale)
-    got = ops.int8_dense_forward(dev(x), dev(qw), dev(sw), None if bb is None else dev(bb),
+    ref = kernels.int8_dense_forward(x, qw, sw, bb, input_scale=scale)
+    got = kernels.int8_dense_forward(dev(x), dev(qw), dev(sw), None if bb is None else dev(bb),
                                  input_scale=None if scale is None else dev(scale), out=poisoned((rows, n), dtype))
     check("int8_dense_forward", _label(dtype), got, ref.astype(np.float64), f"{rows}x{k}->{n} static={static}",
           tol=EXACT_TOL[np.dtype(dtype)])
@@ -206,12 +206,12 @@ def test_float8_dense_matches_numpy(rng, dtype, rows, k, n, static):
     x = _x(rng, (rows, k), dtype)
     bb = b.astype(dtype)
     scale = np.array([float(np.max(np.abs(x.astype(np.float32)))) / 448.0], np.float32) if static else None
-    ref = ops.float8_dense_forward(x, qw, sw, bb, input_scale=scale)
+    ref = kernels.float8_dense_forward(x, qw, sw, bb, input_scale=scale)
     with config.override(allow_tf32=False):
-        got = ops.float8_dense_forward(dev(x), dev(qw), dev(sw), dev(bb),
+        got = kernels.float8_dense_forward(dev(x), dev(qw), dev(sw), dev(bb),
                                        input_scale=None if scale is None else dev(scale),
                                        out=poisoned((rows, n), dtype))
-    qx, x_scales = ops.quantize_float8(x, scale=scale)  # the GPU's E4M3 activations (tested equal above)
+    qx, x_scales = kernels.quantize_float8(x, scale=scale)  # the GPU's E4M3 activations (tested equal above)
     fx, fw = Q.float8_from_bits(qx).astype(np.float64), Q.float8_from_bits(qw).astype(np.float64)
     abs_products = (np.abs(fx) @ np.abs(fw).T) * (float(x_scales[1]) * float(sw[0]))
     lt = cuda_quant.lt_path("float8", n, k, dtype, 0)
@@ -227,7 +227,7 @@ def test_float8_dense_matches_numpy(rng, dtype, rows, k, n, static):
 @pytest.mark.parametrize("path", ["dequantize", "fused"])
 @pytest.mark.parametrize("rows, k, n, group", [(37, 256, 32, 128), (70, 300, 10, 64), (3, 784, 130, 128)])
 def test_int4_dense_paths_match_numpy(rng, monkeypatch, dtype, path, rows, k, n, group):
-    from dnnbind.ops._cuda import quant
+    from dnnbind.kernels._cuda import quant
 
     monkeypatch.setattr(quant, "INT4_PATH", path)
     w, b = _weights(rng, n, k)
@@ -235,9 +235,9 @@ def test_int4_dense_paths_match_numpy(rng, monkeypatch, dtype, path, rows, k, n,
     packed = Q.pack_int4(q4, axis=1)[0]
     x = _x(rng, (rows, k), dtype)
     bb = b.astype(dtype)
-    ref = ops.int4_dense_forward(x, packed, s4, bb, in_features=k, group_size=group)
+    ref = kernels.int4_dense_forward(x, packed, s4, bb, in_features=k, group_size=group)
     with config.override(allow_tf32=False):
-        got = ops.int4_dense_forward(dev(x), dev(packed), dev(s4), dev(bb), in_features=k, group_size=group,
+        got = kernels.int4_dense_forward(dev(x), dev(packed), dev(s4), dev(bb), in_features=k, group_size=group,
                                      out=poisoned((rows, n), dtype))
     # the dequantize path rounds the weight to the input dtype before the GEMM
     tol = GEMM_TOL[np.dtype(dtype)] * (2 if path == "dequantize" else 1)
@@ -258,8 +258,8 @@ def test_dequantize_weight_matches_numpy_exactly(rng, dtype, mode):
     else:
         q4, s = Q.abs_max_quantize_grouped(w, 32)
         q, extra = Q.pack_int4(q4, axis=1)[0], {"in_features": 90, "group_size": 32}
-    ref = ops.dequantize_weight(q, s, mode=mode, dtype=dtype, **extra)
-    got = ops.dequantize_weight(dev(q), dev(s), mode=mode, dtype=dtype, out=poisoned((24, 90), dtype), **extra)
+    ref = kernels.dequantize_weight(q, s, mode=mode, dtype=dtype, **extra)
+    got = kernels.dequantize_weight(dev(q), dev(s), mode=mode, dtype=dtype, out=poisoned((24, 90), dtype), **extra)
     np.testing.assert_array_equal(_host(got).astype(np.float32), ref.astype(np.float32))
 
 
@@ -336,11 +336,11 @@ def test_static_quantizers_vector_path_tails_and_misaligned_input_exact(rng, dty
     x = _x(rng, shape, dtype)
     x.flat[:4] = np.array([0.0125, -0.0375, 1000.0, -3.0], np.float32).astype(dtype)  # ties at 1/80, saturation
     scale = np.array([40.0], np.float32)
-    q, _ = ops.quantize_int8(dev_offset(x, offset), scale=dev(scale))
-    np.testing.assert_array_equal(_host(q), ops.quantize_int8(x, scale=scale)[0])
+    q, _ = kernels.quantize_int8(dev_offset(x, offset), scale=dev(scale))
+    np.testing.assert_array_equal(_host(q), kernels.quantize_int8(x, scale=scale)[0])
     fscale = np.array([0.5], np.float32)  # quantize scale 2, exact
-    q, _ = ops.quantize_float8(dev_offset(x, offset), scale=dev(fscale))
-    np.testing.assert_array_equal(_host(q), ops.quantize_float8(x, scale=fscale)[0])
+    q, _ = kernels.quantize_float8(dev_offset(x, offset), scale=dev(fscale))
+    np.testing.assert_array_equal(_host(q), kernels.quantize_float8(x, scale=fscale)[0])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -356,11 +356,11 @@ def test_int8_epilogue_vector_path_matches_scalar_bitwise(rng, dtype, rows, k, n
     x = _x(rng, (rows, k), dtype)
     bb = b.astype(dtype) if bias else None
     scale = np.array([127.0 / float(np.max(np.abs(x.astype(np.float32))))], np.float32)
-    ref = ops.int8_dense_forward(x, qw, sw, bb, input_scale=scale)
+    ref = kernels.int8_dense_forward(x, qw, sw, bb, input_scale=scale)
     outs = []
     for offset in (0, 1):
         nan = np.full((rows, n), np.nan, np.float32).astype(dtype)
-        got = ops.int8_dense_forward(dev_offset(x, offset), dev(qw), dev_offset(sw, offset),
+        got = kernels.int8_dense_forward(dev_offset(x, offset), dev(qw), dev_offset(sw, offset),
                                      None if bb is None else dev_offset(bb, offset), input_scale=dev(scale),
                                      out=dev_offset(nan, offset))
         check("int8_dense_forward", _label(dtype), got, ref.astype(np.float64),
@@ -380,9 +380,9 @@ def test_dequant_int4_vector_path_tails_and_misaligned_exact(rng, dtype, rows, k
     q4, s = Q.abs_max_quantize_grouped(w, group)
     q = Q.pack_int4(q4, axis=1)[0]
     extra = {"in_features": k, "group_size": group}
-    ref = ops.dequantize_weight(q, s, mode="int4", dtype=dtype, **extra)
+    ref = kernels.dequantize_weight(q, s, mode="int4", dtype=dtype, **extra)
     nan = np.full((rows, k), np.nan, np.float32).astype(dtype)
-    got = ops.dequantize_weight(dev_offset(q, offset), dev(s), mode="int4", dtype=dtype,
+    got = kernels.dequantize_weight(dev_offset(q, offset), dev(s), mode="int4", dtype=dtype,
                                 out=dev_offset(nan, offset), **extra)
     np.testing.assert_array_equal(_host(got).astype(np.float32), ref.astype(np.float32))
 
@@ -396,9 +396,9 @@ def test_abs_max_and_per_row_int8_vector_paths_tails_and_misaligned_exact(rng, d
     magnitude sits in its last column, the last vector or the tail."""
     x = _x(rng, shape, dtype)
     x[:, -1] = (np.where(np.arange(shape[0]) % 2, -1.0, 1.0) * 50.0).astype(dtype)
-    np.testing.assert_array_equal(_host(ops.abs_max(dev_offset(x, offset))), ops.abs_max(x))
-    q, s = ops.quantize_int8(dev_offset(x, offset))
-    q_ref, s_ref = ops.quantize_int8(x)
+    np.testing.assert_array_equal(_host(kernels.abs_max(dev_offset(x, offset))), kernels.abs_max(x))
+    q, s = kernels.quantize_int8(dev_offset(x, offset))
+    q_ref, s_ref = kernels.quantize_int8(x)
     np.testing.assert_array_equal(_host(s), s_ref)
     np.testing.assert_array_equal(_host(q), q_ref)
 
@@ -419,21 +419,21 @@ def _relu_fraction(a) -> float:
 @pytest.mark.parametrize("bias", [True, False])
 def test_int8_dense_fused_relu_matches_numpy_and_the_unfused_path(rng, dtype, rows, k, n, static, bias):
     """activation="relu" in int8_epilogue: NumPy within EXACT_TOL, and the same values as activation=None
-    followed by ops.activation_forward(relu) (relu commutes with the output rounding)."""
+    followed by kernels.activation_forward(relu) (relu commutes with the output rounding)."""
     w, b = _weights(rng, n, k)
     qw, sw = Q.abs_max_quantize(w, axis=1)
     sw = sw.reshape(-1)
     x = _x(rng, (rows, k), dtype)
     bb = b.astype(dtype) if bias else None
     scale = np.array([127.0 / float(np.max(np.abs(x.astype(np.float32))))], np.float32) if static else None
-    ref = ops.int8_dense_forward(x, qw, sw, bb, input_scale=scale, activation="relu")
+    ref = kernels.int8_dense_forward(x, qw, sw, bb, input_scale=scale, activation="relu")
     args = (dev(x), dev(qw), dev(sw), None if bb is None else dev(bb))
     kw = {"input_scale": None if scale is None else dev(scale)}
-    got = ops.int8_dense_forward(*args, activation="relu", out=poisoned((rows, n), dtype), **kw)
+    got = kernels.int8_dense_forward(*args, activation="relu", out=poisoned((rows, n), dtype), **kw)
     case = f"relu {rows}x{k}->{n} static={static} bias={bias}"
     check("int8_dense_forward", _label(dtype), got, ref.astype(np.float64), case, tol=EXACT_TOL[np.dtype(dtype)])
-    plain = ops.int8_dense_forward(*args, out=poisoned((rows, n), dtype), **kw)
-    unfused = ops.activation_forward(plain, "relu")
+    plain = kernels.int8_dense_forward(*args, out=poisoned((rows, n), dtype), **kw)
+    unfused = kernels.activation_forward(plain, "relu")
     np.testing.assert_array_equal(_host(got).astype(np.float32), _host(unfused).astype(np.float32))
     assert 0.2 < _relu_fraction(got) < 0.8, case
 
@@ -447,7 +447,7 @@ def _fp8_relu_case(rng, rows, k, n, dtype, bias):
     x = _x(rng, (rows, k), dtype)
     bb = b.astype(dtype) if bias else None
     scale = np.array([float(np.max(np.abs(x.astype(np.float32)))) / 448.0], np.float32)
-    qx, x_scales = ops.quantize_float8(x, scale=scale)
+    qx, x_scales = kernels.quantize_float8(x, scale=scale)
     fx, fw = Q.float8_from_bits(qx).astype(np.float64), Q.float8_from_bits(qw).astype(np.float64)
     abs_products = (np.abs(fx) @ np.abs(fw).T) * (float(x_scales[1]) * float(sw[0]))
     return x, qw, sw, bb, scale, abs_products
@@ -461,13 +461,13 @@ def test_float8_dense_fused_relu_matches_numpy_and_the_unfused_path(rng, dtype, 
     within the FP8 accumulation bound of NumPy, and of activation=None followed by a relu (twice the bound:
     the two GEMMs may take different algorithms)."""
     x, qw, sw, bb, scale, abs_products = _fp8_relu_case(rng, rows, k, n, dtype, bias)
-    ref = ops.float8_dense_forward(x, qw, sw, bb, input_scale=scale, activation="relu").astype(np.float64)
-    ref_plain = ops.float8_dense_forward(x, qw, sw, bb, input_scale=scale).astype(np.float64)
+    ref = kernels.float8_dense_forward(x, qw, sw, bb, input_scale=scale, activation="relu").astype(np.float64)
+    ref_plain = kernels.float8_dense_forward(x, qw, sw, bb, input_scale=scale).astype(np.float64)
     args = (dev(x), dev(qw), dev(sw), None if bb is None else dev(bb))
     with config.override(allow_tf32=False):
-        got = ops.float8_dense_forward(*args, input_scale=dev(scale), activation="relu",
+        got = kernels.float8_dense_forward(*args, input_scale=dev(scale), activation="relu",
                                        out=poisoned((rows, n), dtype))
-        plain = ops.float8_dense_forward(*args, input_scale=dev(scale), out=poisoned((rows, n), dtype))
+        plain = kernels.float8_dense_forward(*args, input_scale=dev(scale), out=poisoned((rows, n), dtype))
     # the bound of the values before the relu (relu is 1-Lipschitz)
     extra = np.abs(ref_plain) + (0.0 if bb is None else np.abs(bb.astype(np.float64)))
     lt = cuda_quant.lt_path("float8", n, k, dtype, 0)
@@ -493,13 +493,13 @@ def test_fp8_fallback_epilogue_vector_path_matches_scalar_bitwise(rng, dtype, bi
     FP8 bound of NumPy."""
     rows, k, n = 33, 40, 24
     x, qw, sw, bb, scale, abs_products = _fp8_relu_case(rng, rows, k, n, dtype, bias)
-    ref = ops.float8_dense_forward(x, qw, sw, bb, input_scale=scale, activation="relu").astype(np.float64)
-    extra = np.abs(ops.float8_dense_forward(x, qw, sw, bb, input_scale=scale).astype(np.float64))
+    ref = kernels.float8_dense_forward(x, qw, sw, bb, input_scale=scale, activation="relu").astype(np.float64)
+    extra = np.abs(kernels.float8_dense_forward(x, qw, sw, bb, input_scale=scale).astype(np.float64))
     outs = []
     for offset in (0, 1):
         nan = np.full((rows, n), np.nan, np.float32).astype(dtype)
         with config.override(allow_tf32=False):
-            got = ops.float8_dense_forward(dev(x), dev(qw), dev(sw), None if bb is None else dev_offset(bb, offset),
+            got = kernels.float8_dense_forward(dev(x), dev(qw), dev(sw), None if bb is None else dev_offset(bb, offset),
                                            input_scale=dev(scale), activation="relu", out=dev_offset(nan, offset))
         _assert_fp8_gemm_bound("fp8_epilogue(relu)", got, ref, abs_products, dtype, f"offset {offset}", extra=extra)
         outs.append(_bits(got))
@@ -513,12 +513,12 @@ def test_float8_dense_relu_takes_the_relu_bias_epilogue_on_a_4096_layer(rng):
         pytest.skip("FP8 GEMMs need sm_89+")
     rows, k, n = 256, 4096, 4096
     x, qw, sw, bb, scale, abs_products = _fp8_relu_case(rng, rows, k, n, BF16, True)
-    got = ops.float8_dense_forward(dev(x), dev(qw), dev(sw), dev(bb), input_scale=dev(scale), activation="relu",
+    got = kernels.float8_dense_forward(dev(x), dev(qw), dev(sw), dev(bb), input_scale=dev(scale), activation="relu",
                                    out=poisoned((rows, n), BF16))
     plans = [p for p in lt_plans() if f" float8 m={n} n={rows} k={k} D=bfloat16 bias=bfloat16 relu " in repr(p)]
     assert len(plans) == 1 and plans[0].setting == "relu-bias-epilogue", (plans, cuda_quant._LT_REFUSED)
     print(plans[0])
-    ref_plain = ops.float8_dense_forward(x, qw, sw, bb, input_scale=scale).astype(np.float64)
+    ref_plain = kernels.float8_dense_forward(x, qw, sw, bb, input_scale=scale).astype(np.float64)
     ref = np.maximum(ref_plain, 0.0)
     _assert_fp8_gemm_bound("float8_dense_forward(relu) 4096", got, ref, abs_products, BF16, repr(plans[0]),
                            extra=np.abs(ref_plain) + np.abs(bb.astype(np.float64)))

@@ -1,12 +1,12 @@
 """``dnnbind.utils.set_random_seed``: Keras 3's reproducibility promise.
 
 After ``set_random_seed(s)`` every unseeded source of randomness draws its seed from dnnbind's
-seed generator: initialisers and ``Dropout`` layers when created, ``ops.DropoutState`` (the
-NumPy masks and the cuDNN dropout states) when created, ``ops.random_crop_flip`` per call and
+seed generator: initialisers and ``Dropout`` layers when created, ``kernels.DropoutState`` (the
+NumPy masks and the cuDNN dropout states) when created, ``kernels.random_crop_flip`` per call and
 ``fit``'s shuffling per call. Re-seeding and repeating the same work repeats it bit for bit;
 without re-seeding, two models differ.
 
-GPU part (``@pytest.mark.gpu``): two whole ``fit`` runs with ``ops.config.deterministic = True``.
+GPU part (``@pytest.mark.gpu``): two whole ``fit`` runs with ``kernels.config.deterministic = True``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 import dnnbind
 import dnnbind as keras
-from dnnbind import initializers, layers, ops
+from dnnbind import initializers, layers, kernels
 from dnnbind.utils import draw_seed, set_random_seed
 
 
@@ -105,16 +105,16 @@ def test_dropout_states_and_masks_follow_the_global_seed(rng):
     masks = []
     for _ in range(2):
         set_random_seed(4)
-        state = ops.DropoutState(0.5)
-        masks.append([ops.dropout_forward(x, state)[0] != 0 for _ in range(2)])
+        state = kernels.DropoutState(0.5)
+        masks.append([kernels.dropout_forward(x, state)[0] != 0 for _ in range(2)])
     (a1, a2), (b1, b2) = masks
     assert np.array_equal(a1, b1) and np.array_equal(a2, b2)
     assert not np.array_equal(a1, a2)  # the stream advances between calls
     assert 0.4 < a1.mean() < 0.6
     set_random_seed(4)
-    seeds = [ops.DropoutState(0.5).seed, ops.DropoutState(0.5).seed]
+    seeds = [kernels.DropoutState(0.5).seed, kernels.DropoutState(0.5).seed]
     set_random_seed(4)
-    assert [ops.DropoutState(0.5).seed, ops.DropoutState(0.5).seed] == seeds and seeds[0] != seeds[1]
+    assert [kernels.DropoutState(0.5).seed, kernels.DropoutState(0.5).seed] == seeds and seeds[0] != seeds[1]
     # the layer draws its seed when created (as Keras), and the state it makes uses it
     set_random_seed(4)
     layer = layers.Dropout(0.5)
@@ -128,7 +128,7 @@ def test_random_crop_flip_follows_the_global_seed(rng):
     outs = []
     for _ in range(2):
         set_random_seed(11)
-        outs.append([ops.random_crop_flip(x, padding=2) for _ in range(2)])
+        outs.append([kernels.random_crop_flip(x, padding=2) for _ in range(2)])
     (a1, a2), (b1, b2) = outs
     assert np.array_equal(a1, b1) and np.array_equal(a2, b2)
     assert not np.array_equal(a1, a2) and not np.array_equal(a1, x)
@@ -152,7 +152,7 @@ def test_fit_shuffling_follows_the_global_seed():
 
 def test_two_whole_fits_after_the_same_seed_are_bitwise_equal():
     """Initialisation, dropout masks and shuffling all come from the seed (NumPy backend)."""
-    with ops.config.override(deterministic=True):
+    with kernels.config.override(deterministic=True):
         w1, h1 = _fit(21)
         w2, h2 = _fit(21)
         w3, h3 = _fit(22)
@@ -210,7 +210,7 @@ def _gpu_fit(seed, jit_compile):
 @pytest.mark.parametrize("jit_compile", [True, False])
 def test_gpu_two_whole_fits_after_the_same_seed_are_bitwise_equal(gpu, jit_compile):
     """cuDNN dropout states are seeded (cudnnSetDropoutDescriptor) from the seeded generator."""
-    with ops.config.override(allow_tf32=False, deterministic=True):
+    with kernels.config.override(allow_tf32=False, deterministic=True):
         w1, h1, s1, m1 = _gpu_fit(31, jit_compile)
         w2, h2, s2, _ = _gpu_fit(31, jit_compile)
         w3, _, s3, _ = _gpu_fit(32, jit_compile)

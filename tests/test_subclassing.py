@@ -13,7 +13,7 @@ import pytest
 
 import dnnbind
 import dnnbind as keras
-from dnnbind import layers, mixed_precision, ops
+from dnnbind import layers, mixed_precision, kernels
 from dnnbind._step_graphs import StepGraphs
 from test_functional import check_gradients
 from testutil import rel_error
@@ -125,7 +125,7 @@ def test_a_computation_outside_layers_is_refused_with_a_clear_error(cpu, rng):
             self.d2 = layers.Dense(2, kernel_initializer=init(1))
 
         def call(self, x, training=False):
-            return self.d2(ops.scale(self.d1(x), 2.0))  # an op between layers: invisible to the tape
+            return self.d2(kernels.scale(self.d1(x), 2.0))  # an op between layers: invisible to the tape
 
     class Scaled(keras.Model):
         def __init__(self):
@@ -133,7 +133,7 @@ def test_a_computation_outside_layers_is_refused_with_a_clear_error(cpu, rng):
             self.d = layers.Dense(2, kernel_initializer=init(0))
 
         def call(self, x, training=False):
-            return ops.scale(self.d(ops.scale(x, 0.5)), 3.0)  # on the output: no layer made it
+            return kernels.scale(self.d(kernels.scale(x, 0.5)), 3.0)  # on the output: no layer made it
 
     x = rng.normal(size=(8, 3)).astype(np.float32)
     y = rng.normal(size=(8, 2)).astype(np.float32)
@@ -196,7 +196,7 @@ def test_gpu_subclassed_model_graphs_match_eager():
         rng = np.random.default_rng(0)
         x = rng.normal(size=(64, 6)).astype(np.float32)
         y = rng.integers(0, 3, 64)
-        with ops.config.override(allow_tf32=False, deterministic=True):
+        with kernels.config.override(allow_tf32=False, deterministic=True):
             graphed, eager = ResidualMLP(seed=10), ResidualMLP(seed=11)
             graphed.build((None, 6))
             eager.build((None, 6))

@@ -11,7 +11,7 @@ import pytest
 import dnnbind
 import dnnbind as keras
 import dnnbind.cudnn as cd
-from dnnbind import _validate, layers, ops
+from dnnbind import _validate, layers, kernels
 from dnnbind._lib import cudnn as C
 from dnnbind.callbacks import History
 
@@ -279,12 +279,12 @@ def test_too_large_weights_are_refused_before_allocation():
         keras.Sequential([keras.Input((8, 8, 2)), conv])
 
 
-# ------------------------------------------------------------------ ops.optim hyper-parameters
+# ------------------------------------------------------------------ kernels.optim hyper-parameters
 
 
 def _sgd(**kw):
     p = np.ones(3, np.float32)
-    ops.sgd_update([p], [np.ones(3, np.float32)], [np.zeros(3, np.float32)], **{"lr": 0.1, **kw})
+    kernels.sgd_update([p], [np.ones(3, np.float32)], [np.zeros(3, np.float32)], **{"lr": 0.1, **kw})
     return p
 
 
@@ -301,7 +301,7 @@ def _sgd(**kw):
 def test_sgd_hyper_parameters(kw, exc, words):
     p = np.ones(3, np.float32)
     with pytest.raises(exc, match=words):
-        ops.sgd_update([p], [np.ones(3, np.float32)], [np.zeros(3, np.float32)], **{"lr": 0.1, **kw})
+        kernels.sgd_update([p], [np.ones(3, np.float32)], [np.zeros(3, np.float32)], **{"lr": 0.1, **kw})
     assert np.array_equal(p, np.ones(3))  # nothing ran
 
 
@@ -314,15 +314,15 @@ def test_adam_and_rmsprop_hyper_parameters():
                       ({"step": 0}, "step must be >= 1, got 0"),
                       ({"lr": np.float32("nan")}, "lr must be a finite number")):
         with pytest.raises(ValueError, match=words):
-            ops.adam_update([p], [g], [z.copy()], [z.copy()], **{**adam, **kw})
+            kernels.adam_update([p], [g], [z.copy()], [z.copy()], **{**adam, **kw})
     for kw, words in (({"rho": 1.5}, r"rmsprop_update: rho must be in \[0, 1\], got 1.5"),
                       ({"epsilon": float("inf")}, "epsilon must be a finite number"),
                       ({"centered": None}, "centered must be True or False")):
         with pytest.raises((ValueError, TypeError), match=words):
-            ops.rmsprop_update([p], [g], [z.copy()], lr=0.1, **kw)
+            kernels.rmsprop_update([p], [g], [z.copy()], lr=0.1, **kw)
     assert np.array_equal(p, np.ones(3))
     # a 0-d array lr (what a captured CUDA graph reads on replay) is left to the caller
-    ops.sgd_update([p], [g], None, lr=np.array(0.5, np.float32))
+    kernels.sgd_update([p], [g], None, lr=np.array(0.5, np.float32))
     assert np.allclose(p, 0.5)
     # 0-d NumPy arrays are fine for the float hyper-parameters
     assert np.allclose(_sgd(momentum=np.array(0.9)), 0.9)

@@ -90,13 +90,13 @@ def layer_grad_check(layer, x: np.ndarray, tol: float = 1e-6, seed: int = 0) -> 
 
 def fit_on_gpu(build, x, y, policy: str, jit_compile, **config) -> "tuple[list, list]":
     """Build a model with ``build(device)`` under the dtype ``policy`` on the GPU, fit it on (x, y) for one
-    epoch of 16-sample batches (SGD with momentum) with ``ops.config.override(**config)``, and return the
+    epoch of 16-sample batches (SGD with momentum) with ``kernels.config.override(**config)``, and return the
     weights before and after. A captured step (``jit_compile="auto"``) must capture and replay, with no
     "could not be captured" warning. The float32 policy is restored."""
     import warnings
 
     import dnnbind as keras
-    from dnnbind import mixed_precision, ops
+    from dnnbind import mixed_precision, kernels
 
     mixed_precision.set_global_policy(policy)
     try:
@@ -104,7 +104,7 @@ def fit_on_gpu(build, x, y, policy: str, jit_compile, **config) -> "tuple[list, 
         start = [w.copy() for w in model.get_weights()]
         model.compile(keras.optimizers.SGD(0.05, momentum=0.9), "sparse_categorical_crossentropy",
                       jit_compile=jit_compile)
-        with ops.config.override(**config), warnings.catch_warnings(record=True) as caught:
+        with kernels.config.override(**config), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
     finally:

@@ -6,7 +6,7 @@ cuDNN convolution or a cuBLAS GEMM (dnnbind's casts, cuDNN's pooling, batch norm
 op-tensor kernels). For each producer below this script shows two things:
 
 1. under initcheck (a child process per producer), the number of reports raised when one of
-   dnnbind's own elementwise kernels (``ops.scale``) reads the producer's output;
+   dnnbind's own elementwise kernels (``kernels.scale``) reads the producer's output;
 2. without the sanitizer, that the producer writes every element: its output buffer is filled
    with NaN bytes first, and afterwards holds no NaN and matches the NumPy reference.
 
@@ -54,7 +54,7 @@ def _inputs(producer: str):
 
 
 def _produce(producer: str, xd, wd, poison: bool):
-    from dnnbind import cuda, ops
+    from dnnbind import cuda, kernels
 
     if producer.startswith("conv_fwd"):
         shape = (xd.shape[0], 16, 16, 64)
@@ -68,40 +68,40 @@ def _produce(producer: str, xd, wd, poison: bool):
     if poison:
         out.fill_bytes(0xFF)  # NaN in every float format
     if producer.startswith("conv_fwd"):
-        ops.conv2d_forward(xd, wd, padding=1, layout="NHWC", out=out)
+        kernels.conv2d_forward(xd, wd, padding=1, layout="NHWC", out=out)
     elif producer == "conv_wgrad_bf16":
-        dy = ops.conv2d_forward(xd, wd, padding=1, layout="NHWC")
-        res = ops.conv2d_backward_filter(xd, dy, tuple(wd.shape), padding=1, layout="NHWC")
-        ops.copy(res, out=out)  # a device-to-device memcpy: initcheck propagates its state
+        dy = kernels.conv2d_forward(xd, wd, padding=1, layout="NHWC")
+        res = kernels.conv2d_backward_filter(xd, dy, tuple(wd.shape), padding=1, layout="NHWC")
+        kernels.copy(res, out=out)  # a device-to-device memcpy: initcheck propagates its state
     elif producer.startswith("dense"):
-        ops.dense_forward(xd, wd, out=out)
+        kernels.dense_forward(xd, wd, out=out)
     else:
-        ops.scale(xd, 2.0, out=out)
+        kernels.scale(xd, 2.0, out=out)
     return out
 
 
 def child(producer: str) -> None:
-    from dnnbind import cuda, ops
+    from dnnbind import cuda, kernels
 
     x, w, xd, wd = _inputs(producer)
     out = _produce(producer, xd, wd, poison=False)
-    ops.scale(out, 1.0)  # dnnbind's own kernel reads every element the producer wrote
+    kernels.scale(out, 1.0)  # dnnbind's own kernel reads every element the producer wrote
     cuda.current_stream().synchronize()
 
 
 def check_written(producer: str) -> "tuple[int, float]":
     """(NaN elements left in the poisoned output, relative error against NumPy)."""
-    from dnnbind import ops
+    from dnnbind import kernels
 
     x, w, xd, wd = _inputs(producer)
     out = _produce(producer, xd, wd, poison=True).numpy().astype(np.float64)
     x64 = x.astype(np.float64)
     w64 = None if w is None else w.astype(np.float64)
     if producer.startswith("conv_fwd"):
-        ref = ops.conv2d_forward(x64, w64, padding=1, layout="NHWC")
+        ref = kernels.conv2d_forward(x64, w64, padding=1, layout="NHWC")
     elif producer == "conv_wgrad_bf16":
-        dy = ops.conv2d_forward(x64, w64, padding=1, layout="NHWC")
-        ref = ops.conv2d_backward_filter(x64, dy, w64.shape, padding=1, layout="NHWC")
+        dy = kernels.conv2d_forward(x64, w64, padding=1, layout="NHWC")
+        ref = kernels.conv2d_backward_filter(x64, dy, w64.shape, padding=1, layout="NHWC")
     elif producer.startswith("dense"):
         ref = x64 @ w64
     else:

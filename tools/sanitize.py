@@ -15,7 +15,7 @@ and written as ``OUT/summary.md``:
 Usage (on a machine with a GPU and compute-sanitizer)::
 
     python tools/sanitize.py --tool memcheck --jobs 4              # every GPU test file + 3 models
-    python tools/sanitize.py --tool racecheck --tests tests/test_ops_losses_gpu.py --no-models
+    python tools/sanitize.py --tool racecheck --tests tests/test_kernels_losses_gpu.py --no-models
     python tools/sanitize.py --tool memcheck --shard 2/3 --out san  # a third of the targets
     python tools/sanitize.py --tool memcheck --models mnist_cnn --no-tests
 

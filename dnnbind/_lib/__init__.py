@@ -159,7 +159,7 @@ class OwnedPointer:
 
 
 _CPU_ADVICE = (
-    "To run on the CPU, use the NumPy backend: pass NumPy arrays to dnnbind.ops, or call "
+    "To run on the CPU, use the NumPy backend: pass NumPy arrays to dnnbind.kernels, or call "
     "dnnbind.set_default_device('cpu') (or set DNNBIND_DEVICE=cpu). "
     "`python -m dnnbind doctor` shows what is missing."
 )

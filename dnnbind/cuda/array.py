@@ -201,7 +201,7 @@ class DeviceArray:
         if not self.is_contiguous:
             raise ValueError(
                 f"DeviceArray.{what}: needs a C-contiguous array, got shape {self._shape} with byte "
-                f"strides {self._strides}; make a contiguous copy first (dnnbind.ops.copy)")
+                f"strides {self._strides}; make a contiguous copy first (dnnbind.kernels.copy)")
 
     # ----------------------------------------------------------------- views
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], ptr: int,
@@ -221,7 +221,7 @@ class DeviceArray:
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
             if step != 1:
-                raise IndexError("DeviceArray supports x[i:j] with step 1 only; use dnnbind.ops.take "
+                raise IndexError("DeviceArray supports x[i:j] with step 1 only; use dnnbind.kernels.take "
                                  "for strided or fancy selection")
             length = max(stop - start, 0)
             ptr = self._ptr + start * self._strides[0] if length else self._ptr
@@ -230,7 +230,7 @@ class DeviceArray:
             index = operator.index(key)
         except TypeError:
             raise TypeError(f"DeviceArray indices must be an int or a slice along axis 0, got "
-                            f"{type(key).__name__}; use dnnbind.ops.take for fancy indexing") from None
+                            f"{type(key).__name__}; use dnnbind.kernels.take for fancy indexing") from None
         if index < 0:
             index += n
         if not 0 <= index < n:

@@ -1,6 +1,6 @@
-"""Convolution algorithm choice, cached per key (what ``dnnbind.ops.conv2d_*`` run with).
+"""Convolution algorithm choice, cached per key (what ``dnnbind.kernels.conv2d_*`` run with).
 
-Two modes, picked by the key's ``benchmark`` (``dnnbind.ops.config.benchmark``):
+Two modes, picked by the key's ``benchmark`` (``dnnbind.kernels.config.benchmark``):
 
 * heuristic (default): ``cudnnGetConvolution*Algorithm_v7`` ranks the algorithms
   without running anything;
@@ -205,7 +205,7 @@ def _query(key: ConvKey, handle: Handle, x_desc: TensorDescriptor, w_desc: Filte
         return list(perfs[: count.value])
     if stream.is_capturing():
         raise RuntimeError(
-            f"conv2d {key.direction}: dnnbind.ops.config.benchmark is on and this shape key was never seen "
+            f"conv2d {key.direction}: dnnbind.kernels.config.benchmark is on and this shape key was never seen "
             "before, but the stream is capturing a CUDA graph, where cudnnFind*AlgorithmEx cannot run. "
             "Run one eager step with the same shapes before capturing."
         )
@@ -308,7 +308,7 @@ def fallback(key: ConvKey, handle: Handle, x_desc: TensorDescriptor, w_desc: Fil
         f"conv2d {key.direction}: no cuDNN algorithm fits (workspace limit {key.workspace_limit} bytes, "
         f"deterministic={key.deterministic}, math={C.MathType(key.math).name}) for x={key.x_dims} w={key.w_dims} "
         f"y={key.y_dims} {key.dtype} {key.layout} pad={key.pad} stride={key.stride} "
-        f"dilation={key.dilation} groups={key.groups}. Raise dnnbind.ops.config.workspace_limit or turn "
+        f"dilation={key.dilation} groups={key.groups}. Raise dnnbind.kernels.config.workspace_limit or turn "
         "off deterministic mode."
     )
 

@@ -1337,7 +1337,7 @@ def _refuse_known_wrong(graph: Graph) -> None:
                   "as float32 (wrong results)")
         raise GraphNotSupportedError(
             f"graph {graph.name!r}", [(f"resample {op.name!r}", "known wrong:", reason)], _graph_context(graph),
-            hint="pool in float16 or float32 (cast x), or use dnnbind.ops.pool2d_forward; max pooling with "
+            hint="pool in float16 or float32 (cast x), or use dnnbind.kernels.pool2d_forward; max pooling with "
                  "return_index=True is not affected")
 
 

@@ -5,7 +5,7 @@ backward in reverse (no tape needed: every layer is applied once, to the previou
 the first layer with ``need_dx=False``. The last layer's softmax is skipped and fused with a
 cross-entropy (``has_final_softmax`` / ``forward_logits``).
 
-Layer fusion (``ops.config.fuse_layers``): in a training forward, a ``BatchNormalization``
+Layer fusion (``kernels.config.fuse_layers``): in a training forward, a ``BatchNormalization``
 immediately followed by a plain relu (``Activation("relu")``, or ``ReLU()`` with its defaults) that
 is not the last layer runs as one batch-norm op with ``activation="relu"``
 (``BatchNormalization._forward_fused``); the relu layer's forward is skipped and its backward passes
@@ -16,14 +16,14 @@ replica) in the same compute dtype as the relu. Inference forwards never fuse.
 
 A ``Conv2D`` (exact class: float kernel, no bias, linear activation, channels_last) immediately
 followed by such a ``BatchNormalization`` (NHWC) in the same compute dtype runs, in a training
-forward, as one ``ops.conv2d_batchnorm_forward_training`` (``Conv2D._forward_into_batchnorm``), with
+forward, as one ``kernels.conv2d_batchnorm_forward_training`` (``Conv2D._forward_into_batchnorm``), with
 the relu after it when that pair fuses too: on CUDA the batch-norm statistics may come from the
-convolution's epilogue (a cuDNN graph with genstats, chosen per shape; see ``ops/_cuda/conv_bn.py``).
+convolution's epilogue (a cuDNN graph with genstats, chosen per shape; see ``kernels/_cuda/conv_bn.py``).
 The two layers' backwards are their own. Candidates: :func:`conv_bn_candidates`.
 
 Such a plain ``Conv2D`` right after a channels-last (NHWC) batch norm fused with its relu (the relu's
 output is the convolution's input) runs its backward through the relu and the batch norm in one op
-(``Conv2D._backward_into_batchnorm``: the filter gradient, then ``ops.batchnorm_relu_conv2d_backward``),
+(``Conv2D._backward_into_batchnorm``: the filter gradient, then ``kernels.batchnorm_relu_conv2d_backward``),
 when the two layers share their compute dtype: on CUDA the data gradient, the relu's mask and the
 batch norm's weight gradients may be one cuDNN graph (cuDNN's DgradDreluBNBwdWeight pattern).
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Sequence
 
-from .. import _validate, ops
+from .. import _validate, kernels
 from .. import saving_lib
 from ..layers.base import InputLayer, KerasTensor, Layer, deserialize, unique_name
 from ..layers.conv import Conv2D
@@ -240,7 +240,7 @@ class Sequential(Model):
         """(the batch norms (indices) a forward with ``training`` runs fused with the next layer's relu,
         the convolutions it runs as one op with the batch norm after them, the convolutions whose backward
         runs through the relu and the batch norm before them)."""
-        if not training or not ops.config.fuse_layers:
+        if not training or not kernels.config.fuse_layers:
             return (), (), ()
         layers, (known, candidates, conv_bn) = self._layers, self._fusion_cache
         if len(known) != len(layers) or not all(map(operator.is_, known, layers)):

@@ -28,7 +28,7 @@ Devices. Host batches of generators, PyDatasets and large arrays reach the GPU t
 staging buffers into one of two device slots; the compute stream waits on an event before it uses a
 batch, and a slot is overwritten only after the compute stream recorded that the step reading it
 was queued. No host synchronisation anywhere. Arrays that use under half the free device memory
-are uploaded once and batched on the device (``ops.take`` with a permutation uploaded once per
+are uploaded once and batched on the device (``kernels.take`` with a permutation uploaded once per
 pass); ``into(n, xs_dev, ys_dev)`` may then return static buffers (a graph step's inputs, lists
 in the same order) that a shuffled batch of ``n`` rows is gathered straight into. On the NumPy
 backend batches are the host arrays themselves (no copies).
@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .. import backend, ops
+from .. import backend, kernels
 from ..backend import Device
 from ..distribution.planning import shard_length, shard_order
 from ..utils import PyDataset
@@ -215,10 +215,10 @@ class ArrayDataAdapter:
             idx = order_dev[start:stop]
             dst = into(stop - start, x_dev, y_dev) if into is not None else None
             if dst is not None:
-                yield ([ops.take(a, idx, out=o) for a, o in zip(x_dev, dst[0])],
-                       None if y_dev is None else [ops.take(a, idx, out=o) for a, o in zip(y_dev, dst[1])])
+                yield ([kernels.take(a, idx, out=o) for a, o in zip(x_dev, dst[0])],
+                       None if y_dev is None else [kernels.take(a, idx, out=o) for a, o in zip(y_dev, dst[1])])
             else:
-                yield [ops.take(a, idx) for a in x_dev], (None if y_dev is None else [ops.take(a, idx) for a in y_dev])
+                yield [kernels.take(a, idx) for a in x_dev], (None if y_dev is None else [kernels.take(a, idx) for a in y_dev])
 
 
 class GeneratorDataAdapter:

@@ -3,7 +3,7 @@
 Training runs the layers' forward and backward by hand (no autograd): the model's forward (a layer
 chain for ``Sequential``, the recorded tape for functional and subclassed models), the losses return
 their gradients, the model's backward, then one fused optimizer update. A final softmax with a
-``from_logits=False`` cross-entropy is fused into ``ops.softmax_cross_entropy`` on the logits (the
+``from_logits=False`` cross-entropy is fused into ``kernels.softmax_cross_entropy`` on the logits (the
 softmax's backward is never run) wherever the model can skip it (:meth:`_fusable_outputs`).
 
 No step waits for the host: loss and metrics accumulate in device scalars that are read when the
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _validate, backend, ops
+from .. import _validate, backend, kernels
 from .. import callbacks as callbacks_module
 from .. import distribution as distribution_module
 from .. import losses as losses_module
@@ -47,7 +47,7 @@ from ..backend import Device
 from ..errors import DnnbindError
 from ..layers.base import cast_generation
 from ..mixed_precision import global_policy
-from ..ops._dispatch import FLOAT_DTYPES
+from ..kernels._dispatch import FLOAT_DTYPES
 from ..utils import draw_seed
 from .data_adapters import (ArrayDataAdapter, EpochIterator, GeneratorDataAdapter, PyDatasetAdapter,
                             class_weight_to_sample_weights, data_kind, flatten_structure, unpack_x_y_sample_weight)
@@ -110,7 +110,7 @@ def _refuse_both_weights(class_weight: Any, sample_weight: Any, owner: str) -> N
 
 
 def _to_f32(out: Any) -> Any:
-    return out if out.dtype == _F32 or out.dtype == _F64 else ops.cast(out, _F32)
+    return out if out.dtype == _F32 or out.dtype == _F64 else kernels.cast(out, _F32)
 
 
 class LossScale:
@@ -134,15 +134,15 @@ class LossScale:
     def check(self, grads: list) -> tuple[Any, Any]:
         """``(skip, finite)`` 0-d flags for this step's gradients: ``skip`` int32 (1 when not all finite,
         as the optimizer ops take it), ``finite`` float32 (1.0 or 0.0, for the scale arithmetic)."""
-        finite = ops.cast(ops.all_finite(grads), _F32)
-        return ops.cast(ops.subtract(self._one, finite), np.int32), finite
+        finite = kernels.cast(kernels.all_finite(grads), _F32)
+        return kernels.cast(kernels.subtract(self._one, finite), np.int32), finite
 
     def update(self, finite: Any) -> None:
         """After the (possibly skipped) update: halve the scale on a non-finite step, count finite steps."""
-        factor = ops.add(ops.scale(finite, 0.5), self._half)       # 1.0 (finite) or 0.5
-        ops.multiply(self.scale, factor, out=self.scale)
-        ops.axpy(1.0, self._one, self.good_steps)
-        ops.multiply(self.good_steps, finite, out=self.good_steps)  # reset on a non-finite step
+        factor = kernels.add(kernels.scale(finite, 0.5), self._half)       # 1.0 (finite) or 0.5
+        kernels.multiply(self.scale, factor, out=self.scale)
+        kernels.axpy(1.0, self._one, self.good_steps)
+        kernels.multiply(self.good_steps, finite, out=self.good_steps)  # reset on a non-finite step
 
     def maybe_grow(self) -> bool:
         """After a step: every ``growth_steps`` steps read the finite-step counter (synchronising) and
@@ -151,8 +151,8 @@ class LossScale:
         if self._steps % self.growth_steps:
             return False
         if float(backend.to_numpy(self.good_steps)) >= self.growth_steps:
-            ops.scale(self.scale, 2.0, out=self.scale)
-            ops.fill(self.good_steps, 0.0)
+            kernels.scale(self.scale, 2.0, out=self.scale)
+            kernels.fill(self.good_steps, 0.0)
         return True
 
 
@@ -621,18 +621,18 @@ class Trainer:
             y = next(targets)
             out32 = _to_f32(out)
             weight = self._loss_weights[i]
-            grad_scale = scale if weight == 1.0 else (ops.scale(scale, weight) if backend.is_device_array(scale)
+            grad_scale = scale if weight == 1.0 else (kernels.scale(scale, weight) if backend.is_device_array(scale)
                                                       or isinstance(scale, np.ndarray) else scale * weight)
             value, dout = loss.compute(out32, y, logits=fused[i], grad_scale=grad_scale,
                                        sample_weight=None if weights is None else next(weights))
             if multi:
                 self._output_loss_trackers[i].update_state(value, n)
-            weighted = value if weight == 1.0 else ops.scale(value, weight)
-            total = weighted if total is None else ops.add(total, weighted)
+            weighted = value if weight == 1.0 else kernels.scale(value, weight)
+            total = weighted if total is None else kernels.add(total, weighted)
             for m in self._output_metrics[i]:
                 m.update_state(y, out32)
             if dout.dtype != out.dtype:
-                dout = ops.cast(dout, out.dtype)
+                dout = kernels.cast(dout, out.dtype)
             douts.append(dout)
         self._loss_tracker.update_state(total, n)
         return douts if training else None
@@ -650,12 +650,12 @@ class Trainer:
             params.append(w.value)
             g = layer.grads.get(w.name)
             # a weight no loss reaches (an output without a loss) gets a zero gradient
-            grads.append(g if g is not None else ops.zeros_like(w.value))
+            grads.append(g if g is not None else kernels.zeros_like(w.value))
         return params, grads
 
     # ----- compute-dtype weight copies (mixed precision) -----------------------------------------
     def _precast_groups(self, layers: list) -> list:
-        """``[([(layer, weight)], ops.elementwise.CastMany)]``: the weights the layers cast to their
+        """``[([(layer, weight)], kernels.elementwise.CastMany)]``: the weights the layers cast to their
         compute dtype (``Layer._cast_weights``), grouped by (source, target) dtype. Kept while the
         layer list, every layer's cast set (``layers.base.cast_generation``), dtype policy and weight
         array stay the same: made once, checked per step by identity."""
@@ -680,7 +680,7 @@ class Trainer:
                     groups[(value.dtype, dt)][0].append((layer, w))
                     groups[(value.dtype, dt)][1].append(value)
         # CastMany: checked here, once; it keeps its device table while it holds the arrays
-        out = [(entries, ops.elementwise.CastMany(values, dt)) for (_, dt), (entries, values) in groups.items()]
+        out = [(entries, kernels.elementwise.CastMany(values, dt)) for (_, dt), (entries, values) in groups.items()]
         pairs = [e for entries, _ in out for e in entries]
         self._precast_kept = (gen, list(layers), out, pairs, [w.value for _, w in pairs], policies)
         return out
@@ -820,7 +820,7 @@ class Trainer:
             if tuple(arr.shape[1:]) != tuple(shape):
                 raise ValueError(f"{owner} expects input of shape (batch, {', '.join(map(str, shape))}), "
                                  f"got {tuple(arr.shape)}")
-        items = [a if a.dtype.kind == "f" else ops.cast(a, _F32) for a in items]
+        items = [a if a.dtype.kind == "f" else kernels.cast(a, _F32) for a in items]
         n = int(items[0].shape[0])
         if y is None:
             return _pack(items), None
@@ -864,7 +864,7 @@ class Trainer:
                 raise ValueError(f"{self._owner}: {what} got sample_weight on {backend.device_of(item)} but the "
                                  f"model is on {self.device}")
             item = item.reshape(n) if item.ndim == 2 else item
-            out.append(item if item.dtype == _F32 else ops.cast(item, _F32))
+            out.append(item if item.dtype == _F32 else kernels.cast(item, _F32))
         return out
 
     def _check_y_one(self, i: int, y: Any, n: int, what: str) -> np.ndarray:
