@@ -216,3 +216,55 @@ def to_numpy(x: Any, stream: Any = None) -> np.ndarray:
     if is_device_array(x):
         return x.to_host(stream=stream)
     return np.asarray(x)
+
+
+# ----- Keras's backend configuration (keras.config / keras.backend) -----------------------------------
+_floatx = "float32"
+_epsilon = 1e-7
+_image_data_format = "channels_last"
+
+
+def floatx() -> str:
+    """The default float dtype of new tensors and variables (``keras.config.floatx``)."""
+    return _floatx
+
+
+def set_floatx(value: str) -> None:
+    """Set the default float dtype: ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``."""
+    global _floatx
+    if value not in ("float16", "bfloat16", "float32", "float64"):
+        raise ValueError(f"set_floatx: unknown floatx {value!r}; expected one of 'float16', 'bfloat16', "
+                         "'float32', 'float64'")
+    _floatx = str(value)
+
+
+def epsilon() -> float:
+    """The fuzz factor used in numeric expressions (``keras.config.epsilon``, 1e-7)."""
+    return _epsilon
+
+
+def set_epsilon(value: float) -> None:
+    global _epsilon
+    _epsilon = float(value)
+
+
+def image_data_format() -> str:
+    """``"channels_last"`` (the default) or ``"channels_first"`` (``keras.config.image_data_format``)."""
+    return _image_data_format
+
+
+def set_image_data_format(data_format: str) -> None:
+    global _image_data_format
+    if data_format not in ("channels_last", "channels_first"):
+        raise ValueError(f"set_image_data_format: data_format must be 'channels_last' or 'channels_first', got "
+                         f"{data_format!r}")
+    _image_data_format = str(data_format)
+
+
+def backend() -> str:
+    """The name of the backend (``keras.config.backend``): ``"dnnbind"``."""
+    return "dnnbind"
+
+
+__all__ += ["floatx", "set_floatx", "epsilon", "set_epsilon", "image_data_format", "set_image_data_format",
+            "backend"]

@@ -69,7 +69,8 @@ def _result(value: Any, dtype: np.dtype, out: Any) -> np.ndarray:
     if value.dtype != dtype:
         with np.errstate(invalid="ignore", over="ignore"):
             value = value.astype(dtype)
-    value = np.ascontiguousarray(value)
+    if not value.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d result into 1-d)
+        value = np.array(value, order="C")
     if out is not None:
         np.copyto(out, value, casting="unsafe")
         return out

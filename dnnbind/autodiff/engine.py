@@ -1,0 +1,284 @@
+"""The one backward engine: nodes recorded by differentiable operations, and reverse accumulation.
+
+While a :class:`~dnnbind.autodiff.GradientTape` is active in the current thread, every differentiable
+operation whose inputs need a gradient records a :class:`Node`: the edges to the nodes that produced
+its inputs, and a vector-Jacobian product (``vjp(node, *output_grads) -> input grads``) that keeps only
+what the backward needs (Chainer's ``FunctionNode``; PyTorch's ``autograd.Function``). Tensors point
+to the node that made them (``Tensor._node``, ``Tensor._index``); nodes never point to their outputs,
+so the graph has no reference cycle and dies with the last tensor that can reach it (refcounting,
+never the cyclic collector, which is off during a CUDA-graph capture).
+
+:func:`gradient` walks the nodes reachable from the targets in reverse creation order (a node is made
+after the nodes of its inputs, so creation order is a topological order), sums the gradients of an
+output read by several operations, and runs only the VJPs of nodes that lead to a requested source.
+Sources are leaves (:class:`Leaf`: a variable, or a tensor a tape watches) or any recorded tensor.
+
+A VJP receives tensors and returns tensors (or raw arrays, wrapped as constants). VJPs written in
+``dnnbind.ops`` are themselves recorded when a tape is active during :func:`gradient` (an outer tape:
+higher-order gradients). A VJP that calls kernels directly (a hand-fused backward) is marked
+``once_differentiable``: differentiating its result again raises an error naming the operation
+instead of returning a wrong zero.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, Sequence
+
+__all__ = ["Node", "Leaf", "recording", "record", "gradient", "stop_recording", "active_tapes", "hooks",
+           "FilledTensor"]
+
+_seq = itertools.count(1)
+_local = threading.local()
+
+
+class _Hooks:
+    """Functions of the ops room the engine needs (installed by :mod:`dnnbind.ops` on import: the
+    engine sits below it). ``add(a, b)``: the differentiable sum of two gradients; ``wrap(x)``: a raw
+    array or number as a constant Tensor; ``materialize(filled)``: a :class:`FilledTensor`'s array."""
+
+    ops: Any = None  # the dnnbind.ops module itself
+    add: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    wrap: Callable[[Any], Any] = None  # type: ignore[assignment]
+    materialize: Callable[[Any], Any] = None  # type: ignore[assignment]
+    seed: Callable[[Any], Any] = None  # type: ignore[assignment]
+
+
+hooks = _Hooks()
+
+
+def _tapes() -> list:
+    tapes = getattr(_local, "tapes", None)
+    if tapes is None:
+        tapes = _local.tapes = []
+        _local.paused = 0
+    return tapes
+
+
+def active_tapes() -> list:
+    """The tapes recording in this thread (innermost last); empty while recording is stopped."""
+    tapes = _tapes()
+    return [] if _local.paused else tapes
+
+
+def recording() -> bool:
+    """Whether differentiable operations record nodes now (a tape is active and not stopped)."""
+    tapes = getattr(_local, "tapes", None)
+    return bool(tapes) and not _local.paused
+
+
+class stop_recording:
+    """``with stop_recording():`` operations inside record nothing (TensorFlow's
+    ``tape.stop_recording()``, PyTorch's ``no_grad``)."""
+
+    def __enter__(self) -> "stop_recording":
+        _tapes()
+        _local.paused += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.paused -= 1
+
+
+class Node:
+    """One application of a differentiable operation.
+
+    ``edges``: per input, ``(node, output index)`` of what produced it, or None for an input that
+    needs no gradient. ``vjp(node, *grads)``: given the gradients of the outputs (a Tensor or None per
+    output), returns one gradient per input (None where there is none). ``needs_input_grad`` is set
+    by :func:`gradient` before the call (a VJP may skip the gradients nobody asked for).
+    ``saved`` is free for the VJP's use; ``outputs_raw`` are the raw output arrays when the VJP asked
+    for them (:meth:`output`)."""
+
+    __slots__ = ("seq", "edges", "vjp", "n_outputs", "name", "needs_input_grad", "saved", "outputs_raw",
+                 "once_differentiable", "holders", "__weakref__")
+
+    is_leaf = False
+
+    def __init__(self, edges: tuple, vjp: "Callable | None", n_outputs: int, name: str,
+                 once_differentiable: bool = False) -> None:
+        self.seq = next(_seq)
+        self.edges = edges
+        self.vjp = vjp
+        self.n_outputs = n_outputs
+        self.name = name
+        self.needs_input_grad: tuple = ()
+        self.saved: Any = None
+        self.outputs_raw: Any = None
+        self.once_differentiable = once_differentiable
+        self.holders = 0
+
+    def output(self, index: int = 0) -> Any:
+        """Output ``index`` as a tensor connected to this node (for VJPs that read their result, e.g.
+        ``exp``): rebuilt from ``outputs_raw`` on demand, so the node holds no tensor of its own."""
+        raw = self.outputs_raw[index]
+        t = hooks.wrap(raw)
+        t._node, t._index = self, index
+        return t
+
+    def release(self) -> None:
+        """Drop what the backward needed (after the last tape that may run it has)."""
+        self.vjp = None
+        self.saved = None
+        self.outputs_raw = None
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} #{self.seq} inputs={len(self.edges)} outputs={self.n_outputs}>"
+
+
+class Leaf(Node):
+    """A gradient source: a variable, or a tensor a tape watches. It has no inputs."""
+
+    __slots__ = ("owner",)
+    is_leaf = True
+
+    def __init__(self, owner: Any) -> None:
+        super().__init__((), None, 1, f"leaf of {type(owner).__name__}")
+        self.owner = owner  # what gradient(..., sources) names; a Variable keeps its leaf alive itself
+
+
+def record(raw_outputs: "Any | tuple", edges: tuple, vjp: Callable, name: str, *, keep_outputs: bool = False,
+           once_differentiable: bool = False, multiple: bool = False) -> "Any | tuple":
+    """Wrap ``raw_outputs`` (one raw array, or a tuple when ``multiple``) as tensors made by a new node with
+    ``edges`` and ``vjp``. Call only when :func:`recording` and some edge is not None (the ops check)."""
+    outs = raw_outputs if multiple else (raw_outputs,)
+    node = Node(edges, vjp, len(outs), name, once_differentiable)
+    if keep_outputs:
+        node.outputs_raw = tuple(outs)
+    tapes = _tapes()
+    node.holders = -1 if any(t._persistent for t in tapes) else len(tapes)
+    wrap = hooks.wrap
+    result = []
+    for i, raw in enumerate(outs):
+        t = wrap(raw)
+        t._node, t._index = node, i
+        result.append(t)
+    return tuple(result) if multiple else result[0]
+
+
+class FilledTensor:
+    """Marker base for tensors whose every element is one host-known number (``value``) and whose array is
+    made only when someone reads ``data``: the seed of a backward (ones), a gradient scaled by a Python
+    number. VJPs with a fast path for them (a fused loss whose gradient is already computed, ``sum``,
+    ``mean``) test ``isinstance(g, FilledTensor)``. The concrete class lives in :mod:`dnnbind.autodiff.tensor`."""
+
+    __slots__ = ()
+
+
+def _accumulate(old: Any, new: Any) -> Any:
+    return new if old is None else hooks.add(old, new)
+
+
+def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any], *, tape: Any = None,
+             release: bool = True) -> list:
+    """Gradients of ``targets`` (tensors), seeded with ``seeds`` (one tensor per target, the gradient of
+    the final scalar w.r.t. it), w.r.t. ``sources`` (leaves' owners or recorded tensors): one entry per
+    source, None when unconnected.
+
+    ``tape``: the tape asking (its non-persistent nodes are released after their VJP runs, unless another
+    tape that was active when they were recorded still holds them)."""
+    # --- the keys of the sources: leaves by owner, recorded tensors by (node, index)
+    want: dict = {}
+    for i, s in enumerate(sources):
+        node = _source_node(s)
+        if node is None:
+            continue
+        want.setdefault((id(node), _source_index(s)), []).append(i)
+    # --- nodes reachable from the targets, and which of them lead to a source
+    starts = [t._node for t in targets if getattr(t, "_node", None) is not None]
+    order: dict[int, Node] = {}
+    stack = list(starts)
+    while stack:
+        node = stack.pop()
+        if id(node) in order:
+            continue
+        order[id(node)] = node
+        for edge in node.edges:
+            if edge is not None and id(edge[0]) not in order:
+                stack.append(edge[0])
+    source_nodes = {k[0] for k in want}
+    relevant: dict[int, bool] = {}
+    for node in sorted(order.values(), key=_seq_of):  # inputs before their consumers
+        relevant[id(node)] = id(node) in source_nodes or any(
+            e is not None and relevant.get(id(e[0]), False) for e in node.edges)
+    # --- seeds
+    grads: dict = {}
+    for t, g in zip(targets, seeds):
+        node = getattr(t, "_node", None)
+        if node is None or not relevant.get(id(node), False):
+            continue
+        key = (id(node), t._index)
+        grads[key] = _accumulate(grads.get(key), g)
+    results: list = [None] * len(sources)
+    interval = None if tape is None else (tape._first_seq, tape._last_seq)
+    # --- reverse sweep
+    for node in sorted(order.values(), key=_seq_of, reverse=True):
+        nid = id(node)
+        if not relevant.get(nid, False):
+            continue
+        outs = []
+        for i in range(node.n_outputs):
+            key = (nid, i)
+            g = grads.get(key) if key in want else grads.pop(key, None)
+            outs.append(g)
+        for i in range(node.n_outputs):
+            for j in want.get((nid, i), ()):
+                results[j] = outs[i]
+        if node.is_leaf or all(g is None for g in outs):
+            continue
+        if node.vjp is None:
+            raise RuntimeError(
+                f"the backward of {node.name} was already run and its saved tensors were freed: a "
+                "non-persistent GradientTape computes one set of gradients; use "
+                "GradientTape(persistent=True) to call gradient() more than once")
+        node.needs_input_grad = tuple(e is not None and relevant.get(id(e[0]), False) for e in node.edges)
+        in_grads = node.vjp(node, *outs)
+        if not isinstance(in_grads, (tuple, list)):
+            in_grads = (in_grads,)
+        if len(in_grads) != len(node.edges):
+            raise RuntimeError(f"the VJP of {node.name} returned {len(in_grads)} gradients for "
+                               f"{len(node.edges)} inputs")
+        poison = node.once_differentiable and recording()
+        for edge, g, need in zip(node.edges, in_grads, node.needs_input_grad):
+            if not need or g is None:
+                continue
+            if not hasattr(g, "_node"):
+                g = hooks.wrap(g)
+            if poison:
+                g = _poisoned(g, node)
+            key = (id(edge[0]), edge[1])
+            grads[key] = _accumulate(grads.get(key), g)
+        if release and interval is not None and node.holders > 0 and interval[0] <= node.seq <= interval[1]:
+            node.holders -= 1
+            if node.holders == 0:
+                node.release()
+    # leaves that are sources were filled when their (leaf) node came up in the sweep
+    return results
+
+
+def _seq_of(node: Node) -> int:
+    return node.seq
+
+
+def _source_node(s: Any) -> "Node | None":
+    leaf = getattr(s, "_leaf", None)  # a Variable's leaf (None until it was first read while recording)
+    if leaf is not None or hasattr(s, "_leaf"):
+        return leaf
+    return getattr(s, "_node", None)
+
+
+def _source_index(s: Any) -> int:
+    return 0 if hasattr(s, "_leaf") else s._index
+
+
+def _poisoned(g: Any, node: Node) -> Any:
+    """``g`` as the output of a node that refuses to be differentiated (a once-differentiable VJP's result
+    seen by an outer tape)."""
+    def refuse(_node: Node, *_grads: Any) -> tuple:
+        raise NotImplementedError(
+            f"{node.name} has a hand-written backward that is differentiable only once; a second-order "
+            "gradient through it (a gradient penalty, a Hessian) needs the layer written in dnnbind.ops")
+
+    edges = tuple(e for e in node.edges)
+    return record(g.data, edges, refuse, f"second derivative of {node.name}")
