@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
     "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
-    "saving", "backend", "errors", "trainers", "kernels",
+    "saving", "backend", "errors", "trainers", "kernels", "autodiff",
 }
 
 # name -> (module, attribute)
@@ -49,7 +49,11 @@ _LAZY = {
     "Model": ("dnnbind.models", "Model"),
     "Functional": ("dnnbind.models", "Functional"),
     "Input": ("dnnbind.layers", "Input"),
-    "KerasTensor": ("dnnbind.layers.base", "KerasTensor"),
+    "KerasTensor": ("dnnbind.layers.graph", "KerasTensor"),
+    "Layer": ("dnnbind.layers", "Layer"),
+    "Tensor": ("dnnbind.autodiff", "Tensor"),
+    "Variable": ("dnnbind.autodiff", "Variable"),
+    "GradientTape": ("dnnbind.autodiff", "GradientTape"),
     "load_model": ("dnnbind.models", "load_model"),
     "save_model": ("dnnbind.models", "save_model"),
     "doctor": ("dnnbind.doctor", "doctor"),

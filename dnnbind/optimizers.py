@@ -354,8 +354,43 @@ class Optimizer:
                 self._lr_array[...] = host
             self._lr_uploaded = lr
 
-    def apply(self, params: Sequence[Any], grads: Sequence[Any], *, grad_scale: Any = None, skip: Any = None) -> None:
-        """One update of ``params`` (in place) from ``grads``; builds the slots on first use."""
+    def apply(self, grads: Sequence[Any], trainable_variables: "Sequence[Any] | None" = None) -> None:
+        """Keras 3's ``apply(grads, trainable_variables)``: one update of the variables (in place) from their
+        gradients (tensors or arrays; None entries are skipped, as Keras skips them). Builds the slots on
+        first use (or when the variable list changes); then each variable's ``constraint`` is applied."""
+        if trainable_variables is None:
+            raise ValueError(f"{type(self).__name__}.apply: give the variables the gradients belong to "
+                             "(optimizer.apply(grads, model.trainable_variables))")
+        grads, variables = list(grads), list(trainable_variables)
+        if len(grads) != len(variables):
+            raise ValueError(f"{type(self).__name__}.apply: {len(grads)} gradients for {len(variables)} variables")
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        if not pairs:
+            return
+        raw = [getattr(g, "data", g) if not hasattr(g, "_leaf") else g.value for g, _ in pairs]
+        params = [v.value for _, v in pairs]
+        for p, g, (_, v) in zip(params, raw, pairs):
+            if tuple(g.shape) != tuple(p.shape):
+                g_shape = tuple(g.shape)
+                raise ValueError(f"{type(self).__name__}.apply: the gradient of '{getattr(v, 'path', v)}' has shape "
+                                 f"{g_shape}, the variable {tuple(p.shape)}")
+        keys = [id(v) for _, v in pairs]
+        if self.__dict__.get("_apply_keys") != keys:
+            self._apply_keys = keys
+            self.build(params)
+        self._apply_raw(params, raw)
+        for _, v in pairs:
+            c = getattr(v, "constraint", None)
+            if c is not None:
+                v.assign(c(v))
+
+    def apply_gradients(self, grads_and_vars: Sequence[tuple[Any, Any]]) -> None:
+        """``apply`` for a list of ``(gradient, variable)`` pairs (Keras 3's ``apply_gradients``)."""
+        pairs = list(grads_and_vars)
+        self.apply([g for g, _ in pairs], [v for _, v in pairs])
+
+    def _apply_raw(self, params: Sequence[Any], grads: Sequence[Any], *, grad_scale: Any = None, skip: Any = None) -> None:
+        """One update of the raw arrays ``params`` (in place) from ``grads``; builds the slots on first use."""
         if not self.built or len(self._slots) != len(params):
             self.build(params)
         self._sync_lr()
@@ -387,7 +422,7 @@ class Optimizer:
         follows its total size, so the norms' sums would be taken in another order. Not for a
         subclass with its own ``_update``, ``apply`` or ``_fused`` (it may expect the casts)."""
         cls = type(self)
-        return (cls._update in _FUSED_UPDATES and cls.apply is Optimizer.apply and cls._fused is Optimizer._fused
+        return (cls._update in _FUSED_UPDATES and cls._apply_raw is Optimizer._apply_raw and cls._fused is Optimizer._fused
                 and self._clipnorm is None and self._global_clipnorm is None)
 
     def _slot_lists(self, name: str) -> list:

@@ -76,7 +76,8 @@ from . import __version__, keras_format
 from ._files import atomic_write, create_exclusive, directory_lock, existing_mode, fsync_directory
 from ._validate import normalize_dtype
 from .errors import AllocationTooLargeError, DnnbindError
-from .layers.base import InputLayer, Layer, Weight
+from .layers.base import Layer, Weight
+from .layers.graph import InputLayer
 
 __all__ = ["save_weights", "load_weights", "save_model", "load_model", "SavingError", "check_weight_budget"]
 
@@ -106,7 +107,7 @@ _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF
                        "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
                        "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool"}
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-_ADD_WEIGHT = inspect.signature(Layer.add_weight)  # how check_weight_budget reads a build's requests
+_ADD_WEIGHT = inspect.signature(Layer._add_weight)  # how check_weight_budget reads a build's requests
 
 
 class SavingError(DnnbindError):
@@ -817,7 +818,7 @@ def check_weight_budget(layers: Sequence[Layer], input_shape: Sequence[int], own
             _probe._weights.append(w)
             return w
 
-        probe.add_weight = add_weight
+        probe._add_weight = add_weight
         probe._ensure_built(shape)
         shape = tuple(probe.output_shape)
     return total

@@ -3,7 +3,8 @@
 Names, arguments and defaults follow Keras 3; ``get_weights``/``set_weights`` use Keras layouts.
 """
 
-from .base import ActivationFn, Input, InputLayer, Layer, Weight, deserialize, get_layer_class, register
+from .base import ActivationFn, Layer, Weight, deserialize, get_layer_class, register
+from .graph import Input, InputLayer, KerasTensor, OpLayer
 from .conv import (
     Conv1D,
     Conv2D,
@@ -35,7 +36,7 @@ from .regularization import SpatialDropout2D
 from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, ZeroPadding2D
 
 __all__ = [
-    "Layer", "Weight", "Input", "InputLayer", "ActivationFn", "register", "deserialize", "get_layer_class",
+    "Layer", "Weight", "Input", "InputLayer", "KerasTensor", "OpLayer", "ActivationFn", "register", "deserialize", "get_layer_class",
     "Conv2D", "Convolution2D", "Dense", "Dropout", "Flatten", "Activation", "ReLU", "Softmax", "LeakyReLU", "ELU",
     "BatchNormalization", "SyncBatchNormalization", "MaxPooling2D", "MaxPool2D", "AveragePooling2D", "AvgPool2D",
     "GlobalAveragePooling2D", "GlobalAvgPool2D",

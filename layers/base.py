@@ -1,33 +1,49 @@
-"""The Layer contract, layer variables, activations shared by layers, and Input.
+"""The Layer contract (Keras 3), layer variables, and the activations shared by layers.
 
-A layer computes only through :mod:`dnnbind.kernels`, so the same code runs on
-NumPy arrays (CPU backend) and on :class:`dnnbind.cuda.DeviceArray` (cuDNN /
-cuBLAS). Weights live on the layer's device in an internal layout chosen for
-speed; ``get_weights``/``set_weights`` always speak Keras layouts.
+A layer is called on tensors (:class:`dnnbind.Tensor`, NumPy arrays, GPU arrays) or on symbolic
+tensors (``keras.Input`` and what layers made from it: :mod:`.graph`).
 
-Shapes given to :meth:`Layer.build` and :meth:`Layer.compute_output_shape` are
-Keras shapes *without* the batch axis (DESIGN.md). A leading ``None`` (Keras's
-batch placeholder, as in ``(None, 28, 28, 1)``) is accepted and kept.
+* **A layer written by a user** defines ``__init__``, ``build(input_shape)`` (``add_weight``), ``call``
+  (in ``keras.ops``: it receives tensors and returns tensors) and ``get_config``. It trains with no
+  backward written: every op records on the tape (:mod:`dnnbind.autodiff`).
+* **dnnbind's own layers** keep their hand-written, fused forward and backward (``forward(x, training)``,
+  ``backward(dy, need_dx)`` on raw arrays, state kept on ``self``): a call of one records ONE node whose
+  VJP is that backward (a custom VJP: :meth:`Layer._legacy_apply`), so they run at the speed they
+  always had and compose with user code on one tape. Their weight gradients leave the VJP as its
+  results: ``layer.grads`` is only the scratch the backward fills inside it.
+
+Shapes given to a user's ``build`` and to ``compute_output_shape`` are Keras shapes *with* the batch
+axis (``(None, 28, 28, 1)``). dnnbind's own layers build from shapes without it (``_ensure_built`` strips
+it); they accept a leading ``None`` too.
+
+Weights live on the layer's device in an internal layout chosen for speed; ``get_weights`` /
+``set_weights`` / ``Variable.assign`` always speak Keras layouts.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import re
+import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from dnnbind import _validate, backend, kernels
 from dnnbind import initializers as _init
+from dnnbind import ops as _ops
+from dnnbind.autodiff import engine as _engine
+from dnnbind.autodiff.tensor import Tensor
+from dnnbind.autodiff.variable import Variable
 from dnnbind.backend import Device
 from dnnbind.mixed_precision import Policy, global_policy
+from dnnbind.ops import _core as _ops_core
 
-from .tape import active_tape
-
-__all__ = ["Layer", "Weight", "InputLayer", "Input", "KerasTensor", "Node", "ActivationFn", "register", "deserialize",
-           "get_layer_class", "is_symbolic"]
+__all__ = ["Layer", "Weight", "ActivationFn", "register", "deserialize", "get_layer_class", "is_symbolic",
+           "unique_name", "split_batch", "cast_generation", "release_pending_state", "pending_mark", "applied_twice"]
 
 _name_counts: dict[str, int] = {}
 _REGISTRY: dict[str, type] = {}
@@ -72,37 +88,50 @@ def split_batch(shape: Sequence[Any]) -> tuple[bool, tuple[int, ...]]:
     return False, tuple(int(s) for s in shape)
 
 
-class Weight:
-    """One layer variable.
+def _is_symbolic_value(value: Any) -> bool:
+    return hasattr(value, "_keras_history")
 
-    ``value`` is the array the ops use (on the layer's device, internal layout);
+
+def is_symbolic(x: Any) -> bool:
+    """Whether ``x`` is a symbolic tensor, or a (nested) list/tuple/dict holding one."""
+    if _is_symbolic_value(x):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(is_symbolic(v) for v in x)
+    if isinstance(x, dict):
+        return any(is_symbolic(v) for v in x.values())
+    return False
+
+
+class Weight(Variable):
+    """One layer variable (a :class:`dnnbind.Variable` owned by a layer).
+
+    ``value`` is the array the kernels use (on the layer's device, internal layout);
     ``numpy()`` / ``assign()`` convert from and to the Keras layout and ``shape``
     is the Keras shape. ``path`` (``"conv2d/kernel"``) names it in saved files.
     """
 
     def __init__(self, layer: "Layer", name: str, keras_shape: tuple[int, ...], value: Any, trainable: bool,
                  to_internal: Callable[[np.ndarray], np.ndarray] | None = None,
-                 to_keras: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 to_keras: Callable[[np.ndarray], np.ndarray] | None = None, *, autocast: bool = True,
+                 regularizer: Any = None, constraint: Any = None) -> None:
         self.layer = layer
         self.name = name
         self.shape = tuple(keras_shape)
         self.value = value
         self.trainable = trainable
-        self._to_internal = to_internal or (lambda a: a)
-        self._to_keras = to_keras or (lambda a: a)
+        self.autocast = autocast
+        self.aggregation = "none"
+        self.synchronization = "auto"
+        self._to_internal = to_internal
+        self._to_keras = to_keras
+        self.regularizer = regularizer
+        self.constraint = constraint
+        self._leaf = None
 
     @property
     def path(self) -> str:
         return f"{self.layer.name}/{self.name}"
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.value.dtype
-
-    def numpy(self) -> np.ndarray:
-        """A host copy in the Keras layout (an explicit device-to-host transfer on a GPU)."""
-        # always a copy: on NumPy the value itself would otherwise leak out and change under training
-        return np.array(self._to_keras(backend.to_numpy(self.value)), order="C", copy=True)
 
     def checked(self, array: Any) -> np.ndarray:
         """``array`` as NumPy once it passes :meth:`assign`'s checks (numeric dtype, Keras shape); changes nothing."""
@@ -112,21 +141,11 @@ class Weight:
         if tuple(arr.shape) != self.shape:
             raise ValueError(
                 f"layer '{self.layer.name}' ({type(self.layer).__name__}): weight '{self.name}' expects shape "
-                f"{self.shape}, got {tuple(arr.shape)}"
-            )
+                f"{self.shape}, got {tuple(arr.shape)}")
         return arr
 
-    def assign(self, array: Any) -> None:
-        """Set from a Keras-layout array, checking its dtype and shape (the error names the layer)."""
-        arr = self.checked(array)
-        internal = np.ascontiguousarray(self._to_internal(arr.astype(self.value.dtype, copy=False)))
-        # Write into the existing buffer: its address stays valid for optimizer state and captured graphs.
-        if backend.is_device_array(self.value):
-            self.value.copy_from_host(internal)
-        elif isinstance(self.value, np.ndarray):
-            self.value[...] = internal
-        else:
-            self.value = backend.asarray(internal, device=self.layer.device)
+    def _owner(self) -> str:
+        return f"layer '{self.layer.name}' ({type(self.layer).__name__})"
 
     def __repr__(self) -> str:
         return f"<Weight path={self.path} shape={self.shape} dtype={self.dtype}>"
@@ -134,64 +153,6 @@ class Weight:
 
 def _is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray) or backend.is_device_array(x)
-
-
-# ----- symbolic tensors (the functional API) -------------------------------------------------------
-class KerasTensor:
-    """A symbolic tensor (Keras's ``KerasTensor``): a shape with the batch axis (``None`` unless
-    ``Input(batch_size=...)``), a dtype and the layer application that produced it
-    (``_keras_history = (layer, node_index, tensor_index)``). It has no value: layers called on it
-    record a :class:`Node` and return a new one; ``Model(inputs, outputs)`` turns the recorded graph
-    into a model that runs on data."""
-
-    def __init__(self, shape: Sequence[Any], dtype: Any = "float32", layer: "Layer | None" = None,
-                 node_index: int = 0, tensor_index: int = 0, name: str | None = None) -> None:
-        self.shape = tuple(None if s is None else int(s) for s in shape)
-        self.dtype = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
-        self._keras_history = (layer, node_index, tensor_index)
-        self.name = name if name is not None else (layer.name if layer is not None else "keras_tensor")
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def node(self) -> "Node":
-        layer, node_index, _ = self._keras_history
-        return layer._inbound_nodes[node_index]
-
-    def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"KerasTensor '{self.name}' {self.shape} is symbolic and has no value: build "
-                        "keras.Model(inputs, outputs) from it and call the model on data; computations on "
-                        "symbolic tensors must be layers (e.g. layers.Add()([a, b]) rather than a + b)")
-
-    def __repr__(self) -> str:
-        return f"<KerasTensor shape={self.shape}, dtype={self.dtype}, name={self.name}>"
-
-
-class Node:
-    """One application of a layer to symbolic tensors: ``layer``, ``input_tensors`` (in call order;
-    a multi-input layer's list), ``output_tensors`` (one). Appended to ``layer._inbound_nodes``."""
-
-    def __init__(self, layer: "Layer", input_tensors: Sequence[KerasTensor], output_shape: Sequence[Any],
-                 dtype: Any) -> None:
-        self.layer = layer
-        self.input_tensors = list(input_tensors)
-        self.index = len(layer._inbound_nodes)
-        layer._inbound_nodes.append(self)
-        self.output_tensors = [KerasTensor(output_shape, dtype, layer=layer, node_index=self.index,
-                                           name=layer.name if self.index == 0 else f"{layer.name}_{self.index}")]
-
-    @property
-    def parent_nodes(self) -> list["Node"]:
-        return [t.node for t in self.input_tensors]
-
-
-def is_symbolic(x: Any) -> bool:
-    """Whether ``x`` is a KerasTensor, or a non-empty list/tuple of them."""
-    if isinstance(x, KerasTensor):
-        return True
-    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(t, KerasTensor) for t in x)
 
 
 # (device is CUDA, policy compute dtype name) -> the dtype a layer computes in
@@ -212,24 +173,129 @@ def cast_generation() -> int:
     return _cast_generation[0]
 
 
+# ----- the call context: training propagates from an outer call to the calls inside it ---------------
+_ctx = threading.local()
+
+
+def _context_training() -> "bool | None":
+    stack = getattr(_ctx, "training", None)
+    return stack[-1] if stack else None
+
+
+def _context_depth() -> int:
+    stack = getattr(_ctx, "training", None)
+    return len(stack) if stack else 0
+
+
+class _CallContext:
+    __slots__ = ("training",)
+
+    def __init__(self, training: "bool | None") -> None:
+        self.training = training
+
+    def __enter__(self) -> None:
+        stack = getattr(_ctx, "training", None)
+        if stack is None:
+            stack = _ctx.training = []
+        stack.append(self.training)
+
+    def __exit__(self, *exc: Any) -> None:
+        _ctx.training.pop()
+
+
+# ----- state of dnnbind's own layers kept for a backward that may never run --------------------------
+def _pending() -> list:
+    pending = getattr(_ctx, "pending", None)
+    if pending is None:
+        pending = _ctx.pending = []
+    return pending
+
+
+def _drop_new_arrays(layer: Any, before: tuple[dict, dict]) -> None:
+    """Put back the attributes a forward pointed at new arrays (on the layer and its ActivationFns)."""
+    state, nested = before
+    for key, value in list(layer.__dict__.items()):
+        if _is_array(value) and state.get(key) is not value:
+            setattr(layer, key, state.get(key))
+    for key, attrs in nested.items():
+        holder = layer.__dict__.get(key)
+        if holder is None:
+            continue
+        for name, value in list(holder.__dict__.items()):
+            if _is_array(value) and attrs.get(name) is not value:
+                setattr(holder, name, attrs.get(name))
+
+
+def pending_mark() -> int:
+    """Where the list of kept states stands now (:func:`release_pending_state` of a later mark's range)."""
+    return len(_pending())
+
+
+def release_pending_state(since: "int | None" = None, until: "int | None" = None) -> None:
+    """Drop the arrays dnnbind's own layers kept for backwards that did not run (their output took no
+    gradient, or a step failed half-way): every training step calls this when it ends, so nothing
+    allocated in a (captured) step outlives it. ``since``/``until``: only what was kept between those
+    :func:`pending_mark` s (a forward of its own among others)."""
+    pending = getattr(_ctx, "pending", None)
+    if not pending:
+        return
+    start = 0 if since is None else min(int(since), len(pending))
+    end = len(pending) if until is None else min(int(until), len(pending))
+    mine = pending[start:end]
+    _ctx.pending = pending[:start] + [None] * len(mine) + pending[end:] if until is not None else pending[:start]
+    if until is not None and all(p is None for p in _ctx.pending):
+        _ctx.pending = []
+    mine = [m for m in mine if m is not None]
+    for layer, before, saved in reversed(mine):
+        if not saved["done"]:
+            _drop_new_arrays(layer, before)
+        saved["state"] = None
+
+
+def applied_twice() -> bool:
+    """Whether the recorded forward of this step applied one of dnnbind's own layers more than once (its
+    weight gradients are then summed by the engine, which the trainer wants in the weights' dtype)."""
+    seen: set = set()
+    for entry in getattr(_ctx, "pending", None) or ():
+        if entry is None:
+            continue
+        layer = entry[0]
+        if id(layer) in seen:
+            return True
+        seen.add(id(layer))
+    return False
+
+
+def _trainable_edge(w: Variable) -> "tuple | None":
+    """The edge of a weight read by one of dnnbind's own layers while recording: to its leaf when a tape
+    watches it (noting the access), else None."""
+    watched = False
+    for tape in _engine.active_tapes():
+        if tape.watches(w):
+            tape._note_access(w)
+            watched = True
+    return (w._leaf_node(), 0) if watched else None
+
+
 class Layer:
-    """Base class of all layers (Keras 3 contract).
+    """Base class of all layers (Keras 3's contract; see the module docstring).
 
-    Subclasses implement ``build(input_shape)`` (create weights with
-    :meth:`add_weight`), ``forward(x, training)``, ``backward(dy) -> dx``
-    (filling ``self.grads`` for each trainable weight, in variable dtype),
-    ``compute_output_shape`` and ``get_config``.
+    ``Layer(trainable=True, name=None, dtype=None, autocast=True, activity_regularizer=None)``.
+    Subclasses implement ``build(input_shape)`` (create weights with :meth:`add_weight`), ``call(inputs,
+    training=None, mask=None, ...)``, ``compute_output_shape`` (optional: otherwise it is found by running
+    ``call`` on zeros), ``get_config``. Layers, variables and lists/dicts of them assigned as attributes are
+    tracked: their weights are this layer's, their ``losses`` too.
 
-    Multi-input layers (``Add``, ``Concatenate``...) set ``multi_input = True``: ``forward`` takes a
-    list of arrays, ``backward`` returns one gradient per input (a list, same order; None entries
-    allowed with ``need_dx=False``), and ``build``/``compute_output_shape``/``_output_shape`` take a
-    list of shapes. A layer keeps what its backward needs on ``self`` (or on an
-    :class:`ActivationFn` attribute): models applying it several times save and restore that state
-    per application (:meth:`_call_state`).
+    dnnbind's own layers implement ``forward``/``backward`` instead of ``call`` (see the module docstring).
+    Multi-input layers of dnnbind (``Add``, ``Concatenate``...) set ``multi_input = True``: ``forward`` takes a
+    list of arrays, ``backward`` returns one gradient per input.
     """
 
-    #: True for layers called on a list of inputs (see the class docstring)
+    #: True for dnnbind layers called on a list of inputs (see the class docstring)
     multi_input = False
+    #: dnnbind's own layers whose forward is the same in training and inference (they run their training
+    #: forward, which keeps what backward needs, when a tape needs their gradient in an inference call)
+    _training_free = True
     # Set by a trainer for the length of one step (class defaults: no step running). _precast:
     # {Weight: its compute-dtype copy}; _keep_grad_dtype: leave weight gradients in the compute dtype.
     _precast: "dict | None" = None
@@ -239,8 +305,12 @@ class Layer:
     _cast_weights: dict = {}
 
     def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
-                 input_shape: Sequence[int] | None = None, **kwargs: Any) -> None:
+                 input_shape: Sequence[int] | None = None, autocast: bool = True,
+                 activity_regularizer: Any = None, **kwargs: Any) -> None:
+        object.__setattr__(self, "_tracked", self.__dict__.get("_tracked", {}))
         batch_input_shape = kwargs.pop("batch_input_shape", None)
+        input_dim = kwargs.pop("input_dim", None)
+        kwargs.pop("batch_size", None) if type(self).__name__ != "InputLayer" else None
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
         if name is not None and not isinstance(name, str):
@@ -248,23 +318,83 @@ class Layer:
         self.name = name if name is not None else unique_name(_snake_case(type(self).__name__))
         owner = f"{type(self).__name__} '{self.name}'"
         self.trainable = _validate.boolean(trainable, "trainable", owner)
+        self.autocast = _validate.boolean(autocast, "autocast", owner)
         if isinstance(dtype, Policy):
             self.dtype_policy = dtype
         elif dtype is None:
             self.dtype_policy = global_policy()
         else:
-            self.dtype_policy = Policy(str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype)
+            name_ = dtype.get("config", {}).get("name") if isinstance(dtype, dict) else dtype
+            self.dtype_policy = Policy(str(np.dtype(name_)) if not isinstance(name_, str) else name_)
         if batch_input_shape is not None:
             input_shape = _validate.shape(tuple(batch_input_shape)[1:], "batch_input_shape[1:]", owner)
+        if input_dim is not None and input_shape is None:
+            input_shape = (int(input_dim),)
         self._declared_input_shape = None if input_shape is None else _validate.shape(input_shape, "input_shape",
                                                                                       owner)
         self.built = False
-        self.input_shape: tuple[int, ...] | None = None
-        self.output_shape: tuple[int, ...] | None = None
+        # (through __dict__: a model defines these as properties)
+        self.__dict__["input_shape"] = None
+        self.__dict__["output_shape"] = None
         self._weights: list[Weight] = []
         self.grads: dict[str, Any] = {}
         self._device: Device | None = None
-        self._inbound_nodes: list[Node] = []
+        self._inbound_nodes: list = []
+        self._own_losses: list = []
+        self.activity_regularizer = None
+        if activity_regularizer is not None:
+            self.activity_regularizer = _regularizer(activity_regularizer)
+        self.supports_masking = False
+
+    # ----- attribute tracking -------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        tracked = self.__dict__.get("_tracked")
+        if tracked is None:
+            tracked = {}
+            object.__setattr__(self, "_tracked", tracked)
+        if not name.startswith("_") and _trackable(value, self):
+            tracked[name] = value
+        elif name in tracked:
+            del tracked[name]
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self.__dict__.get("_tracked", {}).pop(name, None)
+        object.__delattr__(self, name)
+
+    def _tracked_values(self) -> list:
+        """The current values of the tracked attributes (read from the instance: a state restored through
+        ``__dict__`` is what counts)."""
+        tracked = self.__dict__.get("_tracked")
+        if not tracked:
+            return []
+        d = self.__dict__
+        return [d[name] for name in tracked if name in d and _trackable(d[name], self)]
+
+    def _sublayers(self) -> list["Layer"]:
+        """The layers tracked as attributes (lists and dicts flattened), in assignment order, each once."""
+        values = self._tracked_values()
+        if not values:
+            return []
+        out: list = []
+        for value in values:
+            for v in _flatten_tracked(value):
+                if isinstance(v, Layer) and v is not self and not any(v is o for o in out):
+                    out.append(v)
+        return out
+
+    def _tracked_variables(self) -> list[Variable]:
+        """Variables assigned as attributes that are not this layer's weights (``self.v = keras.Variable(...)``)."""
+        values = self._tracked_values()
+        if not values:
+            return []
+        own = {id(w) for w in self._weights}
+        out: list = []
+        for value in values:
+            for v in _flatten_tracked(value):
+                if isinstance(v, Variable) and id(v) not in own and not any(v is o for o in out):
+                    out.append(v)
+        return out
 
     # ----- device and dtypes ---------------------------------------------------------------
     @property
@@ -274,11 +404,13 @@ class Layer:
         return self._device
 
     def to(self, device: "str | Device") -> "Layer":
-        """Move the weights to ``device`` (explicit copies through the host)."""
+        """Move the weights (and every sublayer's) to ``device`` (explicit copies through the host)."""
         dev = backend.resolve_device(device)
+        for layer in self._sublayers():
+            layer.to(dev)
         if self._device is not None and dev == self._device:
             return self
-        for w in self._weights:
+        for w in self._weights + self._tracked_variables():
             host = backend.to_numpy(w.value)
             w.value = backend.asarray(host, device=dev)
         self._device = dev
@@ -351,10 +483,43 @@ class Layer:
         return g
 
     # ----- weights --------------------------------------------------------------------------
-    def add_weight(self, name: str, shape: Sequence[int], initializer: Any = "zeros", trainable: bool = True,
-                   to_internal: Callable | None = None, to_keras: Callable | None = None,
-                   dtype: Any = None) -> Weight:
-        """Create a weight from a Keras-layout initial value; returns the :class:`Weight`."""
+    def add_weight(self, shape: Sequence[int] | None = None, initializer: Any = None, dtype: Any = None,
+                   trainable: bool = True, autocast: bool = True, regularizer: Any = None, constraint: Any = None,
+                   aggregation: str = "none", overwrite_with_gradient: bool = False,
+                   name: str | None = None) -> Weight:
+        """Keras 3's ``add_weight``: a variable of ``shape`` made by ``initializer`` (default
+        ``"glorot_uniform"`` for floats, ``"zeros"`` otherwise), trainable or not, with an optional
+        ``regularizer`` (its loss joins :attr:`losses`) and ``constraint`` (applied after each optimizer
+        update)."""
+        owner = f"{type(self).__name__} '{self.name}': add_weight"
+        shape = () if shape is None else tuple(int(s) for s in shape)
+        vdtype = _validate.normalize_dtype(dtype or self.variable_dtype, f"{owner}: dtype")
+        if initializer is None:
+            initializer = "glorot_uniform" if vdtype.kind == "f" or vdtype == _validate.BFLOAT16 else "zeros"
+        if name is None:
+            taken = {w.name for w in self._weights}
+            name = "variable"
+            k = 1
+            while name in taken:
+                name, k = f"variable_{k}", k + 1
+        if overwrite_with_gradient:
+            raise NotImplementedError(f"{owner}: overwrite_with_gradient=True (FP8 training scales) is not supported")
+        w = self._add_weight(name, shape, initializer, trainable=trainable, dtype=vdtype)
+        w.autocast = bool(autocast)
+        w.aggregation = aggregation
+        if regularizer is not None:
+            w.regularizer = _regularizer(regularizer)
+        if constraint is not None:
+            w.constraint = _constraint(constraint)
+        return w
+
+    add_variable = add_weight
+
+    def _add_weight(self, name: str, shape: Sequence[int], initializer: Any = "zeros", trainable: bool = True,
+                    to_internal: Callable | None = None, to_keras: Callable | None = None,
+                    dtype: Any = None) -> Weight:
+        """Create a weight from a Keras-layout initial value (dnnbind's layers: positional, with the
+        internal layout's transforms)."""
         shape = tuple(int(s) for s in shape)
         vdtype = _validate.normalize_dtype(dtype or self.variable_dtype)
         self._check_weight_size(name, shape, vdtype)
@@ -379,6 +544,20 @@ class Layer:
                                    f"{type(self).__name__} '{self.name}'", device_total=total,
                                    device=str(self.device))
 
+    def _all_variables(self) -> list:
+        """This layer's weights, then its tracked variables, then every sublayer's (each once)."""
+        sub = self._sublayers()
+        if not sub and not self.__dict__.get("_tracked"):
+            return list(self._weights)
+        out = list(self._weights) + self._tracked_variables()
+        seen = {id(w) for w in out}
+        for layer in sub:
+            for w in layer._all_variables():
+                if id(w) not in seen:
+                    seen.add(id(w))
+                    out.append(w)
+        return out
+
     @property
     def weights(self) -> list[Weight]:
         """Trainable weights first, then the non-trainable ones (Keras order)."""
@@ -388,38 +567,79 @@ class Layer:
     def trainable_weights(self) -> list[Weight]:
         if not self.trainable:
             return []
-        return [w for w in self._weights if w.trainable]
+        if not self.__dict__.get("_tracked"):
+            return [w for w in self._weights if w.trainable]
+        out = [w for w in self._weights + self._tracked_variables() if w.trainable]
+        seen = {id(w) for w in out}
+        for layer in self._sublayers():
+            for w in layer.trainable_weights:
+                if id(w) not in seen:
+                    seen.add(id(w))
+                    out.append(w)
+        return out
 
     @property
     def non_trainable_weights(self) -> list[Weight]:
         if not self.trainable:
-            return list(self._weights)
-        return [w for w in self._weights if not w.trainable]
+            return self._all_variables()
+        trainable = {id(w) for w in self.trainable_weights}
+        return [w for w in self._all_variables() if id(w) not in trainable]
+
+    # Keras 3 names the same lists "variables"
+    variables = property(lambda self: self._all_variables())
+    trainable_variables = property(lambda self: self.trainable_weights)
+    non_trainable_variables = property(lambda self: self.non_trainable_weights)
 
     def get_weights(self) -> list[np.ndarray]:
         """Host copies in Keras layouts and Keras order (creation order: e.g. kernel, bias)."""
-        return [w.numpy() for w in self._weights]
+        return [w.numpy() for w in self._all_variables()]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Set from Keras-layout arrays; the count, every shape and dtype are checked before anything changes."""
         if not self.built:
             raise ValueError(f"layer '{self.name}' is not built yet; call it on data or build it first")
         weights = list(weights)
-        if len(weights) != len(self._weights):
+        targets = self._all_variables()
+        if len(weights) != len(targets):
             raise ValueError(
-                f"layer '{self.name}' ({type(self).__name__}) expects {len(self._weights)} weight arrays "
-                f"{[w.shape for w in self._weights]}, got {len(weights)}"
+                f"layer '{self.name}' ({type(self).__name__}) expects {len(targets)} weight arrays "
+                f"{[w.shape for w in targets]}, got {len(weights)}"
             )
-        arrays = [w.checked(arr) for w, arr in zip(self._weights, weights)]
-        for w, arr in zip(self._weights, arrays):
+        arrays = [w.checked(arr) for w, arr in zip(targets, weights)]
+        for w, arr in zip(targets, arrays):
             w.assign(arr)
 
     def count_params(self) -> int:
-        return int(sum(int(np.prod(w.shape)) for w in self._weights))
+        return int(sum(int(np.prod(w.shape)) for w in self._all_variables()))
+
+    # ----- losses -------------------------------------------------------------------------
+    def add_loss(self, loss: Any) -> None:
+        """Keras's ``add_loss``: a scalar tensor (or a zero-argument callable returning one) added to the
+        training loss; cleared at the start of each outermost call."""
+        self._own_losses.append(loss)
+
+    def _clear_losses(self) -> None:
+        self.__dict__["_own_losses"] = []
+        for layer in self._sublayers():
+            layer._clear_losses()
+
+    @property
+    def losses(self) -> list:
+        """The losses added by ``add_loss`` (this layer's and its sublayers') and the weights'
+        regularization losses (computed now, so they are differentiable under a tape)."""
+        out = []
+        for item in self.__dict__.get("_own_losses", []):
+            out.append(item() if callable(item) and not isinstance(item, Tensor) else item)
+        for w in self._weights + self._tracked_variables():
+            if w.regularizer is not None and w.trainable and self.trainable:
+                out.append(w.regularizer(w))
+        for layer in self._sublayers():
+            out.extend(layer.losses)
+        return out
 
     # ----- build / call ---------------------------------------------------------------------
     def build(self, input_shape: Sequence[int]) -> None:
-        """Create the weights for inputs of ``input_shape`` (no batch axis)."""
+        """Create the weights for inputs of ``input_shape``."""
         self._set_built(input_shape)
 
     def _strip_batch(self, input_shape: Any) -> Any:
@@ -433,13 +653,34 @@ class Layer:
         return split_batch(input_shape)[1]
 
     def _set_built(self, input_shape: Any) -> None:
-        shape = self._strip_batch(input_shape)
+        shape = self._strip_batch(input_shape) if input_shape is not None else None
         self.input_shape = shape
-        out = self._output_shape(shape)
-        self.output_shape = tuple(out)
+        if shape is not None and self._is_legacy():
+            out = self._output_shape(shape)
+            self.output_shape = tuple(out)
         self.built = True
 
+    @classmethod
+    def _is_legacy(cls) -> bool:
+        """dnnbind's own kind of layer: a hand-written ``forward``/``backward`` and no ``call`` of its own."""
+        legacy = cls.__dict__.get("_legacy_kind")
+        if legacy is None:
+            legacy = cls.forward is not Layer.forward and cls.call is Layer.call
+            type.__setattr__(cls, "_legacy_kind", legacy)
+        return legacy
+
+    @classmethod
+    def _builds_keras_shapes(cls) -> bool:
+        """A ``build`` written against Keras's contract (shapes with the batch axis): a user's layer."""
+        value = cls.__dict__.get("_keras_build_kind")
+        if value is None:
+            module = getattr(cls.build, "__module__", "") or ""
+            value = not (module.startswith("dnnbind.") or module == "dnnbind")
+            type.__setattr__(cls, "_keras_build_kind", value)
+        return value
+
     def _ensure_built(self, input_shape: Any) -> None:
+        """Build dnnbind's kind of layer for ``input_shape`` (no batch axis; a list for multi-input layers)."""
         shape = self._strip_batch(input_shape)
         if not self.built:
             owner = f"{type(self).__name__} '{self.name}'"
@@ -447,28 +688,78 @@ class Layer:
                 _validate.shape(s, "input shape", owner)
             before = list(self._weights)
             try:
-                self.build(shape)
+                if self._builds_keras_shapes():
+                    self.build([(None, *s) for s in shape] if self.multi_input else (None, *shape))
+                else:
+                    self.build(shape)
             except BaseException:
                 self._weights = before  # a failed build leaves no half-made weights behind
                 raise
             if not self.built:  # a subclass build that forgot the base call
                 self._set_built(shape)
+            if self.input_shape is None:
+                self.input_shape = shape
+                if self.output_shape is None and self._is_legacy():
+                    self.output_shape = tuple(self._output_shape(shape))
         elif self.multi_input:
-            if [tuple(s) for s in shape] != [tuple(s) for s in self.input_shape]:
+            if self.input_shape is not None and [tuple(s) for s in shape] != [tuple(s) for s in self.input_shape]:
                 raise ValueError(f"layer '{self.name}' ({type(self).__name__}) was built for inputs of shapes "
                                  f"{[(None, *s) for s in self.input_shape]}, got {[(None, *s) for s in shape]}")
-        elif tuple(shape) != tuple(self.input_shape):
+        elif self.input_shape is not None and tuple(shape) != tuple(self.input_shape) and self._is_legacy():
             raise ValueError(
                 f"layer '{self.name}' ({type(self).__name__}) expects inputs of shape (batch, "
                 f"{', '.join(map(str, self.input_shape))}), got (batch, {', '.join(map(str, shape))})"
             )
 
+    def _build_from_call(self, args: tuple, kwargs: dict) -> None:
+        """Build a user's layer on its first call (Keras's ``_maybe_build``): ``build`` gets the shape of the
+        first argument (with the batch axis), or, when its parameters are named ``<argument>_shape``, those."""
+        if self.built:
+            return
+        owner = f"{type(self).__name__} '{self.name}'"
+        cls = type(self)
+        if cls.build is Layer.build:
+            self.built = True
+            return
+        params = [p for p in inspect.signature(self.build).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = list(inspect.signature(self.call).parameters)
+        shapes: list = []
+        if len(params) <= 1:
+            shapes = [_shape_structure(args[0] if args else next(iter(kwargs.values())))]
+        else:
+            bound = dict(zip(names, args))
+            bound.update(kwargs)
+            for p in params:
+                arg = p.name[:-len("_shape")] if p.name.endswith("_shape") else None
+                if arg in bound and bound[arg] is not None:
+                    shapes.append(_shape_structure(bound[arg]))
+                elif p.default is not p.empty:
+                    break
+                else:
+                    raise ValueError(f"{owner}: build({', '.join(p.name for p in params)}) takes shapes named after "
+                                     f"call's arguments ({', '.join(names)}); no argument '{arg}'")
+        before = list(self._weights)
+        try:
+            self.build(*shapes)
+        except BaseException:
+            self._weights = before
+            raise
+        self.built = True
+        if (not isinstance(getattr(type(self), "input_shape", None), property) and self.input_shape is None
+                and shapes and isinstance(shapes[0], tuple)):
+            self.input_shape = tuple(shapes[0][1:])
+
     def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(input_shape)
 
-    def compute_output_shape(self, input_shape: Sequence[Any]) -> tuple:
-        """Output shape for ``input_shape`` (no batch axis; a leading ``None`` is kept). A multi-input
-        layer takes a list of shapes (the batch axis is kept when the first has it)."""
+    def compute_output_shape(self, input_shape: Sequence[Any]) -> Any:
+        """Output shape for ``input_shape`` (Keras: with the batch axis; a leading ``None`` is kept, and a
+        shape without it is taken as a sample shape). A user's layer that does not override this gets it by
+        running ``call`` on zeros (:func:`.graph.output_spec`)."""
+        if not self._is_legacy():
+            spec = _graph_hooks.output_spec(self, (_graph_hooks.spec_from_shape(input_shape),), {})
+            return _graph_hooks.shape_structure(spec)
         if self.multi_input:
             had_batch = bool(input_shape) and bool(input_shape[0]) and input_shape[0][0] is None
             out = tuple(self._output_shape(self._strip_batch(input_shape)))
@@ -476,6 +767,10 @@ class Layer:
         had_batch, shape = split_batch(input_shape)
         out = tuple(self._output_shape(shape))
         return (None, *out) if had_batch else out
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
+        """Keras's mask propagation: layers that ``supports_masking`` pass the mask on, others drop it."""
+        return previous_mask if self.supports_masking else None
 
     def forward(self, x: Any, training: bool = False) -> Any:
         raise NotImplementedError
@@ -494,68 +789,181 @@ class Layer:
         the gradient w.r.t. these logits."""
         raise NotImplementedError(f"layer '{self.name}' has no final softmax to skip")
 
-    def __call__(self, x: Any, training: bool | None = None) -> Any:
-        """Call the layer (a multi-input layer on a list).
+    def call(self, inputs: Any, training: Any = None, **kwargs: Any) -> Any:
+        """The forward of a layer (Keras 3): override it, in ``keras.ops``. dnnbind's own layers run their
+        hand-written forward here (so ``super().call(x)`` works in a subclass)."""
+        if type(self).forward is not Layer.forward:
+            return self._legacy_apply(inputs, bool(training) if training is not None else False)
+        raise NotImplementedError(f"{type(self).__name__} '{self.name}' does not define call(inputs, ...)")
 
-        * On :class:`KerasTensor` s (from ``keras.Input``): builds the layer for their shapes, records a
-          :class:`Node` and returns a new KerasTensor (the functional API); nothing is computed.
-        * On arrays (NumPy or DeviceArray): builds the layer on first use and computes eagerly. Inside a
-          model's training step (an active :class:`~dnnbind.layers.tape.Tape`) the application is
-          recorded for the backward pass; ``training=None`` then means the step's mode (else False).
-        """
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the layer (Keras 3): on symbolic tensors, record a node of the functional graph and return
+        symbolic outputs (nothing is computed); on tensors/arrays, build on first use and compute.
+
+        ``training``: explicit, else the enclosing call's (a model's ``training=True`` reaches every layer
+        it calls), else the default of ``call``'s signature. While a tape records, the call is recorded."""
+        if not args and "inputs" not in kwargs:
+            raise TypeError(f"{type(self).__name__} '{self.name}': called without inputs")
+        if not args:
+            args = (kwargs.pop("inputs"),)
+        if any(is_symbolic(a) for a in args) or any(is_symbolic(v) for v in kwargs.values()):
+            return _graph_hooks.symbolic_call(self, args, kwargs)
         owner = f"{type(self).__name__} '{self.name}'"
-        if self.multi_input:
-            if not isinstance(x, (list, tuple)) or not x:
-                raise _validate.ArgumentTypeError(f"{owner} takes a list of inputs, got {type(x).__name__}")
-            items = list(x)
-        else:
-            if isinstance(x, (list, tuple)) and x and all(isinstance(t, KerasTensor) for t in x):
-                raise _validate.ArgumentTypeError(f"{owner} takes one input, got a list of {len(x)}")
-            items = [x]
-        if training is not None:
+        training = kwargs.pop("training", None)
+        if training is not None and not isinstance(training, (bool, np.bool_)) and not hasattr(training, "dtype"):
             training = _validate.boolean(training, "training", f"{owner}: __call__")
-        kinds = {isinstance(t, KerasTensor) for t in items}
-        if kinds == {True}:
-            return self._symbolic_call(items)
-        if True in kinds:
-            raise _validate.ArgumentTypeError(f"{owner}: inputs mix symbolic tensors (keras.Input) and arrays")
-        arrays = []
-        for t in items:
-            if not _is_array(t):
-                t = np.asarray(t)
-            if isinstance(t, np.ndarray) and self.device.is_cuda:
-                t = backend.asarray(t, device=self.device)
-            if t.ndim < 1:
+        if training is None:
+            training = _context_training()
+        if self._is_legacy():
+            inputs = args[0]
+            if self.multi_input:
+                if not isinstance(inputs, (list, tuple)) or not inputs:
+                    raise _validate.ArgumentTypeError(f"{owner} takes a list of inputs, got {type(inputs).__name__}")
+            elif isinstance(inputs, (list, tuple)) and len(args) == 1 and not _is_array(inputs):
+                if len(inputs) == 1:
+                    inputs = inputs[0]
+                else:
+                    raise _validate.ArgumentTypeError(f"{owner} takes one input, got a list of {len(inputs)}")
+            kwargs.pop("mask", None)
+            if kwargs or len(args) > 1:
+                raise TypeError(f"{owner}: unexpected call arguments {sorted(kwargs) or len(args) - 1}")
+            return self._legacy_apply(inputs, bool(training) if training is not None else False)
+        return self._keras_call(args, kwargs, training)
+
+    def _keras_call(self, args: tuple, kwargs: dict, training: Any) -> Any:
+        """A call of a layer that defines ``call`` (a user's layer, a model)."""
+        outermost = _context_depth() == 0
+        if outermost:
+            self._clear_losses()
+        args = tuple(self._convert_inputs(a) for a in args)
+        kwargs = {k: self._convert_inputs(v) if k != "mask" else v for k, v in kwargs.items()}
+        if not self.built:
+            self._build_from_call(args, kwargs)
+        call_params = self._call_parameters()
+        if "training" in call_params or call_params.get("**"):
+            if training is not None:
+                kwargs["training"] = training
+        mask = kwargs.get("mask")
+        if mask is None and "mask" in call_params and args:
+            found = getattr(args[0], "_keras_mask", None) if isinstance(args[0], Tensor) else None
+            if found is not None:
+                kwargs["mask"] = found
+        elif "mask" not in call_params:
+            kwargs.pop("mask", None)
+        mixed = self.dtype_policy.compute_dtype != self.dtype_policy.variable_dtype and self.autocast
+        with _CallContext(training):
+            if mixed:
+                with _ops_core.autocast_scope(self._effective_compute_dtype()):
+                    outputs = self.call(*args, **kwargs)
+            else:
+                outputs = self.call(*args, **kwargs)
+        if self.activity_regularizer is not None and training:
+            for o in _flatten_tracked(outputs):
+                if isinstance(o, Tensor):
+                    self.add_loss(_ops.divide(self.activity_regularizer(o), float(o.shape[0]) if o.ndim else 1.0))
+        return outputs
+
+    def _call_parameters(self) -> dict:
+        cls = type(self)
+        params = cls.__dict__.get("_call_params_memo")
+        if params is None:
+            sig = inspect.signature(cls.call)
+            params = {name: p for name, p in sig.parameters.items() if name != "self"}
+            params["**"] = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            type.__setattr__(cls, "_call_params_memo", params)
+        return params
+
+    def _convert_inputs(self, value: Any) -> Any:
+        """Arrays (and nested lists/tuples/dicts of them) as tensors on this layer's device; float inputs in
+        the compute dtype (Keras's autocast of inputs)."""
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._convert_inputs(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._convert_inputs(v) for k, v in value.items()}
+        if isinstance(value, Tensor):
+            t = value
+        elif isinstance(value, np.ndarray) or backend.is_device_array(value):
+            t = Tensor(backend.asarray(value, device=self.device) if isinstance(value, np.ndarray) and
+                       self.device.is_cuda else value)
+        else:
+            return value
+        if self.autocast and _ops_core.is_float(t.dtype):
+            want = self._effective_compute_dtype()
+            if t.dtype != want:
+                t = _ops.cast(t, want)
+        return t
+
+    # ----- dnnbind's own layers: one recorded node per call ------------------------------------------
+    def _raw_input(self, x: Any) -> "tuple[Any, Tensor | None]":
+        """``(raw array, the tensor it came from or None)`` for one input of a hand-written forward."""
+        if isinstance(x, Tensor):
+            return x.data, x
+        if isinstance(x, Variable):
+            t = _ops.convert_to_tensor(x)
+            return t.data, t
+        if not _is_array(x):
+            x = np.asarray(x)
+        if isinstance(x, np.ndarray) and self.device.is_cuda:
+            x = backend.asarray(x, device=self.device)
+        return x, None
+
+    def _legacy_apply(self, inputs: Any, training: bool, logits: bool = False) -> Any:
+        """Run the hand-written forward on ``inputs``; while a tape records and something needs a gradient,
+        record one node whose VJP is the hand-written backward (state per application, as a shared layer
+        needs: the previous application's state is snapshot before this forward overwrites it)."""
+        items = list(inputs) if self.multi_input else [inputs]
+        raws, tensors = [], []
+        for x in items:
+            r, t = self._raw_input(x)
+            if r.ndim < 1:
                 raise ValueError(f"layer '{self.name}' expects a batch of inputs, got a scalar")
-            arrays.append(t)
-        shapes = [tuple(t.shape[1:]) for t in arrays]
+            raws.append(r)
+            tensors.append(t)
+        shapes = [tuple(r.shape[1:]) for r in raws]
         self._ensure_built(shapes if self.multi_input else shapes[0])
-        inputs = arrays if self.multi_input else arrays[0]
-        tape = active_tape()
-        if tape is not None:
-            return tape.run(self, inputs, training)
-        return self.forward(inputs, training=bool(training))
+        arg = raws if self.multi_input else raws[0]
+        if not _engine.recording():
+            out = self.forward_logits(arg, training=training) if logits else self.forward(arg, training=training)
+            return out if isinstance(out, Tensor) else Tensor(out)
+        weights = self.trainable_weights if self.trainable else []
+        in_edges = tuple(None if t is None else _ops_core.edge(t) for t in tensors)
+        w_edges = tuple(_trainable_edge(w) for w in weights)
+        if all(e is None for e in in_edges) and all(e is None for e in w_edges):
+            out = self.forward_logits(arg, training=training) if logits else self.forward(arg, training=training)
+            return Tensor(out)
+        before = self._call_state()
+        previous = self.__dict__.get("_last_saved")
+        if previous is not None and not previous["done"]:
+            previous["state"] = before  # what the previous application left: restored for its backward
+        run_training = training or self._training_free
+        out = self.forward_logits(arg, training=run_training) if logits else self.forward(arg, training=run_training)
+        saved = {"state": None, "done": False}
+        object.__setattr__(self, "_last_saved", saved)
+        _pending().append((self, before, saved))
+        n_in = len(items)
+        multi = self.multi_input
 
-    def _symbolic_call(self, tensors: list[KerasTensor]) -> KerasTensor:
-        shapes = [t.shape for t in tensors]
-        for t in tensors:
-            if t.ndim < 1:
-                raise ValueError(f"layer '{self.name}' expects a batch of inputs, got a symbolic scalar")
-        self._ensure_built(shapes if self.multi_input else shapes[0])
-        out_shape = self.compute_output_shape(shapes if self.multi_input else shapes[0])
-        batch = tensors[0].shape[0]
-        out_shape = (batch, *tuple(out_shape)[1:])
-        node = Node(self, tensors, out_shape, self._effective_compute_dtype_name())
-        return node.output_tensors[0]
+        def vjp(node: Any, dy: Tensor) -> tuple:
+            if saved["state"] is not None:
+                self._restore_call_state(saved["state"])
+            need_dx = any(node.needs_input_grad[:n_in])
+            self.grads = {}
+            dx = self.backward(dy.data, need_dx=need_dx)
+            grads, self.grads = self.grads, {}
+            saved["done"] = True
+            dxs = list(dx) if multi and dx is not None else [dx] * (1 if not multi else n_in)
+            if not need_dx:
+                dxs = [None] * n_in
+            return tuple(dxs) + tuple(grads.get(w.name) for w in weights)
 
-    def _effective_compute_dtype_name(self) -> str:
-        return str(np.dtype(_validate.normalize_dtype(self.compute_dtype)))
+        return _engine.record(out, in_edges + w_edges, vjp, f"{type(self).__name__} '{self.name}'",
+                              once_differentiable=True)
 
     # ----- per-application state (shared layers) --------------------------------------------
     def _call_state(self) -> tuple[dict, dict]:
         """What a forward left on ``self`` (and on its :class:`ActivationFn` attributes) for backward:
         a shallow snapshot that :meth:`_restore_call_state` puts back before that application's backward."""
-        state = {k: v for k, v in self.__dict__.items() if k != "grads"}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("grads", "_last_saved")}
         nested = {k: dict(v.__dict__) for k, v in state.items() if isinstance(v, ActivationFn)}
         return state, nested
 
@@ -580,47 +988,67 @@ class Layer:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
 
 
-@register
-class InputLayer(Layer):
-    """Declares the input shape of a model (Keras ``keras.Input``); computes nothing."""
-
-    def __init__(self, shape: Sequence[int] | None = None, batch_size: int | None = None, dtype: Any = None,
-                 name: str | None = None, **kwargs: Any) -> None:
-        if shape is None:
-            shape = kwargs.pop("input_shape", None)
-        if shape is None:
-            raise ValueError("Input: `shape` is required, e.g. Input(shape=(28, 28, 1))")
-        shape = _validate.shape(shape, "shape", "Input")
-        batch_size = _validate.optional_positive_int(batch_size, "batch_size", "Input")
-        super().__init__(name=name if name is not None else unique_name("input_layer"), dtype=None, **kwargs)
-        self.batch_size = batch_size
-        self.input_dtype = "float32" if dtype is None else str(np.dtype(dtype))
-        self._set_built(shape)
-        node = Node(self, [], (batch_size, *shape), self.input_dtype)
-        self.output = node.output_tensors[0]
-
-    @property
-    def shape(self) -> tuple:
-        """Keras reports the batch axis too: ``(None, 28, 28, 1)``."""
-        return (self.batch_size, *self.input_shape)
-
-    def forward(self, x, training=False):
-        return x
-
-    def backward(self, dy, need_dx=True):
-        return dy
-
-    def get_config(self) -> dict:
-        return {"shape": list(self.input_shape), "batch_size": self.batch_size, "dtype": self.input_dtype,
-                "name": self.name}
+def _trackable(value: Any, owner: Any) -> bool:
+    if isinstance(value, (Layer, Variable)):
+        return value is not owner
+    if isinstance(value, (list, tuple)) and value:
+        return all(_trackable(v, owner) for v in value)
+    if isinstance(value, dict) and value:
+        return all(_trackable(v, owner) for v in value.values())
+    return False
 
 
-def Input(shape: Sequence[int] | None = None, batch_size: int | None = None, dtype: Any = None,
-          name: str | None = None) -> KerasTensor:
-    """``keras.Input``: a symbolic tensor of ``shape`` (no batch axis; channels_last images are
-    ``(H, W, C)``), the start of a functional model (``Model(inputs, outputs)``) or the first element
-    of a ``Sequential``. Its ``shape`` has the batch axis: ``(None, *shape)``."""
-    return InputLayer(shape=shape, batch_size=batch_size, dtype=dtype, name=name).output
+def _flatten_tracked(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flatten_tracked(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _flatten_tracked(v)]
+    return [value]
+
+
+def _shape_structure(value: Any) -> Any:
+    """The Keras shape (with the batch axis) of a tensor, or the structure of shapes of a structure."""
+    if isinstance(value, (list, tuple)):
+        return [_shape_structure(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _shape_structure(v) for k, v in value.items()}
+    if hasattr(value, "shape"):
+        return tuple(value.shape)
+    return None
+
+
+def _regularizer(value: Any) -> Any:
+    """A regularizer from a name, config or callable (``dnnbind.regularizers.get`` once that room exists)."""
+    get = _graph_hooks.regularizer_get
+    if get is not None:
+        return get(value)
+    if callable(value):
+        return value
+    raise ValueError(f"unknown regularizer {value!r}")
+
+
+def _constraint(value: Any) -> Any:
+    get = _graph_hooks.constraint_get
+    if get is not None:
+        return get(value)
+    if callable(value):
+        return value
+    raise ValueError(f"unknown constraint {value!r}")
+
+
+class _GraphHooks:
+    """Functions of the rooms above this file that a Layer call needs (installed on import: ``.graph``
+    installs the symbolic ones; ``dnnbind.regularizers``/``constraints`` their ``get``)."""
+
+    symbolic_call: Callable = None  # type: ignore[assignment]
+    output_spec: Callable = None  # type: ignore[assignment]
+    spec_from_shape: Callable = None  # type: ignore[assignment]
+    shape_structure: Callable = None  # type: ignore[assignment]
+    regularizer_get: "Callable | None" = None
+    constraint_get: "Callable | None" = None
+
+
+_graph_hooks = _GraphHooks()
 
 
 # ----- activations -------------------------------------------------------------------------------

@@ -137,10 +137,10 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         to_internal, to_keras = _kernel_layout(self.layout)
         self._in_per_group = c // self.groups
         # a layer rebuilt from a quantized config makes its quantized weights only (loaded next)
-        self.kernel = None if "_pending_quantization" in self.__dict__ else self.add_weight(
+        self.kernel = None if "_pending_quantization" in self.__dict__ else self._add_weight(
             "kernel", (kh, kw, c // self.groups, self.filters), self.kernel_initializer,
             to_internal=to_internal, to_keras=to_keras)
-        self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
+        self.bias = self._add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
         self._build_pending_quantization()
         self._set_built(shape)
 
@@ -315,9 +315,9 @@ class DepthwiseConv2D(Conv2D):
         pad = resolve_padding(self.padding, (h, w), self.kernel_size, self.strides, self.dilation_rate)
         params = ConvParams(stride=self.strides, pad=pad, dilation=self.dilation_rate, groups=c)
         to_internal, to_keras = _depthwise_layout(self.layout, kh, kw, c, dm)
-        self.kernel = self.add_weight("kernel", (kh, kw, c, dm), self.kernel_initializer, to_internal=to_internal,
+        self.kernel = self._add_weight("kernel", (kh, kw, c, dm), self.kernel_initializer, to_internal=to_internal,
                                       to_keras=to_keras)
-        self.bias = self.add_weight("bias", (c * dm,), self.bias_initializer) if self.use_bias else None
+        self.bias = self._add_weight("bias", (c * dm,), self.bias_initializer) if self.use_bias else None
         self.filters, self.groups, self._conv = c * dm, c, params
         self._set_built(shape)
 
@@ -373,12 +373,12 @@ class SeparableConv2D(Conv2D):
         dm = self.depth_multiplier
         pad = resolve_padding(self.padding, (h, w), self.kernel_size, self.strides, self.dilation_rate)
         to_internal, to_keras = _depthwise_layout(self.layout, kh, kw, c, dm)
-        self.depthwise_kernel = self.add_weight("depthwise_kernel", (kh, kw, c, dm), self.depthwise_initializer,
+        self.depthwise_kernel = self._add_weight("depthwise_kernel", (kh, kw, c, dm), self.depthwise_initializer,
                                                 to_internal=to_internal, to_keras=to_keras)
         to_internal, to_keras = _kernel_layout(self.layout)
-        self.pointwise_kernel = self.add_weight("pointwise_kernel", (1, 1, c * dm, self.filters),
+        self.pointwise_kernel = self._add_weight("pointwise_kernel", (1, 1, c * dm, self.filters),
                                                 self.kernel_initializer, to_internal=to_internal, to_keras=to_keras)
-        self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
+        self.bias = self._add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
         self._depthwise = ConvParams(stride=self.strides, pad=pad, dilation=self.dilation_rate, groups=c)
         self._conv = ConvParams(stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups=1)
         self._set_built(shape)
@@ -498,9 +498,9 @@ class Conv1D(Conv2D):
         else:  # internal (filters, in/groups, k, 1)
             to_internal, to_keras = (lambda a: a.transpose(2, 1, 0)[:, :, :, None]), \
                 (lambda a: a[:, :, :, 0].transpose(2, 1, 0))
-        self.kernel = self.add_weight("kernel", (self.kernel_size[0], c // self.groups, self.filters),
+        self.kernel = self._add_weight("kernel", (self.kernel_size[0], c // self.groups, self.filters),
                                       self.kernel_initializer, to_internal=to_internal, to_keras=to_keras)
-        self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
+        self.bias = self._add_weight("bias", (self.filters,), self.bias_initializer) if self.use_bias else None
         self._conv = self._params_for(h, w)
         self._set_built(shape)
 

@@ -197,7 +197,7 @@ class _QuantizableMixin:
                           to_keras: Any, internal: "np.ndarray | None") -> Weight:
         """A non-trainable weight: zeros through ``add_weight``, or the given internal-layout host value."""
         if internal is None:
-            return self.add_weight(name, shape, "zeros", trainable=False, to_internal=to_internal,
+            return self._add_weight(name, shape, "zeros", trainable=False, to_internal=to_internal,
                                    to_keras=to_keras, dtype=dtype)
         internal = np.ascontiguousarray(np.asarray(internal, dtype))
         w = Weight(self, name, shape, backend.asarray(internal, device=self.device), False, to_internal, to_keras)
@@ -285,8 +285,8 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
         self._in_features = int(shape[-1])
         pending = "_pending_quantization" in self.__dict__
         # a layer rebuilt from a quantized config makes its quantized weights only (loaded next)
-        self.kernel = None if pending else self.add_weight("kernel", (shape[-1], self.units), self.kernel_initializer)
-        self.bias = self.add_weight("bias", (self.units,), self.bias_initializer) if self.use_bias else None
+        self.kernel = None if pending else self._add_weight("kernel", (shape[-1], self.units), self.kernel_initializer)
+        self.bias = self._add_weight("bias", (self.units,), self.bias_initializer) if self.use_bias else None
         self._build_pending_quantization()
         self._set_built(shape)
 

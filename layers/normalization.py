@@ -80,11 +80,11 @@ class BatchNormalization(Layer):
         _, shape = split_batch(input_shape)
         self._mode, self.layout, c = self._layout_for(shape)
         f32 = "float32"
-        self.gamma = self.add_weight("gamma", (c,), self.gamma_initializer, dtype=f32) if self.scale else None
-        self.beta = self.add_weight("beta", (c,), self.beta_initializer, dtype=f32) if self.center else None
-        self.moving_mean = self.add_weight("moving_mean", (c,), self.moving_mean_initializer, trainable=False,
+        self.gamma = self._add_weight("gamma", (c,), self.gamma_initializer, dtype=f32) if self.scale else None
+        self.beta = self._add_weight("beta", (c,), self.beta_initializer, dtype=f32) if self.center else None
+        self.moving_mean = self._add_weight("moving_mean", (c,), self.moving_mean_initializer, trainable=False,
                                            dtype=f32)
-        self.moving_variance = self.add_weight("moving_variance", (c,), self.moving_variance_initializer,
+        self.moving_variance = self._add_weight("moving_variance", (c,), self.moving_variance_initializer,
                                                trainable=False, dtype=f32)
         self._consts: dict[str, Any] = {}
         self._set_built(shape)
@@ -305,8 +305,8 @@ class LayerNormalization(Layer):
         k = self._norm_ndim(shape)
         pshape = tuple(shape[len(shape) - k:])
         pdt = "float64" if self.variable_dtype == "float64" else "float32"
-        self.gamma = self.add_weight("gamma", pshape, self.gamma_initializer, dtype=pdt) if self.scale else None
-        self.beta = self.add_weight("beta", pshape, self.beta_initializer, dtype=pdt) if self.center else None
+        self.gamma = self._add_weight("gamma", pshape, self.gamma_initializer, dtype=pdt) if self.scale else None
+        self.beta = self._add_weight("beta", pshape, self.beta_initializer, dtype=pdt) if self.center else None
         self._k = k
         self._set_built(shape)
 

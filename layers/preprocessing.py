@@ -181,9 +181,9 @@ class Normalization(_Constants):
         kept_shape = tuple(broadcast[d] for d in keep)
         if self._input_mean is None:
             view = _keras_shape(kept_shape)
-            self._mean_w = self.add_weight("mean", kept_shape, "zeros", trainable=False, to_keras=view)
-            self._variance_w = self.add_weight("variance", kept_shape, "ones", trainable=False, to_keras=view)
-            self._count_w = self.add_weight("count", (), "zeros", trainable=False, to_keras=_keras_shape(()))
+            self._mean_w = self._add_weight("mean", kept_shape, "zeros", trainable=False, to_keras=view)
+            self._variance_w = self._add_weight("variance", kept_shape, "ones", trainable=False, to_keras=view)
+            self._count_w = self._add_weight("count", (), "zeros", trainable=False, to_keras=_keras_shape(()))
         else:
             self._constant_stats = self._broadcast_given(keep, broadcast)
         self._broadcast = broadcast

@@ -293,13 +293,13 @@ def _rewrite_config(src, dst, change):
 def weight_spy(monkeypatch):
     """Records every real weight creation (the size estimate of load_model makes none)."""
     created = []
-    real = layers.Layer.add_weight
+    real = layers.Layer._add_weight
 
     def spy(self, name, shape, *args, **kwargs):
         created.append((self.name, name, tuple(shape)))
         return real(self, name, shape, *args, **kwargs)
 
-    monkeypatch.setattr(layers.Layer, "add_weight", spy)
+    monkeypatch.setattr(layers.Layer, "_add_weight", spy)
     return created
 
 

@@ -10,7 +10,7 @@ import pytest
 import dnnbind as keras
 from dnnbind import layers, kernels
 from dnnbind.models.sequential import conv_bn_candidates
-from testutil import numerical_grad, random, rel_error
+from testutil import TapedStep, numerical_grad, random, rel_error
 
 CASES = [  # (layout, x shape, w shape, conv keywords)
     ("NHWC", (3, 6, 5, 4), (6, 3, 3, 4), dict(padding=1)),
@@ -138,20 +138,22 @@ def test_the_fused_forward_leaves_both_layers_ready_for_their_own_backwards(cpu,
     model, plain = build(), build()
     plain.set_weights(model.get_weights())
     x = random(rng, (5, 6, 6, 3)).astype(np.float32)
-    out = model._run_forward([x], training=True, logits=[True])[0]
+    step = TapedStep(model, [x], [True])
+    out = np.asarray(step.out)
     conv, bn = model.layers[0], model.layers[1]
     assert conv._x is not None and bn._x is not None and bn._activation == "relu" and bn._y is not None
     assert bn._x.shape == (5, 6, 6, 4)  # the convolution's output is what the batch norm normalised
     with kernels.config.override(fuse_layers=False):
-        out_plain = plain._run_forward([x], training=True, logits=[True])[0]
-    assert np.array_equal(out, out_plain)
+        plain_step = TapedStep(plain, [x], [True])
+    assert np.array_equal(out, np.asarray(plain_step.out))
     dout = random(rng, out.shape).astype(np.float32)
-    model._run_backward([dout])
-    plain._run_backward([dout])
+    got, want = step.backward([dout]), plain_step.backward([dout])
     for a, b in ((model.layers[0], plain.layers[0]), (model.layers[1], plain.layers[1])):
-        assert set(a.grads) == set(b.grads) and a.grads
-        for name in a.grads:
-            assert np.array_equal(a.grads[name], b.grads[name]), (a.name, name)
+        mine = {k[1]: v for k, v in got.items() if k[0] == a.name}
+        theirs = {k[1]: v for k, v in want.items() if k[0] == b.name}
+        assert set(mine) == set(theirs) and mine
+        for name in mine:
+            assert np.array_equal(mine[name], theirs[name]), (a.name, name)
     assert conv._x is None and bn._x is None and bn._saved is None
     biased = layers.Conv2D(4, 3, padding="same", use_bias=True)
     biased.build((None, 6, 6, 3))
@@ -251,10 +253,11 @@ def test_sequential_backward_through_conv_relu_and_batch_norm_equals_the_layers_
     model, plain = build(), build()
     assert model._fused_pairs(True) == ((1,), (0,), (3,))
     x = random(rng, (4, 6, 6, 3)).astype(np.float32)
-    out = model._run_forward([x], training=True, logits=[True])[0]
+    step = TapedStep(model, [x], [True])
+    out = np.asarray(step.out)
     with kernels.config.override(fuse_layers=False):
-        out_plain = plain._run_forward([x], training=True, logits=[True])[0]
-    assert np.array_equal(out, out_plain)
+        plain_step = TapedStep(plain, [x], [True])
+    assert np.array_equal(out, np.asarray(plain_step.out))
     calls = []
     conv2 = model.layers[3]
     original = conv2._backward_into_batchnorm
@@ -263,14 +266,16 @@ def test_sequential_backward_through_conv_relu_and_batch_norm_equals_the_layers_
         setattr(model.layers[i], "backward", lambda *a, **k: pytest.fail("a fused layer's own backward ran"))
     seen = []
     dout = random(rng, out.shape).astype(np.float32)
-    model._run_backward([dout], on_grads=lambda layer: seen.append(layer.name))
-    plain._run_backward([dout])
-    assert calls == [1] and seen == [layer.name for layer in reversed(model.layers)]
+    got = step.backward([dout], on_leaf=lambda w, g: seen.append(w.layer.name))
+    want = plain_step.backward([dout])
+    # each weight reported as soon as its layer's backward ran: in reverse layer order
+    order = [layer.name for layer in reversed(model.layers) if layer.trainable_weights]
+    assert calls == [1] and list(dict.fromkeys(seen)) == order
+    assert set(got) == {(m.name, k[1]) for k in want for m, p in zip(model.layers, plain.layers) if p.name == k[0]}
     for a, b in zip(model.layers, plain.layers):
-        assert set(a.grads) == set(b.grads)
-        for name in a.grads:
-            assert np.array_equal(a.grads[name], b.grads[name]), (a.name, name)
-    assert model._back_now == () and model.layers[1]._saved is None
+        for w in a.trainable_weights:
+            assert np.array_equal(got[(a.name, w.name)], want[(b.name, w.name)]), (a.name, w.name)
+    assert model.layers[1]._saved is None
 
 
 def test_a_channels_first_batch_norm_before_a_convolution_keeps_the_layers_own_backwards(cpu, rng):

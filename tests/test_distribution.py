@@ -687,22 +687,31 @@ def test_each_bucket_is_reduced_before_backward_reaches_the_next(monkeypatch, fu
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
 
 
-def test_tape_reports_a_shared_layer_once_with_its_summed_gradients(rng):
+def test_the_engine_reports_a_shared_weight_once_with_its_summed_gradient(rng):
+    from dnnbind.autodiff import GradientTape, engine
+    from dnnbind.ops._core import ones_like_seed
+
     keras.utils.set_random_seed(1)
     shared, head = layers.Dense(4, name="shared"), layers.Dense(2, name="head")
     inp = keras.Input((4,))
     m = keras.Model(inp, head(shared(shared(inp))))
     x = rng.normal(size=(5, 4)).astype(np.float32)
-    outs = m._run_forward([x], training=True, logits=[False])
+    with GradientTape() as tape:
+        (out,) = m._run_forward([x], training=True, logits=[False])
+    variables = m.trainable_weights
     reported = []
-    m._run_backward([np.ones_like(outs[0])], lambda layer: reported.append((layer.name, dict(layer.grads))))
-    assert [name for name, _ in reported] == ["head", "shared"]
-    final = dict(shared.grads)
-    assert set(final) == {"kernel", "bias"}
-    assert all(reported[1][1][k] is final[k] for k in final)  # the sum over both applications, as kept
-    d_second = np.ones((5, 2)) @ head.kernel.value.T  # into the second application, then the first
-    d_first = d_second @ shared.kernel.value.T
-    np.testing.assert_allclose(final["bias"], d_second.sum(0) + d_first.sum(0), rtol=1e-5)
+    grads = engine.gradient([out], [ones_like_seed(out)], variables, tape=tape,
+                            on_leaf=lambda w, g: reported.append((w.path, g)))
+    # each weight once, as soon as it is final: the head's before the shared layer's (the backward's order)
+    assert sorted(p for p, _ in reported) == sorted(w.path for w in variables)
+    order = [p for p, _ in reported]
+    assert max(order.index("head/kernel"), order.index("head/bias")) < min(order.index("shared/kernel"),
+                                                                           order.index("shared/bias"))
+    final = dict(reported)
+    assert all(final[w.path] is g for w, g in zip(variables, grads))  # the reported array is the final sum
+    d_second = np.ones((5, 2)) @ head.kernel.numpy().T  # into the second application, then the first
+    d_first = d_second @ shared.kernel.numpy().T
+    np.testing.assert_allclose(np.asarray(final["shared/bias"]), d_second.sum(0) + d_first.sum(0), rtol=1e-5)
 
 
 def test_a_gradient_replaced_after_the_hook_is_refused():

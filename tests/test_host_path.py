@@ -582,15 +582,15 @@ def test_optimizer_prepares_again_when_a_hyper_parameter_or_the_slots_change():
 
     opt = dnnbind.optimizers.SGD(0.1, momentum=0.9)
     p, g = [np.ones(3, np.float32)], [np.full(3, 0.5, np.float32)]
-    opt.apply(p, g)
+    opt._apply_raw(p, g)
     first = opt._prepared
-    opt.apply(p, g)
+    opt._apply_raw(p, g)
     assert opt._prepared is first
     opt.momentum = 0.5  # set by the user: checked and baked in again
-    opt.apply(p, g)
+    opt._apply_raw(p, g)
     assert opt._prepared is not first and opt._prepared._kw["momentum"] == 0.5
     second = opt._prepared
     opt.set_state(opt.get_state(), p)  # new slot arrays
     assert opt._prepared is None
-    opt.apply(p, g)
+    opt._apply_raw(p, g)
     assert opt._prepared is not second

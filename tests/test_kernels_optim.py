@@ -324,9 +324,9 @@ def test_optimizers_pass_their_own_tables_through_one_prepared_update(monkeypatc
     monkeypatch.setattr(kernels.optim, "_check_lists", lambda *a, **k: (checks.append(a[0]), real(*a, **k))[1])
     opt = optimizers.Adam(0.1)
     p, g = np.ones(3, np.float32), np.full(3, 0.5, np.float32)
-    opt.apply([p], [g])
+    opt._apply_raw([p], [g])
     prepared = opt._prepared
-    opt.apply([p], [g.copy()])
+    opt._apply_raw([p], [g.copy()])
     # the lists were checked once (the gradients each step by the prepared update's one pass)
     assert checks == ["adam_update"] and opt._prepared is prepared
     assert prepared._kw["tables"] is opt._tables and isinstance(opt._tables, kernels.UpdateTables)

@@ -10,7 +10,7 @@ import pytest
 import dnnbind as keras
 from dnnbind import layers, kernels
 from dnnbind.models.sequential import fusion_candidates
-from testutil import fit_on_gpu, rel_error
+from testutil import TapedStep, fit_on_gpu, rel_error
 
 
 def _conv_model(seed=3, device=None, channels=(8, 6)):
@@ -179,17 +179,18 @@ def test_cpu_training_fused_equals_unfused(cpu, bn_calls):
 def test_cpu_fused_backward_passes_the_relu_layer_through(cpu):
     model = _conv_model()
     x, _ = _data(8)
-    out = model._run_forward([x], training=True, logits=[True])[0]
+    step = TapedStep(model, [x], [True])
+    out = np.asarray(step.out)
     bn1, relu1 = model.layers[1], model.layers[2]
-    assert model._fused_now == (1, 4) and bn1._activation == "relu" and bn1._y is not None
+    assert model._fused_pairs(True)[0] == (1, 4) and bn1._activation == "relu" and bn1._y is not None
     assert np.all(bn1._y >= 0) and np.any(bn1._y == 0)
     def must_not_run(*args, **kwargs):
         raise AssertionError("the fused relu layer's backward ran")
 
     relu1.backward = must_not_run
-    model._run_backward([np.ones_like(out) / out.size])
-    assert model._fused_now == () and bn1._y is None and bn1._saved is None
-    assert set(bn1.grads) == {"gamma", "beta"} and np.any(bn1.grads["gamma"] != 0)
+    grads = step.backward([np.ones_like(out) / out.size])
+    assert bn1._y is None and bn1._saved is None
+    assert {k[1] for k in grads if k[0] == bn1.name} == {"gamma", "beta"} and np.any(grads[(bn1.name, "gamma")] != 0)
 
 
 # --------------------------------------------------------------------------------------- GPU

@@ -44,15 +44,15 @@ def test_optimizer_skipped_step_is_as_if_it_never_happened(rng, name):
     skipping, plain = OPTIMIZERS[name](), OPTIMIZERS[name]()
     a, b = [p.copy() for p in p0], [p.copy() for p in p0]
     no, yes = np.asarray(0, np.int32), np.asarray(1, np.int32)
-    skipping.apply(a, g1, skip=no)
+    skipping._apply_raw(a, g1, skip=no)
     before = [p.copy() for p in a] + [np.array(s, copy=True) for s in _state(skipping)]
-    skipping.apply(a, bad, skip=yes)
+    skipping._apply_raw(a, bad, skip=yes)
     assert all(np.array_equal(x, y) for x, y in zip(a + _state(skipping), before)), "a skipped step changed state"
     assert skipping.iterations == 1 and int(skipping._step_array) == 1
     for g in (g2, g3):
-        skipping.apply(a, g, skip=no)
+        skipping._apply_raw(a, g, skip=no)
     for g in (g1, g2, g3):
-        plain.apply(b, g)
+        plain._apply_raw(b, g)
     assert skipping.iterations == plain.iterations == 3 and skipping._step_array.dtype == np.int64
     for x, y in zip(a + _state(skipping), b + _state(plain)):
         assert np.array_equal(x, y)
@@ -74,14 +74,14 @@ def test_iterations_are_read_from_the_device_counter_only_when_flags_were_on_the
     p = [np.ones(3, np.float32)]
     g = [np.full(3, 2.0, np.float32)]
     for skip in (0, 1, 0, 1):
-        opt.apply(p, g, skip=flag(skip))
+        opt._apply_raw(p, g, skip=flag(skip))
     assert reads == [] and (opt._iterations, opt._unconfirmed) == (4, 4)  # the host could not know
     # applied: steps 1 (lr 0.5, estimate 0) and 3 (lr 0.25, estimate 2 > boundary 1)
     np.testing.assert_array_equal(p[0], np.float32(1.0 - 0.5 * 2.0 - 0.25 * 2.0))
     assert opt.iterations == 2 and len(reads) == 1  # one lazy read of the device counter
     assert opt.iterations == 2 and len(reads) == 1 and opt._unconfirmed == 0  # then exact, no more reads
-    opt.apply(p, g)  # no flag: counted on the host
-    opt.apply(p, g, skip=np.asarray(1, np.int32))  # a host flag: counted exactly too
+    opt._apply_raw(p, g)  # no flag: counted on the host
+    opt._apply_raw(p, g, skip=np.asarray(1, np.int32))  # a host flag: counted exactly too
     assert opt.iterations == 3 and len(reads) == 1 and int(opt._step_array) == 3
     opt.iterations = 7  # the setter keeps the device counter equal
     assert int(opt._step_array) == 7 and opt.get_state()["iterations"] == 7

@@ -117,8 +117,8 @@ def test_weights_are_cast_once_per_step_and_gradients_stay_float16(f16_on_numpy,
     monkeypatch.setattr(kernels, "cast", lambda a, dt, **k: (casts.append((a.shape, np.dtype(dt))), real_cast(a, dt, **k))[1])
     monkeypatch.setattr(kernels.elementwise.CastMany, "__call__",
                         lambda self, **k: (many.append([a.shape for a in self.xs]), real_many(self, **k))[1])
-    real_apply = optimizers_module.Optimizer.apply
-    monkeypatch.setattr(optimizers_module.Optimizer, "apply", lambda self, p, g, **k: (
+    real_apply = optimizers_module.Optimizer._apply_raw
+    monkeypatch.setattr(optimizers_module.Optimizer, "_apply_raw", lambda self, p, g, **k: (
         seen_grads.append([a.dtype for a in g]), real_apply(self, p, g, **k))[1])
     model.train_on_batch(x[:12], y[:12])
     weights = [w.value.shape for layer in model._flat_layers() for w in layer._weights]
@@ -164,8 +164,8 @@ def test_optimizer_without_fused_update_or_with_a_clipping_norm_gets_float32_gra
     assert not Custom()._reads_compute_grads()
 
     class Accumulating(keras.optimizers.Adam):  # its apply may add the gradients into float32 buffers
-        def apply(self, params, grads, *, grad_scale=None, skip=None):
-            super().apply(params, grads, grad_scale=grad_scale, skip=skip)
+        def _apply_raw(self, params, grads, *, grad_scale=None, skip=None):
+            super()._apply_raw(params, grads, grad_scale=grad_scale, skip=skip)
 
     assert not Accumulating()._reads_compute_grads()
 

@@ -14,7 +14,7 @@ from testutil import rel_error
 def run(opt, p0, grads):
     p = p0.copy()
     for g in grads:
-        opt.apply([p], [g.copy()])
+        opt._apply_raw([p], [g.copy()])
     return p
 
 
@@ -136,8 +136,8 @@ def test_learning_rate_setter_and_state_round_trip(data):
     clone = optimizers.Adam(0.02)
     clone.set_state(state, [p.copy()])
     a, b = p.copy(), p.copy()
-    opt.apply([a], [grads[2]])
-    clone.apply([b], [grads[2]])
+    opt._apply_raw([a], [grads[2]])
+    clone._apply_raw([b], [grads[2]])
     assert np.array_equal(a, b)
     with pytest.raises(ValueError, match="learning_rate must be a finite number"):
         optimizers.SGD(float("nan"))
@@ -168,7 +168,7 @@ def two_tensors(rng):
 def sgd_once(p0, grads, **clip):
     """The gradient SGD(lr=1) applied; float64 parameters, so the difference is exact enough."""
     ps = [p.astype(np.float64) for p in p0]
-    optimizers.SGD(1.0, **clip).apply(ps, [g.copy() for g in grads])
+    optimizers.SGD(1.0, **clip)._apply_raw(ps, [g.copy() for g in grads])
     return [p0_i.astype(np.float64) - p for p0_i, p in zip(p0, ps)]
 
 
@@ -216,7 +216,7 @@ def test_clipping_acts_on_unscaled_gradients_and_adam(two_tensors):
     opt = optimizers.Adam(0.01, global_clipnorm=0.5)
     ps = [p.copy() for p in p0]
     for _ in range(3):
-        opt.apply(ps, [g * np.float32(1024.0) for g in grads], grad_scale=1024.0)
+        opt._apply_raw(ps, [g * np.float32(1024.0) for g in grads], grad_scale=1024.0)
     for i in range(2):
         expected = adam_ref(p0[i], [clipped[i]] * 3, 0.01)
         assert rel_error(ps[i], expected) < 1e-5

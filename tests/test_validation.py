@@ -213,12 +213,15 @@ def test_failed_compile_changes_nothing(model):
     ((0, 8, 1), ValueError, r"Input: every dimension of shape must be >= 1, got \(0, 8, 1\)"),
     ((2.5, 8), TypeError, r"Input: shape must hold ints, got \(2.5, 8\) \(float 2.5 at index 0\)"),
     (("a", 8), TypeError, r"Input: shape must hold ints"),
-    ((None, 8), ValueError, r"every dimension of shape must be known.*batch axis is left out"),
     ("28x28", TypeError, r"Input: shape must be a tuple of ints"),
 ])
 def test_input_shapes(shape, exc, words):
     with pytest.raises(exc, match=words):
         keras.Input(shape)
+
+
+def test_an_input_may_leave_dimensions_unknown_as_keras():
+    assert keras.Input((None, 8)).shape == (None, None, 8)
 
 
 def test_layer_input_shape_and_build_shapes():

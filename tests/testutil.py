@@ -114,3 +114,35 @@ def fit_on_gpu(build, x, y, policy: str, jit_compile, **config) -> "tuple[list, 
         stats = model._step_graphs.stats
         assert stats["captures"] >= 1 and stats["replays"] >= 1 and stats["failures"] == 0, stats
     return start, model.get_weights()
+
+
+class TapedStep:
+    """A model's training forward recorded on a tape, and its backward from given output gradients: what a
+    train step does, without the loss and the optimizer (the op-level engine's view of the old
+    ``_run_forward`` / ``_run_backward`` pair). ``backward`` returns ``{(layer name, weight name): grad}``."""
+
+    def __init__(self, model, xs, logits=None):
+        from dnnbind.autodiff import GradientTape
+        from dnnbind.layers.base import pending_mark
+
+        self.model = model
+        self.mark = pending_mark()
+        self.tape = GradientTape()
+        with self.tape:
+            self.outs = model._run_forward(list(xs), training=True,
+                                           logits=list(logits) if logits is not None else [False] * len(xs))
+        self.out = self.outs[0]
+        self.until = pending_mark()
+
+    def backward(self, douts, on_leaf=None):
+        from dnnbind.autodiff import engine
+        from dnnbind.layers.base import release_pending_state
+        from dnnbind.ops import convert_to_tensor
+
+        variables = self.model.trainable_weights
+        seeds = [convert_to_tensor(d) for d in douts]
+        try:
+            grads = engine.gradient(self.outs, seeds, variables, tape=self.tape, on_leaf=on_leaf)
+        finally:
+            release_pending_state(self.mark, self.until)
+        return {(w.layer.name, w.name): (None if g is None else np.asarray(g)) for w, g in zip(variables, grads)}

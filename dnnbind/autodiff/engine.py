@@ -92,7 +92,7 @@ class Node:
     for them (:meth:`output`)."""
 
     __slots__ = ("seq", "edges", "vjp", "n_outputs", "name", "needs_input_grad", "saved", "outputs_raw",
-                 "once_differentiable", "holders", "__weakref__")
+                 "once_differentiable", "holders", "emit", "__weakref__")
 
     is_leaf = False
 
@@ -108,6 +108,10 @@ class Node:
         self.outputs_raw: Any = None
         self.once_differentiable = once_differentiable
         self.holders = 0
+        # set by gradient() while the VJP runs: emit(i, grad) delivers input i's gradient before the VJP
+        # returns (it then returns None there), so a leaf's final gradient can be reported early (the
+        # data-parallel all-reduce of a weight overlaps the rest of the backward, as DDP's hooks do)
+        self.emit = None
 
     def output(self, index: int = 0) -> Any:
         """Output ``index`` as a tensor connected to this node (for VJPs that read their result, e.g.
@@ -171,13 +175,15 @@ def _accumulate(old: Any, new: Any) -> Any:
 
 
 def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any], *, tape: Any = None,
-             release: bool = True) -> list:
+             release: bool = True, on_leaf: "Callable[[Any, Any], None] | None" = None) -> list:
     """Gradients of ``targets`` (tensors), seeded with ``seeds`` (one tensor per target, the gradient of
     the final scalar w.r.t. it), w.r.t. ``sources`` (leaves' owners or recorded tensors): one entry per
     source, None when unconnected.
 
     ``tape``: the tape asking (its non-persistent nodes are released after their VJP runs, unless another
-    tape that was active when they were recorded still holds them)."""
+    tape that was active when they were recorded still holds them). ``on_leaf(owner, grad)``: called once
+    per source leaf as soon as its gradient is final (every node that read it has delivered), before the
+    sweep ends."""
     # --- the keys of the sources: leaves by owner, recorded tensors by (node, index)
     want: dict = {}
     for i, s in enumerate(sources):
@@ -212,6 +218,27 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
         grads[key] = _accumulate(grads.get(key), g)
     results: list = [None] * len(sources)
     interval = None if tape is None else (tape._first_seq, tape._last_seq)
+    # --- how many deliveries each source leaf waits for (to report it as soon as it is final)
+    pending: dict[int, int] = {}
+    if on_leaf is not None:
+        for node in order.values():
+            if relevant.get(id(node), False) and not node.is_leaf:
+                for e in node.edges:
+                    if e is not None and e[0].is_leaf and (id(e[0]), 0) in want:
+                        pending[id(e[0])] = pending.get(id(e[0]), 0) + 1
+
+    def deliver(edge: tuple, g: Any, poison: bool, node: Node) -> None:
+        if not hasattr(g, "_node"):
+            g = hooks.wrap(g)
+        if poison:
+            g = _poisoned(g, node)
+        key = (id(edge[0]), edge[1])
+        grads[key] = _accumulate(grads.get(key), g)
+        if on_leaf is not None and edge[0].is_leaf and id(edge[0]) in pending:
+            pending[id(edge[0])] -= 1
+            if pending[id(edge[0])] == 0:
+                on_leaf(edge[0].owner, grads[key])
+
     # --- reverse sweep
     for node in sorted(order.values(), key=_seq_of, reverse=True):
         nid = id(node)
@@ -233,22 +260,28 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                 "non-persistent GradientTape computes one set of gradients; use "
                 "GradientTape(persistent=True) to call gradient() more than once")
         node.needs_input_grad = tuple(e is not None and relevant.get(id(e[0]), False) for e in node.edges)
-        in_grads = node.vjp(node, *outs)
+        poison = node.once_differentiable and recording()
+        emitted: set = set()
+
+        def emit(i: int, g: Any, _node: Node = node, _emitted: set = emitted, _poison: bool = poison) -> None:
+            if g is not None and _node.needs_input_grad[i] and i not in _emitted:
+                _emitted.add(i)
+                deliver(_node.edges[i], g, _poison, _node)
+
+        node.emit = emit
+        try:
+            in_grads = node.vjp(node, *outs)
+        finally:
+            node.emit = None
         if not isinstance(in_grads, (tuple, list)):
             in_grads = (in_grads,)
         if len(in_grads) != len(node.edges):
             raise RuntimeError(f"the VJP of {node.name} returned {len(in_grads)} gradients for "
                                f"{len(node.edges)} inputs")
-        poison = node.once_differentiable and recording()
-        for edge, g, need in zip(node.edges, in_grads, node.needs_input_grad):
-            if not need or g is None:
+        for i, (edge, g, need) in enumerate(zip(node.edges, in_grads, node.needs_input_grad)):
+            if not need or g is None or i in emitted:
                 continue
-            if not hasattr(g, "_node"):
-                g = hooks.wrap(g)
-            if poison:
-                g = _poisoned(g, node)
-            key = (id(edge[0]), edge[1])
-            grads[key] = _accumulate(grads.get(key), g)
+            deliver(edge, g, poison, node)
         if release and interval is not None and node.holders > 0 and interval[0] <= node.seq <= interval[1]:
             node.holders -= 1
             if node.holders == 0:

@@ -30,15 +30,24 @@ class Tensor:
     """A value of ``keras.ops`` (see the module docstring). ``Tensor(array)`` wraps a NumPy array or a
     DeviceArray without copying; use ``dnnbind.ops.convert_to_tensor`` for anything else."""
 
-    __slots__ = ("data", "_node", "_index", "__weakref__")
-    # NumPy defers its binary operators to ours (np_array * tensor -> Tensor.__rmul__)
-    __array_ufunc__ = None
+    __slots__ = ("data", "_node", "_index", "_keras_mask", "__weakref__")
     __array_priority__ = 1000
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """NumPy's ufuncs on tensors (``np_array * t``, ``np.exp(t)``) are the matching ``keras.ops`` (tensors
+        out, differentiable); a ufunc with no such op, or another method, computes on host copies."""
+        if method == "__call__" and not kwargs:
+            fn = _UFUNC_OPS.get(ufunc.__name__)
+            if fn is not None and _OPS_TABLE[0] is not None:
+                return getattr(_OPS_TABLE[0], fn)(*inputs)
+        host = [np.asarray(i) if isinstance(i, Tensor) else i for i in inputs]
+        return getattr(ufunc, method)(*host, **kwargs)
 
     def __init__(self, data: Any) -> None:
         self.data = data
         self._node = None
         self._index = 0
+        self._keras_mask = None
 
     # ----- array facts --------------------------------------------------------------------------
     @property
@@ -147,6 +156,7 @@ class FilledTensor(Tensor, engine.FilledTensor):
         self._filled = None
         self._node = None
         self._index = 0
+        self._keras_mask = None
 
     @property  # type: ignore[override]
     def data(self) -> Any:
@@ -182,6 +192,22 @@ class FilledTensor(Tensor, engine.FilledTensor):
         return bool(self._device.is_cuda)
 
 
+# NumPy ufunc name -> the keras.ops function (installed with the operators)
+_UFUNC_OPS = {
+    "add": "add", "subtract": "subtract", "multiply": "multiply", "true_divide": "divide", "divide": "divide",
+    "floor_divide": "floor_divide", "power": "power", "negative": "negative", "positive": "positive",
+    "absolute": "absolute", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
+    "log10": "log10", "log1p": "log1p", "sqrt": "sqrt", "square": "square", "sin": "sin", "cos": "cos",
+    "tan": "tan", "arcsin": "arcsin", "arccos": "arccos", "arctan": "arctan", "sinh": "sinh", "cosh": "cosh",
+    "tanh": "tanh", "arctan2": "arctan2", "maximum": "maximum", "minimum": "minimum", "equal": "equal",
+    "not_equal": "not_equal", "less": "less", "less_equal": "less_equal", "greater": "greater",
+    "greater_equal": "greater_equal", "sign": "sign", "floor": "floor", "ceil": "ceil", "matmul": "matmul",
+    "logical_and": "logical_and", "logical_or": "logical_or", "logical_not": "logical_not", "isnan": "isnan",
+    "isinf": "isinf", "isfinite": "isfinite", "reciprocal": "reciprocal", "mod": "mod", "remainder": "mod",
+}
+_OPS_TABLE: list = [None]
+
+
 def is_tensor(x: Any) -> bool:
     """Whether ``x`` is a :class:`Tensor` (``keras.ops.is_tensor``)."""
     return isinstance(x, Tensor)
@@ -208,9 +234,10 @@ _BINARY = {
 _UNARY = {"__neg__": "negative", "__pos__": "positive", "__abs__": "absolute", "__invert__": "invert_or_not"}
 
 
-def install_operators(cls: type, table: Any) -> None:
-    """Give ``cls`` (Tensor, Variable) Python's operators and the array methods, as calls of ``table``
-    (the :mod:`dnnbind.ops` module, or an object with its functions)."""
+def install_operators(cls: type, table: Any, *, identity_equality: bool = False) -> None:
+    """Give ``cls`` (Tensor, Variable, KerasTensor) Python's operators and the array methods, as calls of
+    ``table`` (the :mod:`dnnbind.ops` module, or an object with its functions). ``identity_equality``: keep
+    ``==``/``!=``/hash by identity (variables are dictionary keys and list members; use ``ops.equal``)."""
 
     def binary(name: str, reflected: bool):
         fn = getattr(table, name)
@@ -230,19 +257,32 @@ def install_operators(cls: type, table: Any) -> None:
         return method
 
     for dunder, (name, reflected) in _BINARY.items():
+        if identity_equality and dunder in ("__eq__", "__ne__"):
+            continue
         setattr(cls, dunder, binary(name, reflected))
     for dunder, name in _UNARY.items():
         setattr(cls, dunder, unary(name))
     cls.__getitem__ = lambda self, key: table.get_item(self, key)
+    if cls is Tensor:
+        _OPS_TABLE[0] = table
     cls.T = property(lambda self: table.transpose(self))
     cls.reshape = lambda self, *shape: table.reshape(self, shape[0] if len(shape) == 1 and isinstance(
         shape[0], (tuple, list)) else shape)
     cls.transpose = lambda self, *axes: table.transpose(self, (axes[0] if len(axes) == 1 and isinstance(
         axes[0], (tuple, list)) else axes) or None)
-    cls.astype = lambda self, dtype: table.cast(self, dtype)
-    cls.sum = lambda self, axis=None, keepdims=False: table.sum(self, axis=axis, keepdims=keepdims)
-    cls.mean = lambda self, axis=None, keepdims=False: table.mean(self, axis=axis, keepdims=keepdims)
-    cls.max = lambda self, axis=None, keepdims=False: table.max(self, axis=axis, keepdims=keepdims)
-    cls.min = lambda self, axis=None, keepdims=False: table.min(self, axis=axis, keepdims=keepdims)
+    cls.astype = lambda self, dtype, **unused: table.cast(self, dtype)
+
+    def reduction(name: str):
+        def method(self, axis=None, dtype=None, out=None, keepdims=False, **unused):
+            if out is not None:
+                raise TypeError(f"Tensor.{name}: out= is not supported (tensors are immutable)")
+            res = getattr(table, name)(self, axis=axis, keepdims=keepdims)
+            return res if dtype is None else table.cast(res, dtype)
+        return method
+
+    for name in ("sum", "mean", "max", "min", "prod", "any", "all", "std", "var"):
+        setattr(cls, name, reduction(name))
+    cls.argmax = lambda self, axis=None, **unused: table.argmax(self, axis=axis)
+    cls.argmin = lambda self, axis=None, **unused: table.argmin(self, axis=axis)
     cls.flatten = lambda self: table.reshape(self, (-1,))
     cls.squeeze = lambda self, axis=None: table.squeeze(self, axis)

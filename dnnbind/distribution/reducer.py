@@ -94,8 +94,10 @@ class GradientReducer:
         self.comm = comm
         self._slots = list(slots)
         self._by_layer: dict[int, list[tuple[int, str]]] = {}
+        self._by_weight: dict[int, int] = {}
         for index, (layer, weight) in enumerate(self._slots):
             self._by_layer.setdefault(id(layer), []).append((index, weight.name))
+            self._by_weight[id(weight)] = index
         self._schedule = BucketSchedule(plan)
         self._grads: list[Any] = [None] * len(self._slots)
         self._collective = collective
@@ -121,6 +123,16 @@ class GradientReducer:
             self._grads[index] = g
             for bucket in self._schedule.deliver(index):
                 self._issue(bucket)
+
+    def weight_done(self, weight: Any, grad: Any) -> None:
+        """The backward's hook (the engine's ``on_leaf``): ``weight``'s gradient is final (every read of it
+        delivered, a shared weight's summed). Issues the buckets it completed."""
+        index = self._by_weight.get(id(weight))
+        if index is None or self._grads[index] is not None:
+            return
+        self._grads[index] = grad
+        for bucket in self._schedule.deliver(index):
+            self._issue(bucket)
 
     def finish(self, grads: Sequence[Any]) -> None:
         """After backward: ``grads`` is the trainer's gradient list (parameter order, the zeros it

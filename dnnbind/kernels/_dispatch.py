@@ -82,7 +82,15 @@ def route(op: str, family: str, **arrays: Any) -> "ModuleType | None":
     return _route_general(op, family, arrays)
 
 
+def _refuse_tensors(op: str, arrays: "dict[str, Any]") -> None:
+    for name, value in arrays.items():
+        if hasattr(value, "_node") and hasattr(value, "data"):
+            raise TypeError(f"kernels.{op} takes raw arrays (numpy.ndarray or DeviceArray), {name} got a dnnbind.Tensor: "
+                            f"use dnnbind.ops (differentiable, on tensors) or pass the tensor's .data to the primitive")
+
+
 def _route_general(op: str, family: str, arrays: "dict[str, Any]") -> "ModuleType | None":
+    _refuse_tensors(op, arrays)
     it = iter(arrays.items())
     first_name, first = next(it)
     if type(first) is _ndarray:
@@ -108,10 +116,13 @@ def _route_general(op: str, family: str, arrays: "dict[str, Any]") -> "ModuleTyp
 
 
 def as_array(x: Any) -> Any:
-    """NumPy arrays and DeviceArrays pass through; anything else becomes a NumPy array."""
+    """NumPy arrays and DeviceArrays pass through; anything else becomes a NumPy array (a dnnbind.Tensor is
+    refused: the primitives are not differentiable, and a silent host copy would hide that)."""
     t = type(x)
     if t is _ndarray or t is _backend._device_array_type or is_device_array(x):
         return x
+    if hasattr(x, "_node") and hasattr(x, "data"):
+        _refuse_tensors("primitive", {"x": x})
     return np.asarray(x)
 
 

@@ -1,16 +1,17 @@
 """Functional models: ``Model(inputs, outputs)`` over a graph of layer applications (Keras 3's
 ``Functional``).
 
-Layers called on symbolic tensors (``keras.Input``) record :class:`~dnnbind.layers.base.Node` s.
-``Functional`` walks back from the outputs to the inputs, orders the nodes topologically and runs
-them: in inference directly, in training through a :class:`~dnnbind.layers.tape.Tape`, whose
-backward replays the layers' ``backward`` in reverse order, sums the gradients of a tensor read by
-several layers (residual connections), and for a layer applied several times (a shared layer)
-restores what each application's forward left on the layer and sums its weight gradients.
+Layers (and models, and ``keras.ops``) called on symbolic tensors (``keras.Input``) record
+:class:`~dnnbind.layers.graph.Node` s. ``Functional`` walks back from the outputs to the inputs, orders the
+nodes topologically, and runs them by calling each node's layer on the values of its inputs: every
+computation records on the tape while one is active (:mod:`dnnbind.autodiff`), so training needs no
+model-level backward. The plan is made once per model: maximal runs of dnnbind's own single-input layers
+whose intermediate results nobody else reads execute as one :class:`~dnnbind.models.chain.LayerChain`
+(one recorded node, the conv + batch-norm and batch-norm + relu fusions), as ``Sequential`` does.
 
 Config (Keras style): ``{"name", "trainable", "layers": [{"class_name", "config", "name",
-"inbound_nodes": [{"args": [<keras tensor>... or [<keras tensor>...]], "kwargs": {}}]}],
-"input_layers": [[name, node, tensor]], "output_layers": [...]}`` with a keras tensor written as
+"inbound_nodes": [{"args": [...], "kwargs": {...}}]}], "input_layers": [[name, node, tensor]],
+"output_layers": [...]}`` with a symbolic tensor in ``args``/``kwargs`` written as
 ``{"class_name": "__keras_tensor__", "config": {"shape", "dtype", "keras_history": [layer, node,
 tensor]}}``.
 """
@@ -21,8 +22,10 @@ from typing import Any, Callable, Sequence
 
 from .. import _validate
 from .. import saving_lib
-from ..layers.base import InputLayer, KerasTensor, Layer, Node, deserialize, unique_name
-from ..layers.tape import Tape
+from ..autodiff.tensor import Tensor
+from ..layers.base import Layer, deserialize, unique_name
+from ..layers.graph import InputLayer, KerasTensor, Node, substitute
+from .chain import LayerChain, chainable
 from .model import Model
 
 __all__ = ["Functional"]
@@ -68,10 +71,11 @@ class Functional(Model):
             raise ValueError("Functional: an input tensor is listed twice in inputs")
         nodes = self._topological_nodes(in_tensors, out_tensors)
         self._init_model(name if name is not None else unique_name("functional"), trainable)
-        self.inputs = in_tensors
-        self.outputs = out_tensors
+        self.__dict__["inputs"] = in_tensors
+        self.__dict__["outputs"] = out_tensors
         self._input_keys = in_keys
         self._output_keys = out_keys
+        self._single_output = not isinstance(outputs, (list, tuple, dict))
         self._nodes = nodes
         layers: list[Layer] = [t._keras_history[0] for t in in_tensors]
         for node in nodes:
@@ -82,13 +86,15 @@ class Functional(Model):
         for node in nodes:
             for t in node.input_tensors:
                 consumers[id(t)] = consumers.get(id(t), 0) + 1
+        self._consumers = consumers
         counted = [consumers.get(id(t), 0) + sum(o is t for o in out_tensors) for t in out_tensors]
         # an output read by nothing else can skip its final softmax (fused into the cross-entropy)
-        self._fusable = [t._keras_history[0].has_final_softmax and c == 1 and t not in in_tensors
-                         for t, c in zip(out_tensors, counted)]
+        self._fusable = [t._keras_history[0].has_final_softmax and c == 1 and not any(t is i for i in in_tensors)
+                         and t._keras_history[0]._is_legacy() for t, c in zip(out_tensors, counted)]
         self._built_input_shapes = [tuple(t.shape[1:]) for t in in_tensors]
         self._built_output_shapes = [tuple(t.shape[1:]) for t in out_tensors]
         self._single_input = len(in_tensors) == 1
+        self._plan = self._make_plan()
         dev = self.device
         for layer in self._flat_layers():
             if layer._device is None:
@@ -127,12 +133,54 @@ class Functional(Model):
             visit(t)
         return order
 
+    def _make_plan(self) -> list:
+        """The execution plan: ``("node", node)`` steps and ``("chain", LayerChain, input tensor, output tensor,
+        last node)`` steps for maximal runs of chainable nodes, each reading the previous one's only output,
+        which nobody else reads (layers applied more than once in the graph run node by node: their state is
+        per application)."""
+        uses: dict[int, int] = {}
+        for node in self._nodes:
+            uses[id(node.layer)] = uses.get(id(node.layer), 0) + 1
+        outputs = {id(t) for t in self.outputs}
+
+        def linkable(node: Node) -> bool:
+            return (chainable(node.layer) and uses[id(node.layer)] == 1 and len(node.input_tensors) == 1
+                    and len(node.output_tensors) == 1 and not node.call_kwargs and len(node.call_args) == 1
+                    and node.call_args[0] is node.input_tensors[0])
+
+        plan: list = []
+        run: list[Node] = []
+
+        def close() -> None:
+            if len(run) >= 2:
+                plan.append(("chain", LayerChain([n.layer for n in run]), run[0].input_tensors[0],
+                             run[-1].output_tensors[0], run[-1]))
+            else:
+                plan.extend(("node", n) for n in run)
+            run.clear()
+
+        for node in self._nodes:
+            if linkable(node):
+                prev = run[-1] if run else None
+                if prev is not None and node.input_tensors[0] is prev.output_tensors[0] and \
+                        self._consumers.get(id(prev.output_tensors[0]), 0) == 1 and \
+                        id(prev.output_tensors[0]) not in outputs:
+                    run.append(node)
+                    continue
+                close()
+                run.append(node)
+                continue
+            close()
+            plan.append(("node", node))
+        close()
+        return plan
+
     # ----- structure --------------------------------------------------------------------------
     @property
     def layers(self) -> list[Layer]:
         return list(self._graph_layers)
 
-    def _flat_layers(self) -> list[Layer]:
+    def _direct_layers(self) -> list:
         return [layer for layer in self._graph_layers if not isinstance(layer, InputLayer)]
 
     def _input_names(self) -> list[str]:
@@ -174,40 +222,75 @@ class Functional(Model):
     def _build_for(self, shapes: list[tuple], single: bool | None = None) -> None:
         self.build([(None, *s) for s in shapes])
 
-    # ----- forward / backward -----------------------------------------------------------------
+    # ----- forward ----------------------------------------------------------------------------
     def _fusable_outputs(self) -> list[bool]:
         return list(self._fusable)
 
-    def _execute(self, xs: list, run: Callable[[Layer, Any, bool], Any], logits: Sequence[bool]) -> list:
+    def _execute(self, xs: list, training: Any, logits: Sequence[bool]) -> list:
         values: dict[int, Any] = {id(t): x for t, x in zip(self.inputs, xs)}
         skip = {id(t) for t, lg in zip(self.outputs, logits) if lg}
-        for node in self._nodes:
-            args = [values[id(t)] for t in node.input_tensors]
-            out_tensor = node.output_tensors[0]
-            values[id(out_tensor)] = run(node.layer, args if node.layer.multi_input else args[0],
-                                         id(out_tensor) in skip)
+        train = bool(training) if training is not None else False
+        for step in self._plan:
+            if step[0] == "chain":
+                _, chain, src, dst, _last = step
+                values[id(dst)] = chain.apply(values[id(src)], train, id(dst) in skip)
+                continue
+            node = step[1]
+            layer = node.layer
+            out_t = node.output_tensors
+            if layer._is_legacy() and len(out_t) == 1 and id(out_t[0]) in skip:
+                arg = substitute(node.call_args[0], lambda kt: values[id(kt)])
+                values[id(out_t[0])] = layer._legacy_apply(arg, train, logits=True)
+                continue
+            args = substitute(node.call_args, lambda kt: values[id(kt)])
+            kwargs = substitute(node.call_kwargs, lambda kt: values[id(kt)])
+            if "training" not in kwargs:
+                kwargs["training"] = training
+            out = layer(*args, **kwargs)
+            flat = _flat_values(out)
+            if len(flat) != len(out_t):
+                raise ValueError(f"{self._owner}: layer '{layer.name}' returned {len(flat)} outputs, the graph "
+                                 f"recorded {len(out_t)}")
+            for t, v in zip(out_t, flat):
+                values[id(t)] = v
         return [values[id(t)] for t in self.outputs]
 
+    def _arrange_inputs(self, inputs: Any) -> list:
+        if isinstance(inputs, dict):
+            names = self._input_names()
+            missing = [n for n in names if n not in inputs]
+            if missing:
+                raise ValueError(f"{self._owner}: inputs are missing {missing}; expected {names}")
+            return [inputs[n] for n in names]
+        if isinstance(inputs, (list, tuple)) and not (len(self.inputs) == 1 and hasattr(inputs, "shape")):
+            items = list(inputs)
+            if len(items) != len(self.inputs):
+                if len(self.inputs) == 1:
+                    return [inputs]
+                raise ValueError(f"{self._owner}: expected {len(self.inputs)} inputs, got {len(items)}")
+            return items
+        return [inputs]
+
+    def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        """Run the graph (Keras's ``Functional.call``): outputs in the structure the model was made with."""
+        outs = self._execute(self._arrange_inputs(inputs), training, [False] * len(self.outputs))
+        if self._output_keys is not None:
+            return dict(zip(self._output_keys, outs))
+        return outs[0] if self._single_output else outs
+
     def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
-        self._tape, self._tape_outputs = None, []
-        if not training:
-            def run(layer: Layer, x: Any, lg: bool) -> Any:
-                return layer.forward_logits(x, training=False) if lg else layer.forward(x, training=False)
+        return self._execute(list(xs), training, logits)
 
-            return self._execute(xs, run, logits)
-        tape = Tape(training=True)
-        for x in xs:
-            tape.watch(x)
-        try:
-            outs = self._execute(xs, lambda layer, x, lg: tape.run(layer, x, True, logits=lg), logits)
-        except BaseException:
-            tape.clear()
-            raise
-        self._tape, self._tape_outputs = tape, outs
-        return outs
+    def _build_from_call(self, args: tuple, kwargs: dict) -> None:
+        self.built = True
 
-    def _run_on_tape(self, tape: Tape, xs: list) -> list:
-        return self._execute(xs, lambda layer, x, lg: tape.run(layer, x), [False] * len(self.outputs))
+    def compute_output_spec(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        items = self._arrange_inputs(inputs)
+        batch = items[0].shape[0] if items and hasattr(items[0], "shape") else None
+        specs = [((batch, *tuple(t.shape[1:])), t.dtype) for t in self.outputs]
+        if self._output_keys is not None:
+            return dict(zip(self._output_keys, specs))
+        return specs[0] if self._single_output else specs
 
     # ----- summary and config -----------------------------------------------------------------
     def _summary_rows(self) -> list[tuple[str, str, int, "str | None"]]:
@@ -239,8 +322,9 @@ class Functional(Model):
                 for node in layer._inbound_nodes:
                     if not any(node is n for n in self._nodes):
                         continue  # an application outside this model
-                    tensors = [self._tensor_config(t) for t in node.input_tensors]
-                    nodes.append({"args": [tensors] if layer.multi_input else tensors, "kwargs": {}})
+                    nodes.append({"args": self._encode_arguments(list(node.call_args)),
+                                  "kwargs": {k: self._encode_arguments(v) for k, v in node.call_kwargs.items()
+                                             if k != "training"}})
             layers.append({"class_name": type(layer).__name__, "name": layer.name, "config": layer.get_config(),
                            "inbound_nodes": nodes})
 
@@ -254,6 +338,22 @@ class Functional(Model):
         if self._output_keys is not None:
             config["output_names"] = list(self._output_keys)
         return config
+
+    def _encode_arguments(self, value: Any) -> Any:
+        """A node's call arguments as JSON: symbolic tensors as ``__keras_tensor__`` entries, structures as lists
+        and dicts, plain values as they are."""
+        if isinstance(value, KerasTensor):
+            return self._tensor_config(value)
+        if isinstance(value, (list, tuple)):
+            return [self._encode_arguments(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._encode_arguments(v) for k, v in value.items()}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+            return value.item()
+        raise TypeError(f"{self._owner}: a layer call argument of type {type(value).__name__} cannot be written to "
+                        "the model's config")
 
     def _node_position(self, t: KerasTensor) -> int:
         """The node index of ``t`` counted over this model's nodes of its layer (what the config lists)."""
@@ -289,41 +389,64 @@ class Functional(Model):
                 raise ValueError(f"{owner}: two layers are named '{layer.name}'")
             layers[layer.name] = layer
 
-        def parse_args(node: Any, layer_name: str) -> tuple[list, bool]:
-            if not isinstance(node, dict) or not isinstance(node.get("args"), list) or not node["args"]:
-                raise TypeError(f"{owner}: layer '{layer_name}': each inbound node must be {{'args': [...]}}")
-            args = node["args"]
-            multi = len(args) == 1 and isinstance(args[0], list)
-            refs = []
-            for a in (args[0] if multi else args):
-                hist = a.get("config", {}).get("keras_history") if isinstance(a, dict) else None
+        def decode(value: Any, layer_name: str, refs: list) -> Any:
+            """A node argument with its symbolic tensors as ``("__ref__", layer, node, tensor)`` markers."""
+            if isinstance(value, dict) and value.get("class_name") == "__keras_tensor__":
+                hist = value.get("config", {}).get("keras_history")
                 if not (isinstance(hist, list) and len(hist) == 3 and isinstance(hist[0], str)
                         and all(type(v) is int and v >= 0 for v in hist[1:])):
                     raise TypeError(f"{owner}: layer '{layer_name}': a node argument must be a keras tensor with "
-                                    f"keras_history [layer, node, tensor], got {str(a)[:120]}")
+                                    f"keras_history [layer, node, tensor], got {str(value)[:120]}")
                 if hist[0] not in layers:
                     raise ValueError(f"{owner}: layer '{layer_name}' reads from unknown layer '{hist[0]}'")
                 refs.append(tuple(hist))
-            return refs, multi
+                return ("__ref__", *hist)
+            if isinstance(value, list):
+                return [decode(v, layer_name, refs) for v in value]
+            if isinstance(value, dict):
+                return {k: decode(v, layer_name, refs) for k, v in value.items()}
+            return value
 
-        def replay(apply: Callable[[Layer, list, bool], Any]) -> dict:
+        def parse_args(node: Any, layer_name: str) -> tuple[list, dict, list]:
+            if not isinstance(node, dict) or not isinstance(node.get("args"), list) or not node["args"]:
+                raise TypeError(f"{owner}: layer '{layer_name}': each inbound node must be {{'args': [...]}}")
+            refs: list = []
+            args = decode(node["args"], layer_name, refs)
+            kwargs = decode(node.get("kwargs") or {}, layer_name, refs)
+            if not isinstance(kwargs, dict):
+                raise TypeError(f"{owner}: layer '{layer_name}': a node's kwargs must be a dict")
+            return args, kwargs, refs
+
+        def fill(value: Any, made: dict) -> Any:
+            if isinstance(value, tuple) and len(value) == 4 and value[0] == "__ref__":
+                out = made[(value[1], value[2])]
+                flat = _flat_values(out)
+                if value[3] >= len(flat):
+                    raise ValueError(f"{owner}: layer '{value[1]}' node {value[2]} has no output {value[3]}")
+                return flat[value[3]]
+            if isinstance(value, list):
+                return [fill(v, made) for v in value]
+            if isinstance(value, dict):
+                return {k: fill(v, made) for k, v in value.items()}
+            return value
+
+        def replay(apply: Callable[[Layer, list, dict], Any]) -> dict:
             """Apply every inbound node once its inputs exist; returns {(layer, node): output}."""
             made: dict[tuple, Any] = {}
             for name, layer in layers.items():
                 if isinstance(layer, InputLayer):
-                    made[(name, 0)] = apply(layer, [], False)
+                    made[(name, 0)] = apply(layer, [], {})
             pending = [(entry["config"].get("name", entry.get("name")), i, node) for entry in entries
                        for i, node in enumerate(entry.get("inbound_nodes", []))
                        if entry["class_name"] != "InputLayer"]
             while pending:
                 left = []
                 for name, index, node in pending:
-                    refs, multi = parse_args(node, name)
+                    args, kwargs, refs = parse_args(node, name)
                     if (name, index - 1) not in made and index > 0 or any((r[0], r[1]) not in made for r in refs):
                         left.append((name, index, node))
                         continue
-                    inputs = [made[(r[0], r[1])] for r in refs]
-                    made[(name, index)] = apply(layers[name], inputs, multi)
+                    made[(name, index)] = apply(layers[name], fill(args, made), fill(kwargs, made))
                 if len(left) == len(pending):
                     raise ValueError(f"{owner}: the layer graph cannot be rebuilt (missing or cyclic inputs of "
                                      f"{sorted({p[0] for p in left})})")
@@ -340,26 +463,32 @@ class Functional(Model):
             if not isinstance(refs, list) or not refs or not all(
                     isinstance(r, list) and len(r) == 3 and r[0] in layers for r in refs):
                 raise TypeError(f"{owner}: '{key}' must be a list of [layer name, node, tensor], got {str(refs)[:120]}")
-            return [(r[0], r[1]) for r in refs]
+            return [(r[0], r[1], r[2] if type(r[2]) is int else 0) for r in refs]
 
         in_refs, out_refs = check_refs("input_layers"), check_refs("output_layers")
+        in_refs = [r[:2] for r in in_refs]
 
         # first pass on shapes only: size the weights before any is created
         budget = {"total": 0}
         limit = max_weight_bytes
 
-        def shape_only(layer: Layer, inputs: list, multi: bool) -> Any:
+        def shape_only(layer: Layer, args: list, kwargs: dict) -> Any:
             if isinstance(layer, InputLayer):
-                return (None, *layer.input_shape)
-            if not layer.multi_input and len(inputs) != 1:
-                raise ValueError(f"{owner}: layer '{layer.name}' takes one input, the config gives {len(inputs)}")
-            shape = inputs if layer.multi_input else inputs[0]
+                return _Shape((None, *layer.input_shape))
+            if not layer._is_legacy():
+                return _Shape(None)  # a layer with a call of its own: sized when it builds
+            if not args or (not layer.multi_input and isinstance(args[0], list)) or len(args) != 1:
+                raise ValueError(f"{owner}: layer '{layer.name}' takes one input, the config gives {len(args)}")
+            first = args[0]
+            shape = [a.shape for a in first] if isinstance(first, list) else first.shape
+            if shape is None or (layer.multi_input and any(s is None for s in shape)):
+                return _Shape(None)
             if not layer.multi_input and not getattr(layer, "_budgeted", False):
                 remaining = None if limit is None else limit - budget["total"]
                 budget["total"] += saving_lib.check_weight_budget(
                     [layer], shape[1:], f"Functional '{config.get('name')}'", remaining)
                 layer._budgeted = True
-            return layer.compute_output_shape(shape)
+            return _Shape(layer.compute_output_shape(shape))
 
         try:
             replay(shape_only)
@@ -367,15 +496,33 @@ class Functional(Model):
             for layer in layers.values():
                 layer.__dict__.pop("_budgeted", None)
 
-        def symbolic(layer: Layer, inputs: list, multi: bool) -> Any:
+        def symbolic(layer: Layer, args: list, kwargs: dict) -> Any:
             if isinstance(layer, InputLayer):
                 return layer.output
-            return layer(inputs if layer.multi_input else inputs[0])
+            return layer(*args, **kwargs)
 
         made = replay(symbolic)
         ins = [made[r] for r in in_refs]
-        outs = [made[r] for r in out_refs]
+        outs = [_flat_values(made[r[:2]])[r[2]] for r in out_refs]
         in_names, out_names = config.get("input_names"), config.get("output_names")
         inputs = dict(zip(in_names, ins)) if isinstance(in_names, list) and len(in_names) == len(ins) else ins
         outputs = dict(zip(out_names, outs)) if isinstance(out_names, list) and len(out_names) == len(outs) else outs
         return cls(inputs, outputs, name=config.get("name"), trainable=config.get("trainable", True))
+
+
+def _flat_values(value: Any) -> list:
+    """A layer's result (a tensor, or a list/tuple/dict of them) as a flat list, in Keras's order."""
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _flat_values(item)]
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in _flat_values(item)]
+    return [value]
+
+
+class _Shape:
+    """A shape standing for a tensor while a config is sized (kept whole by :func:`_flat_values`)."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: Any) -> None:
+        self.shape = shape

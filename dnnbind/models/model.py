@@ -3,20 +3,16 @@
 * ``Model(inputs, outputs)`` builds a functional model (it returns a
   :class:`~dnnbind.models.functional.Functional`, as Keras 3).
 * ``class MyModel(Model)`` with ``__init__`` creating layers as attributes and
-  ``call(inputs, training=False)`` composing them: a subclassed model. Layers (and models, and lists
-  of them) assigned as attributes are tracked, so ``weights``, ``summary``, ``save_weights`` see
-  them; the model builds on its first call (or ``build(input_shape)``, which calls it once on a
-  batch of one). Training records the layer applications of ``call`` on a define-by-run tape and
-  replays their ``backward`` in reverse (:mod:`dnnbind.layers.tape`). **Only layers are
-  differentiated**: a computation between layers in ``call`` that is not a layer (``x * 2``,
-  ``ops.add(a, b)``, a NumPy function) is invisible to the tape; if it reads a layer's output,
-  training raises a ``ValueError`` naming that layer. Wrap such computations in a ``Layer``
-  subclass with a ``forward`` and a ``backward`` (or use a merging layer such as ``layers.Add``).
-  Ops on the raw inputs before the first layer are fine, and inference (``predict``, ``__call__``)
-  runs any ``call``.
+  ``call(inputs, training=False)`` composing them (layers and ``keras.ops``): a subclassed model. Layers,
+  models, variables and lists/dicts of them assigned as attributes are tracked, so ``weights``,
+  ``summary``, ``save_weights`` see them; the model builds on its first call (or ``build(input_shape)``,
+  which calls it once on a batch of one). Training records every op of ``call`` on the tape
+  (:mod:`dnnbind.autodiff`): any computation is differentiated, layers or not.
 
-The training loop lives in :class:`dnnbind.trainers.trainer.Trainer`; this module holds what does
-not depend on the model's structure (weights, devices, summary, saving) and the subclassed forward.
+A model is a :class:`~dnnbind.layers.Layer` (as in Keras 3): it can be called inside another model,
+symbolically too, its weights shared. The training loop lives in
+:class:`dnnbind.trainers.trainer.Trainer`; this module holds what does not depend on the model's
+structure (weights, devices, summary, saving) and the subclassed forward.
 """
 
 from __future__ import annotations
@@ -32,10 +28,11 @@ import numpy as np
 from .. import _validate, backend
 from .. import quantizers as Q
 from .. import saving_lib
+from ..autodiff.tensor import Tensor
 from ..backend import Device
-from ..layers.base import InputLayer, KerasTensor, Layer, _snake_case, is_symbolic, unique_name
+from ..layers.base import Layer, _snake_case, is_symbolic, unique_name
 from ..layers.core import _QuantizableMixin
-from ..layers.tape import Tape, active_tape
+from ..layers.graph import InputLayer, KerasTensor
 from ..trainers.trainer import LossScale, Trainer
 
 __all__ = ["Model"]
@@ -47,10 +44,10 @@ def _is_functional_call(args: tuple, kwargs: dict) -> bool:
     return len(args) >= 2 or (len(args) == 1 and "outputs" in kwargs)
 
 
-class Model(Trainer):
+class Model(Trainer, Layer):
     """A model: ``Model(inputs, outputs)`` (functional) or a subclass with ``call`` (see the module).
 
-    ``compile``, ``fit``, ``evaluate``, ``predict``, ``*_on_batch`` come from the trainer;
+    ``compile``, ``fit``, ``evaluate``, ``predict``, ``*_on_batch``, ``train_step`` come from the trainer;
     ``weights``, ``get_weights``/``set_weights``, ``summary``, ``save``/``save_weights``/
     ``load_weights``, ``to(device)`` from here.
     """
@@ -63,63 +60,51 @@ class Model(Trainer):
             return Functional.__new__(Functional)
         return super().__new__(cls)
 
-    def __init__(self, *args: Any, name: str | None = None, trainable: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, name: str | None = None, trainable: bool = True, dtype: Any = None,
+                 **kwargs: Any) -> None:
         if args or kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected arguments {list(args) + sorted(kwargs)}; a "
                             "functional model takes Model(inputs, outputs), a subclassed one only name/trainable")
-        self._init_model(name, trainable)
+        self._init_model(name, trainable, dtype)
 
-    def _init_model(self, name: str | None, trainable: bool) -> None:
-        object.__setattr__(self, "_tracked", self.__dict__.get("_tracked", {}))
+    def _init_model(self, name: str | None, trainable: bool, dtype: Any = None) -> None:
         if name is not None and not isinstance(name, str):
             raise _validate.ArgumentTypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
-        self.name = name if name is not None else unique_name(_snake_case(type(self).__name__))
-        self.trainable = _validate.boolean(trainable, "trainable", f"{type(self).__name__} '{self.name}'")
-        self.built = False
-        self._device: Device | None = None
+        Layer.__init__(self, name=name if name is not None else unique_name(_snake_case(type(self).__name__)),
+                       trainable=trainable, dtype=dtype)
         self._built_input_shapes: list[tuple] | None = None
         self._built_output_shapes: list[tuple] | None = None
         self._single_input = True
-        self._tape: Tape | None = None
-        self._tape_outputs: list = []
         self._init_trainer()
-
-    # ----- attribute tracking (subclassing) ---------------------------------------------------
-    def __setattr__(self, name: str, value: Any) -> None:
-        tracked = self.__dict__.get("_tracked")
-        if tracked is None:
-            tracked = {}
-            object.__setattr__(self, "_tracked", tracked)
-        if not name.startswith("_") and (isinstance(value, (Layer, Model)) or (
-                isinstance(value, (list, tuple)) and value and all(isinstance(v, (Layer, Model)) for v in value))):
-            tracked[name] = value
-        elif name in tracked:
-            del tracked[name]
-        object.__setattr__(self, name, value)
-
-    def __delattr__(self, name: str) -> None:
-        self.__dict__.get("_tracked", {}).pop(name, None)
-        object.__delattr__(self, name)
 
     @property
     def layers(self) -> list:
         """The layers (and nested models) assigned as attributes, in assignment order."""
-        out: list = []
-        for value in self.__dict__.get("_tracked", {}).values():
-            for v in (value if isinstance(value, (list, tuple)) else [value]):
-                if not any(v is o for o in out):
-                    out.append(v)
-        return out
+        return self._sublayers()
+
+    def _direct_layers(self) -> list:
+        """The layers this model applies directly (subclassed: the tracked ones)."""
+        return self._sublayers()
 
     def _flat_layers(self) -> list[Layer]:
-        """Every layer holding weights or state a step uses, nested models flattened, each once."""
+        """Every layer holding weights or state a step uses, nested models and layers flattened, each once."""
         out: list[Layer] = []
         seen: set[int] = set()
-        for item in self.layers:
-            for layer in (item._flat_layers() if isinstance(item, Model) else [item]):
-                if id(layer) not in seen and not isinstance(layer, InputLayer):
-                    seen.add(id(layer))
-                    out.append(layer)
+
+        def visit(layer: Any) -> None:
+            if isinstance(layer, Model):
+                for inner in layer._direct_layers():
+                    visit(inner)
+                return
+            if id(layer) in seen or isinstance(layer, InputLayer):
+                return
+            seen.add(id(layer))
+            out.append(layer)
+            for inner in layer._sublayers():
+                visit(inner)
+
+        for item in self._direct_layers():
+            visit(item)
         return out
 
     def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
@@ -217,36 +202,59 @@ class Model(Trainer):
                 layer._device = dev
         zeros = [backend.asarray(np.zeros((1, *s), np.float32), device=dev) for s in shapes]
         self._single_input = len(shapes) == 1 if single is None else single
-        outs = self._call_outputs(zeros, training=False)
+        self.built = True  # (Layer.__call__ must not try the Keras-style build of a model)
+        try:
+            outs = self._call_outputs(zeros, training=False)
+        except BaseException:
+            self.built = False
+            raise
         if self.compiled and len(outs) != len(self.output_names):
+            self.built = False
             raise ValueError(f"{self._owner}: call returned {len(outs)} output(s), but compile was given losses "
                              f"for {len(self.output_names)}; compile again with one loss per output")
         self._built_input_shapes = [tuple(s) for s in shapes]
         self._built_output_shapes = [tuple(o.shape[1:]) for o in outs]
-        self.built = True
 
-    # ----- the subclassed forward / backward --------------------------------------------------
+    def _build_from_call(self, args: tuple, kwargs: dict) -> None:
+        """A subclassed model called before it was built: it builds from the call (Keras)."""
+        first = args[0] if args else next(iter(kwargs.values()))
+        items = list(first) if isinstance(first, (list, tuple)) else [first]
+        shapes = [tuple(t.shape[1:]) for t in items if hasattr(t, "shape")]
+        if type(self).build is not Model.build and type(self).__module__.split(".")[0] != "dnnbind":
+            Layer._build_from_call(self, args, kwargs)  # a user's build(input_shape), Keras's shapes
+        self.built = True
+        self._single_input = not isinstance(first, (list, tuple))
+        if self._built_input_shapes is None and shapes and all(None not in s for s in shapes):
+            self._built_input_shapes = shapes
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the model (a layer call: see :meth:`Layer.__call__`); a subclassed model learns its output
+        shapes from its first call on data."""
+        out = Layer.__call__(self, *args, **kwargs)
+        if self._built_output_shapes is None and not is_symbolic(out):
+            flat = list(out) if isinstance(out, (list, tuple)) else list(out.values()) if isinstance(out, dict) \
+                else [out]
+            if all(isinstance(o, Tensor) for o in flat):
+                self._built_output_shapes = [tuple(o.shape[1:]) for o in flat]
+        return out
+
+    # ----- the subclassed forward --------------------------------------------------------------
     def call(self, inputs: Any, training: bool = False) -> Any:
-        """The forward of a subclassed model (override it): compose layers on ``inputs``."""
+        """The forward of a subclassed model (override it): compose layers and ops on ``inputs``."""
         raise NotImplementedError(f"{self._owner}: subclass Model and define call(inputs, training=False), or "
                                   "build a functional model with Model(inputs, outputs)")
 
-    def _call_accepts_training(self) -> bool:
-        cached = self.__dict__.get("_call_training_arg")
-        if cached is None:
-            params = inspect.signature(self.call).parameters
-            cached = "training" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-            object.__setattr__(self, "_call_training_arg", cached)
-        return cached
-
     def _call_outputs(self, xs: list, training: bool) -> list:
+        """Run the model on raw arrays or tensors ``xs`` (model input order); its outputs as a list."""
         inputs = xs[0] if self._single_input else list(xs)
-        out = self.call(inputs, training=training) if self._call_accepts_training() else self.call(inputs)
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        out = self(inputs, training=training)
+        outs = list(out) if isinstance(out, (list, tuple)) else list(out.values()) if isinstance(out, dict) else [out]
         for o in outs:
-            if not (isinstance(o, np.ndarray) or backend.is_device_array(o)):
-                raise TypeError(f"{self._owner}: call must return an array or a list of arrays, got "
+            if not isinstance(o, Tensor):
+                raise TypeError(f"{self._owner}: call must return a tensor or a list of tensors, got "
                                 f"{type(o).__name__}")
+        if self._built_output_shapes is None:
+            self._built_output_shapes = [tuple(o.shape[1:]) for o in outs]
         return outs
 
     def _fusable_outputs(self) -> list[bool]:
@@ -254,70 +262,10 @@ class Model(Trainer):
         return [False] * len(self.output_names)
 
     def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
-        self._tape, self._tape_outputs = None, []
-        if not training:
-            return self._call_outputs(xs, training=False)
-        tape = Tape(training=True, strict=True)
-        try:
-            with tape:
-                for x in xs:
-                    tape.watch(x)
-                outs = self._call_outputs(xs, training=True)
-        except BaseException:
-            tape.clear()
-            raise
-        self._tape, self._tape_outputs = tape, outs
-        return outs
+        """The forward of a step: the outputs (tensors, recorded when a tape is active)."""
+        return self._call_outputs(xs, training=training)
 
-    def _run_backward(self, douts: list, on_grads: "Callable[[Layer], None] | None" = None) -> None:
-        tape, outs = self._tape, self._tape_outputs
-        self._tape, self._tape_outputs = None, []
-        try:
-            tape.backward([(o, d) for o, d in zip(outs, douts) if d is not None], on_grads)
-        finally:
-            tape.clear()  # nothing allocated in the step outlives it
-
-    def _applies_a_layer_twice(self) -> bool:
-        """After a training forward: whether it applied some layer more than once (the tape's
-        backward then sums that layer's weight gradients over its applications)."""
-        tape = self.__dict__.get("_tape")
-        return tape is not None and any(uses > 1 for uses in tape._uses.values())
-
-    def _discard_forward(self) -> None:
-        """Drop a recorded forward whose backward will not run (a step that failed half-way)."""
-        tape = self._tape
-        self._tape, self._tape_outputs = None, []
-        if tape is not None:
-            tape.clear()
-
-    def _run_on_tape(self, tape: Tape, xs: list) -> list:
-        """This model's forward inside another model's recorded training forward (a nested model)."""
-        return self._call_outputs(xs, training=tape.training)
-
-    def __call__(self, inputs: Any, training: bool | None = None) -> Any:
-        """Forward on a batch: NumPy in, NumPy out (through ``predict_on_batch``); DeviceArrays in,
-        DeviceArrays out. Inside another model's training step the layer applications are recorded."""
-        if is_symbolic(inputs):
-            raise NotImplementedError(f"{self._owner}: calling a model on symbolic tensors (nesting it in a "
-                                      "functional model) is not supported; use its layers directly")
-        if training is not None:
-            training = _validate.boolean(training, "training", f"{self._owner}: __call__")
-        tape = active_tape()
-        self._guess_input_structure(inputs)
-        items = list(inputs) if len(self._input_names()) > 1 else [inputs]
-        if tape is not None:
-            if not self.built:
-                self._build_for([tuple(a.shape[1:]) for a in items])
-            outs = self._run_on_tape(tape, items)
-            return outs[0] if len(outs) == 1 else outs
-        if any(backend.is_device_array(a) for a in items):
-            x, _ = self._device_batch(inputs, None, "__call__")
-            outs = self._run_forward(list(x) if isinstance(x, tuple) else [x], training=bool(training),
-                                     logits=[False] * len(self.output_names))
-            return outs[0] if len(outs) == 1 else outs
-        return self.predict_on_batch(inputs)
-
-    # ----- device -----------------------------------------------------------------------------
+    # ----- devices ------------------------------------------------------------------------------
     @property
     def device(self) -> Device:
         if self._device is None:
@@ -330,6 +278,8 @@ class Model(Trainer):
         self._drop_graphs()  # they address the old device's buffers
         for layer in self._flat_layers():
             layer.to(dev)
+        for w in self._weights:
+            w.value = backend.asarray(backend.to_numpy(w.value), device=dev)
         if self.optimizer is not None:
             self.optimizer.to(dev)
         for m in self._all_metrics():
@@ -340,19 +290,58 @@ class Model(Trainer):
         return self
 
     # ----- weights ----------------------------------------------------------------------------
+    def _own_variables(self) -> list:
+        """Variables created on the model itself (``self.add_weight`` / ``self.v = keras.Variable``)."""
+        return list(self._weights) + self._tracked_variables()
+
     @property
     def weights(self):
-        return [w for layer in self._flat_layers() for w in layer._weights]
+        out = self._own_variables()
+        for layer in self._flat_layers():
+            out += layer._weights + layer._tracked_variables()
+        return out
 
     @property
     def trainable_weights(self):
-        return [w for layer in self._flat_layers() for w in layer.trainable_weights] if self.trainable else []
+        if not self.trainable:
+            return []
+        out = [w for w in self._own_variables() if w.trainable]
+        frozen = self._frozen_layers()
+        for layer in self._flat_layers():
+            if id(layer) not in frozen:
+                out += [w for w in layer._weights + layer._tracked_variables() if w.trainable]
+        return out
+
+    def _frozen_layers(self) -> set:
+        """Ids of the layers that do not train: ``trainable=False`` on them or on any layer or model
+        holding them (a frozen sub-model freezes every layer inside it)."""
+        out: set = set()
+
+        def visit(item: Any, frozen: bool) -> None:
+            frozen = frozen or not item.trainable
+            if isinstance(item, Model):
+                for inner in item._direct_layers():
+                    visit(inner, frozen)
+                return
+            if frozen:
+                out.add(id(item))
+            for inner in item._sublayers():
+                visit(inner, frozen)
+
+        for item in self._direct_layers():
+            visit(item, False)
+        return out
 
     @property
     def non_trainable_weights(self):
         if not self.trainable:
             return self.weights
-        return [w for layer in self._flat_layers() for w in layer.non_trainable_weights]
+        trainable = {id(w) for w in self.trainable_weights}
+        return [w for w in self.weights if id(w) not in trainable]
+
+    variables = property(lambda self: self.weights)
+    trainable_variables = property(lambda self: self.trainable_weights)
+    non_trainable_variables = property(lambda self: self.non_trainable_weights)
 
     def get_weights(self) -> list[np.ndarray]:
         """Every layer's weights in Keras layouts, layer by layer."""
@@ -373,7 +362,7 @@ class Model(Trainer):
 
     def count_params(self) -> int:
         self._require_built("count_params")
-        return sum(layer.count_params() for layer in self._flat_layers())
+        return sum(int(np.prod(w.shape)) for w in self.weights)
 
     # ----- quantization (inference) ------------------------------------------------------------
     def quantize(self, mode: str, *, calibration_data: Any = None, calibration_steps: int | None = None,

@@ -1,31 +1,10 @@
 """``Sequential``: a linear stack of layers (``keras.Sequential``).
 
-The special case of a model whose graph is a chain: the forward runs the layers in order and the
-backward in reverse (no tape needed: every layer is applied once, to the previous one's output),
-the first layer with ``need_dx=False``. The last layer's softmax is skipped and fused with a
-cross-entropy (``has_final_softmax`` / ``forward_logits``).
-
-Layer fusion (``kernels.config.fuse_layers``): in a training forward, a ``BatchNormalization``
-immediately followed by a plain relu (``Activation("relu")``, or ``ReLU()`` with its defaults) that
-is not the last layer runs as one batch-norm op with ``activation="relu"``
-(``BatchNormalization._forward_fused``); the relu layer's forward is skipped and its backward passes
-``dy`` through (the batch norm's backward takes it w.r.t. the activated output). The candidate
-pairs come from the layer list (:func:`fusion_candidates`, recomputed when it changes); each
-training forward keeps those whose batch norm runs its plain training op now (trainable, no
-replica) in the same compute dtype as the relu. Inference forwards never fuse.
-
-A ``Conv2D`` (exact class: float kernel, no bias, linear activation, channels_last) immediately
-followed by such a ``BatchNormalization`` (NHWC) in the same compute dtype runs, in a training
-forward, as one ``kernels.conv2d_batchnorm_forward_training`` (``Conv2D._forward_into_batchnorm``), with
-the relu after it when that pair fuses too: on CUDA the batch-norm statistics may come from the
-convolution's epilogue (a cuDNN graph with genstats, chosen per shape; see ``kernels/_cuda/conv_bn.py``).
-The two layers' backwards are their own. Candidates: :func:`conv_bn_candidates`.
-
-Such a plain ``Conv2D`` right after a channels-last (NHWC) batch norm fused with its relu (the relu's
-output is the convolution's input) runs its backward through the relu and the batch norm in one op
-(``Conv2D._backward_into_batchnorm``: the filter gradient, then ``kernels.batchnorm_relu_conv2d_backward``),
-when the two layers share their compute dtype: on CUDA the data gradient, the relu's mask and the
-batch norm's weight gradients may be one cuDNN graph (cuDNN's DgradDreluBNBwdWeight pattern).
+Its forward runs the layers in order. Consecutive runs of dnnbind's own layers execute as one
+:class:`~dnnbind.models.chain.LayerChain` each: one recorded node per run, with the batch-norm + relu and
+convolution + batch-norm fusions in training (see :mod:`dnnbind.models.chain`); any other layer (a user's
+layer, a nested model) is called as it is, its ops recorded on the tape. The last layer's softmax may be
+skipped and fused with a cross-entropy (``has_final_softmax`` / ``forward_logits``).
 """
 
 from __future__ import annotations
@@ -35,49 +14,13 @@ from typing import Any, Callable, Sequence
 
 from .. import _validate, kernels
 from .. import saving_lib
-from ..layers.base import InputLayer, KerasTensor, Layer, deserialize, unique_name
-from ..layers.conv import Conv2D
-from ..layers.core import Activation, ReLU
-from ..layers.normalization import BatchNormalization
-from ..layers.tape import Tape
+from ..autodiff.tensor import Tensor
+from ..layers.base import Layer, deserialize, unique_name
+from ..layers.graph import InputLayer, KerasTensor
+from .chain import LayerChain, chainable, conv_bn_candidates, fusion_candidates
 from .model import Model
 
 __all__ = ["Sequential", "fusion_candidates", "conv_bn_candidates"]
-
-
-def _is_plain_relu(layer: Layer) -> bool:
-    """``Activation("relu")`` or ``ReLU()`` with its defaults (exact classes: a subclass may change forward)."""
-    if type(layer) is Activation:
-        return layer._fn().name == "relu"
-    return (type(layer) is ReLU and layer.max_value is None and layer.negative_slope == 0.0
-            and layer.threshold == 0.0)
-
-
-def fusion_candidates(layers: Sequence[Layer]) -> "tuple[int, ...]":
-    """Indices ``i`` of the batch norms that ``layers[i + 1]``'s relu may fuse into: a
-    ``BatchNormalization`` (whose ``forward`` and ``backward`` are BatchNormalization's own) followed by a plain relu
-    that is not the last layer (the last one's output is the model's, left to the loss's handling)."""
-    return tuple(i for i in range(len(layers) - 2)
-                 if isinstance(layers[i], BatchNormalization)
-                 and type(layers[i]).forward is BatchNormalization.forward
-                 and type(layers[i]).backward is BatchNormalization.backward and _is_plain_relu(layers[i + 1]))
-
-
-def _plain_conv(layer: Layer) -> bool:
-    """A ``Conv2D`` (exact class) whose output is ``conv(x, w)`` alone: float kernel, no bias, linear, NHWC."""
-    return (type(layer) is Conv2D and layer.bias is None and layer.activation.kind is None
-            and layer.quantization_mode is None and layer.data_format == "channels_last")
-
-
-def conv_bn_candidates(layers: Sequence[Layer]) -> "tuple[int, ...]":
-    """Indices ``i`` of the convolutions that may run with the batch norm ``layers[i + 1]`` as one op: a plain
-    ``Conv2D`` (:func:`_plain_conv`) followed by a batch norm that could fuse a relu (see
-    :func:`fusion_candidates`: BatchNormalization's own forward and backward) over NHWC data, not the last layer."""
-    return tuple(i for i in range(len(layers) - 2)
-                 if _plain_conv(layers[i]) and isinstance(layers[i + 1], BatchNormalization)
-                 and type(layers[i + 1]).forward is BatchNormalization.forward
-                 and type(layers[i + 1]).backward is BatchNormalization.backward
-                 and getattr(layers[i + 1], "layout", None) == "NHWC")
 
 
 class Sequential(Model):
@@ -91,10 +34,6 @@ class Sequential(Model):
     def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None, trainable: bool = True) -> None:
         self._init_model(name if name is not None else unique_name("sequential"), trainable)
         self._layers: list[Layer] = []
-        # (the layer list, its batch-norm + relu candidates, its conv + batch-norm candidates)
-        self._fusion_cache: "tuple[tuple[Layer, ...], tuple[int, ...], tuple[int, ...]]" = ((), (), ())
-        self._back_now: "tuple[int, ...]" = ()  # the convolutions whose backward the last forward fused
-        self._fused_now: "tuple[int, ...]" = ()  # the batch norms the last training forward fused
         self._input_layer: InputLayer | None = None
         self._output_shape: tuple[int, ...] | None = None
         for layer in layers or []:
@@ -105,9 +44,6 @@ class Sequential(Model):
     def layers(self) -> list[Layer]:
         """The layers (the Input is not one, as in Keras 3)."""
         return list(self._layers)
-
-    def _flat_layers(self) -> list[Layer]:
-        return self._layers
 
     def add(self, layer: Layer) -> None:
         """Append a layer (an ``Input`` only as the first element)."""
@@ -129,7 +65,7 @@ class Sequential(Model):
             raise TypeError(f"Sequential.add expects a dnnbind layer, got {type(layer).__name__}")
         was_built = self.built
         self.built = False
-        if self._declared_input_shape() is not None:
+        if self._sequential_input_shape() is not None:
             try:
                 self.build()
             except BaseException:
@@ -147,11 +83,11 @@ class Sequential(Model):
             raise IndexError(f"Sequential '{self.name}' has no layers to pop")
         layer = self._layers.pop()
         self.built = False
-        if self._layers and self._declared_input_shape() is not None:
+        if self._layers and self._sequential_input_shape() is not None:
             self.build()
         return layer
 
-    def _declared_input_shape(self) -> tuple[int, ...] | None:
+    def _sequential_input_shape(self) -> tuple[int, ...] | None:
         if self._input_layer is not None:
             return self._input_layer.input_shape
         if self._layers and self._layers[0]._declared_input_shape is not None:
@@ -162,7 +98,7 @@ class Sequential(Model):
 
     @property
     def input_shape(self) -> tuple:
-        shape = self._declared_input_shape()
+        shape = self._sequential_input_shape()
         return None if shape is None else (None, *shape)
 
     @property
@@ -174,7 +110,7 @@ class Sequential(Model):
     def build(self, input_shape: Sequence[Any] | None = None) -> None:
         """Build every layer for inputs of ``input_shape`` (no batch axis; a leading None is fine)."""
         if input_shape is None:
-            input_shape = self._declared_input_shape()
+            input_shape = self._sequential_input_shape()
             if input_shape is None:
                 raise ValueError(f"Sequential '{self.name}': the input shape is unknown; start the model with "
                                  "keras.Input(shape=...) or call it on data")
@@ -196,7 +132,7 @@ class Sequential(Model):
 
     def _require_built(self, what: str) -> None:
         if not self.built:
-            if self._declared_input_shape() is not None:
+            if self._sequential_input_shape() is not None:
                 self.build()
             else:
                 raise ValueError(f"Sequential '{self.name}': {what} needs a built model; give it an Input "
@@ -216,7 +152,7 @@ class Sequential(Model):
         return [self._layers[-1].name if self._layers else "output"]
 
     def _expected_input_shapes(self) -> "list[tuple] | None":
-        shape = self._built_input_shape if self.built else self._declared_input_shape()
+        shape = self._built_input_shape if self.built else self._sequential_input_shape()
         return None if shape is None else [tuple(shape)]
 
     def _output_shapes(self) -> list[tuple]:
@@ -236,73 +172,67 @@ class Sequential(Model):
     def _fusable_outputs(self) -> list[bool]:
         return [self._layers[-1].has_final_softmax]
 
+    def _direct_layers(self) -> list:
+        return list(self._layers)
+
+    def _segments(self) -> list:
+        """The layers grouped for the forward: a :class:`LayerChain` per run of chainable layers, the other
+        layers alone (kept while the layer list stays the same)."""
+        key = tuple(self._layers)
+        cached = self.__dict__.get("_segments_cache")
+        if cached is not None and len(cached[0]) == len(key) and all(map(operator.is_, cached[0], key)):
+            return cached[1]
+        segments: list = []
+        run: list = []
+        for layer in self._layers:
+            if chainable(layer):
+                run.append(layer)
+                continue
+            if run:
+                segments.append(LayerChain(run))
+                run = []
+            segments.append(layer)
+        if run:
+            segments.append(LayerChain(run))
+        object.__setattr__(self, "_segments_cache", (key, segments))
+        return segments
+
     def _fused_pairs(self, training: bool) -> "tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]":
-        """(the batch norms (indices) a forward with ``training`` runs fused with the next layer's relu,
-        the convolutions it runs as one op with the batch norm after them, the convolutions whose backward
-        runs through the relu and the batch norm before them)."""
-        if not training or not kernels.config.fuse_layers:
-            return (), (), ()
-        layers, (known, candidates, conv_bn) = self._layers, self._fusion_cache
-        if len(known) != len(layers) or not all(map(operator.is_, known, layers)):
-            candidates, conv_bn = fusion_candidates(layers), conv_bn_candidates(layers)
-            self._fusion_cache = (tuple(layers), candidates, conv_bn)
-        # same compute dtype: the next layer's input cast, which the fused op skips, would do nothing
-        pairs = tuple(i for i in candidates if layers[i]._fusable(training)
-                      and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
-        convs = tuple(i for i in conv_bn if layers[i + 1]._fusable(training)
-                      and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
-        back = tuple(i + 2 for i in pairs if i + 2 < len(layers) and _plain_conv(layers[i + 2])
-                     and layers[i].layout == "NHWC"
-                     and layers[i + 2]._effective_compute_dtype() == layers[i]._effective_compute_dtype())
-        return pairs, convs, back
+        """The fusion plan of a training forward with ``training`` (:meth:`LayerChain._fused_pairs`) when the
+        whole model is one chain (its indices are the model's layers'); none otherwise."""
+        segments = self._segments()
+        if len(segments) == 1 and isinstance(segments[0], LayerChain):
+            return segments[0]._fused_pairs(training)
+        return (), (), ()
+
+    def _forward(self, x: Any, training: Any, logits: bool) -> Any:
+        self._require_layers("call")
+        segments = self._segments()
+        training = bool(training) if training is not None else False
+        for k, seg in enumerate(segments):
+            last = k == len(segments) - 1
+            if isinstance(seg, LayerChain):
+                x = seg.apply(x, training, logits and last)
+            else:
+                x = seg(x, training=training)
+        return x
+
+    def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        """The layers in order (Keras's ``Sequential.call``)."""
+        return self._forward(inputs, training, False)
 
     def _run_forward(self, xs: list, training: bool, logits: Sequence[bool]) -> list:
-        x = xs[0]
-        layers = self._layers
-        fused, convs, self._back_now = self._fused_pairs(training)
-        self._fused_now = fused
-        if fused or convs:
-            skip = -1
-            for i in range(len(layers) - 1):
-                if i <= skip:
-                    continue
-                if i in convs:
-                    relu = i + 1 in fused
-                    x = layers[i]._forward_into_batchnorm(x, layers[i + 1], "relu" if relu else None)
-                    skip = i + 2 if relu else i + 1
-                elif i in fused:
-                    x, skip = layers[i]._forward_fused(x, training, "relu"), i + 1
-                else:
-                    x = layers[i].forward(x, training=training)
-        else:
-            for layer in layers[:-1]:
-                x = layer.forward(x, training=training)
-        last = layers[-1]
-        return [last.forward_logits(x, training=training) if logits[0] else last.forward(x, training=training)]
+        self._require_built("a forward")
+        return [self._forward(xs[0], training, bool(logits[0]))]
 
-    def _run_backward(self, douts: list, on_grads: "Callable[[Layer], None] | None" = None) -> None:
-        dy = douts[0]
-        fused, self._fused_now = self._fused_now, ()
-        back, self._back_now = self._back_now, ()
-        done = len(self._layers)  # layers from here on had their backward run by a fused convolution's
-        for i in range(len(self._layers) - 1, -1, -1):
-            layer = self._layers[i]
-            if i in back:
-                # the convolution, the relu before it and the batch norm before that, in one backward
-                dy, done = layer._backward_into_batchnorm(dy, self._layers[i - 2]), i - 2
-            elif i >= done:
-                pass
-            elif i - 1 not in fused:
-                dy = layer.backward(dy, need_dx=i > 0)
-            # else: a relu fused into the batch norm before it, whose backward takes dy as it is
-            if on_grads is not None:
-                on_grads(layer)
+    def _build_from_call(self, args: tuple, kwargs: dict) -> None:
+        first = args[0] if args else next(iter(kwargs.values()))
+        self.build(tuple(first.shape[1:]))
 
-    def _run_on_tape(self, tape: Tape, xs: list) -> list:
-        x = xs[0]
-        for layer in self._layers:
-            x = tape.run(layer, x)
-        return [x]
+    def compute_output_spec(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        self._require_built("a symbolic call")
+        batch = inputs.shape[0] if hasattr(inputs, "shape") else None
+        return ((batch, *self._output_shape), self._layers[-1]._effective_compute_dtype_name())
 
     # ----- config -----------------------------------------------------------------------------
     def get_config(self) -> dict:

@@ -49,7 +49,7 @@ class _OperatorTable:
 
 
 _install_operators(Tensor, _OperatorTable())
-_install_operators(_Variable, _OperatorTable())
+_install_operators(_Variable, _OperatorTable(), identity_equality=True)
 
 _OLD = frozenset(_kernels.__all__) - frozenset(REGISTRY)
 

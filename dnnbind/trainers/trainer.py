@@ -36,7 +36,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _validate, backend, kernels
+import inspect
+
+from .. import _validate, backend, kernels, ops
 from .. import callbacks as callbacks_module
 from .. import distribution as distribution_module
 from .. import losses as losses_module
@@ -45,7 +47,11 @@ from .. import optimizers as optimizers_module
 from .._step_graphs import StepGraphs
 from ..backend import Device
 from ..errors import DnnbindError
-from ..layers.base import cast_generation
+from ..autodiff import GradientTape
+from ..autodiff import engine as autodiff_engine
+from ..autodiff.tensor import Tensor
+from ..layers.base import applied_twice, cast_generation, release_pending_state
+from ..ops import _core as ops_core
 from ..mixed_precision import global_policy
 from ..kernels._dispatch import FLOAT_DTYPES
 from ..utils import draw_seed
@@ -107,6 +113,29 @@ def _refuse_both_weights(class_weight: Any, sample_weight: Any, owner: str) -> N
     if class_weight is not None and sample_weight is not None:
         raise ValueError(f"{owner}: class_weight and sample_weight cannot both be given (as Keras); multiply the "
                          "class weights into sample_weight")
+
+
+class _NoLoss:
+    """An output's "loss" when ``compile`` got none (a custom ``train_step`` computes its own): its targets
+    still travel to the step, as given (floats in float32)."""
+
+    name = "no_loss"
+    fuses_softmax = False
+
+    def prepare_labels(self, y: np.ndarray, output_shape: Any, owner: str = "") -> np.ndarray:
+        arr = np.asarray(y)
+        return np.ascontiguousarray(arr, dtype=np.float32) if arr.dtype.kind == "f" else np.ascontiguousarray(arr)
+
+
+def _batch_of(x: Any) -> int:
+    first = x[0] if isinstance(x, (list, tuple)) else (next(iter(x.values())) if isinstance(x, dict) else x)
+    return int(first.shape[0]) if hasattr(first, "shape") and len(first.shape) else 1
+
+
+def _capturing() -> bool:
+    from ..cuda import current_stream  # deferred: only reached with device arrays (cuda.bindings loaded)
+
+    return current_stream().is_capturing()
 
 
 def _to_f32(out: Any) -> Any:
@@ -206,7 +235,8 @@ class Trainer:
         """Hook: a model that learns its number of outputs late (subclassed) looks at ``compile``'s loss."""
 
     def _discard_forward(self) -> None:
-        """Hook: drop what a training forward recorded for a backward that will not run."""
+        """Drop what a training forward kept for a backward that will not run."""
+        release_pending_state()
 
     # ----- compile ----------------------------------------------------------------------------
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
@@ -231,8 +261,6 @@ class Trainer:
         good optimizer...) leaves the model as it was, compiled or not.
         """
         owner = f"{self._owner}: compile"
-        if loss is None:
-            raise ValueError(f"{owner} needs a loss, e.g. loss='sparse_categorical_crossentropy'")
         jit_compile = _check_jit_compile(jit_compile, "compile")
         run_eagerly = _validate.boolean(run_eagerly, "run_eagerly", owner)
         _validate.positive_int(steps_per_execution, "steps_per_execution", owner)
@@ -242,15 +270,15 @@ class Trainer:
         self._guess_output_structure(loss)
         names = list(self.output_names)
         multi = len(names) > 1
-        loss_list = _per_output(loss, names, "loss", owner, allow_none=True)
-        if all(entry is None for entry in loss_list):
-            raise ValueError(f"{owner}: every output's loss is None; give at least one loss")
+        loss_list = [None] * len(names) if loss is None else _per_output(loss, names, "loss", owner, allow_none=True)
+        no_loss = all(entry is None for entry in loss_list)
         weights = [1.0] * len(names) if loss_weights is None else _per_output(loss_weights, names, "loss_weights",
                                                                              owner, allow_none=True)
         weights = [1.0 if w is None else float(_validate.number(w, "loss_weights", owner, low=0.0)) for w in weights]
         metric_spec = self._metric_spec(metrics, names, owner)
         optimizer = optimizers_module.get(optimizer)
-        resolved = [None if entry is None else losses_module.get(entry) for entry in loss_list]
+        resolved = [_NoLoss() if no_loss else None if entry is None else losses_module.get(entry)
+                    for entry in loss_list]
         output_metrics = [[metrics_module.get(m) for m in spec] for spec in metric_spec]
         if multi:
             # one object per output: a metric instance given once is copied for the other outputs
@@ -318,7 +346,8 @@ class Trainer:
 
     @staticmethod
     def _serialize_structure(loss: Any, resolved: list, names: list[str]) -> Any:
-        ser = [None if entry is None else losses_module.serialize(entry) for entry in resolved]
+        ser = [None if entry is None or isinstance(entry, _NoLoss) else losses_module.serialize(entry)
+               for entry in resolved]
         if len(names) == 1:
             return ser[0]
         if isinstance(loss, dict):
@@ -598,60 +627,66 @@ class Trainer:
         """Whether any output's softmax is fused into its cross-entropy."""
         return any(self._fused_outputs())
 
-    def _loss_and_metrics(self, xs: list, ys: list, training: bool) -> "list | None":
-        """Forward, losses (accumulated), metrics (accumulated); returns the output gradients when training.
+    def _loss_and_metrics(self, xs: list, ys: list, training: bool) -> "Tensor | None":
+        """Forward, losses (accumulated in the trackers), metrics (accumulated); returns the total loss as
+        a tensor (recorded on the active tape when training).
 
         ``ys``: the targets of the outputs with a loss, then, for a weighted batch, one ``(N,)``
         float32 sample-weight array per such output (:meth:`_step_targets`). The loss tracker is
         weighted by the batch size (Keras 3); metrics are not weighted."""
         fused = self._fused_outputs()
         outs = self._run_forward(xs, training=training, logits=fused)
-        scale = self._loss_scale.scale if (training and self._loss_scale is not None) else 1.0
         n = int(xs[0].shape[0])
         total = None
-        douts = []
         n_targets = sum(loss is not None for loss in self._losses)
         targets = iter(ys[:n_targets])
         weights = iter(ys[n_targets:]) if len(ys) > n_targets else None
         multi = len(outs) > 1
         for i, (out, loss) in enumerate(zip(outs, self._losses)):
             if loss is None:
-                douts.append(None)
                 continue
             y = next(targets)
-            out32 = _to_f32(out)
-            weight = self._loss_weights[i]
-            grad_scale = scale if weight == 1.0 else (kernels.scale(scale, weight) if backend.is_device_array(scale)
-                                                      or isinstance(scale, np.ndarray) else scale * weight)
-            value, dout = loss.compute(out32, y, logits=fused[i], grad_scale=grad_scale,
-                                       sample_weight=None if weights is None else next(weights))
+            sw = None if weights is None else next(weights)
+            if isinstance(loss, _NoLoss):
+                continue
+            out32 = out if out.dtype == _F32 or out.dtype == _F64 else ops.cast(out, _F32)
+            value = loss._fused(y, out32, sw, logits=fused[i])
+            if value is None:
+                value = loss(y, out32, sample_weight=sw)
             if multi:
-                self._output_loss_trackers[i].update_state(value, n)
-            weighted = value if weight == 1.0 else kernels.scale(value, weight)
-            total = weighted if total is None else kernels.add(total, weighted)
+                self._output_loss_trackers[i].update_state(value.data, n)
+            weight = self._loss_weights[i]
+            weighted = value if weight == 1.0 else ops.multiply(value, weight)
+            total = weighted if total is None else ops.add(total, weighted)
             for m in self._output_metrics[i]:
-                m.update_state(y, out32)
-            if dout.dtype != out.dtype:
-                dout = kernels.cast(dout, out.dtype)
-            douts.append(dout)
-        self._loss_tracker.update_state(total, n)
-        return douts if training else None
+                self._update_metric(m, y, out32)
+        extra = self.losses
+        if extra:
+            more = extra[0] if len(extra) == 1 else ops.sum(ops.stack([ops.cast(e, _F32) for e in extra]))
+            total = more if total is None else ops.add(total, ops.cast(more, total.dtype))
+        if total is None:
+            raise ValueError(f"{self._owner}: no loss to compute. Provide a `loss` argument in `compile()`.")
+        self._loss_tracker.update_state(total.data if total.dtype == _F32 else kernels.cast(total.data, _F32), n)
+        return total
+
+    @staticmethod
+    def _update_metric(m: Any, y: Any, out: Tensor) -> None:
+        """dnnbind's own metrics accumulate raw arrays with kernels; a user's metric gets tensors."""
+        if type(m).update_state.__module__ == metrics_module.__name__:
+            m.update_state(y, out.data)
+        else:
+            m.update_state(y if not isinstance(y, np.ndarray) and not backend.is_device_array(y)
+                           else Tensor(y), out)
 
     def _trainable_slots(self) -> list:
         """``(layer, weight)`` of every trainable weight, in parameter (model) order."""
         if not self.trainable:
             return []
-        return [(layer, w) for layer in self._flat_layers() for w in layer.trainable_weights]
-
-    def _params_and_grads(self, slots: list) -> tuple[list, list]:
-        """Parameters and gradients of ``slots`` (:meth:`_trainable_slots`), after backward."""
-        params, grads = [], []
-        for layer, w in slots:
-            params.append(w.value)
-            g = layer.grads.get(w.name)
-            # a weight no loss reaches (an output without a loss) gets a zero gradient
-            grads.append(g if g is not None else kernels.zeros_like(w.value))
-        return params, grads
+        owners = {}
+        for layer in self._flat_layers():
+            for w in layer._weights + layer._tracked_variables():
+                owners.setdefault(id(w), layer)
+        return [(owners.get(id(w), self), w) for w in self.trainable_weights]
 
     # ----- compute-dtype weight copies (mixed precision) -----------------------------------------
     def _precast_groups(self, layers: list) -> list:
@@ -712,11 +747,13 @@ class Trainer:
     def _grads_in_compute_dtype(self, replica: Any) -> bool:
         """Whether layers may leave their weight gradients in the compute dtype this step: the
         optimizer's fused update reads them (bitwise as if they had been cast first), nobody else
-        does (a distribution all-reduces float32 gradients), and no layer was applied twice (the tape
+        does (a distribution all-reduces float32 gradients), and no layer was applied twice (the engine
         sums such a layer's gradients, in the weight's dtype)."""
         opt = self.optimizer
-        return (replica is None and opt is not None and opt._reads_compute_grads()
-                and not self._applies_a_layer_twice())
+        return replica is None and opt is not None and opt._reads_compute_grads() and not applied_twice()
+
+    def _has_custom_train_step(self) -> bool:
+        return type(self).train_step is not Trainer.train_step
 
     def _train_step(self, x: Any, y: Any) -> None:
         """One training step on packed device/host arrays ``x``, ``y`` (prepared labels). Never waits
@@ -726,43 +763,194 @@ class Trainer:
         accumulators), so the step can be captured into a CUDA graph and replayed.
         """
         layers = self._flat_layers()
-        replica = self.__dict__.get("_replica")
-        reducer = None
         touched = []
         try:
             touched = self._precast_weights(layers)
-            douts = self._loss_and_metrics(_unpack(x), _unpack(y), training=True)
+            if self._has_custom_train_step():
+                self._keep_logs(self.train_step(self._step_data(x, y)))
+            else:
+                self._builtin_train_step(_unpack(x), _unpack(y), touched)
+        finally:
+            # drop what the forward kept for backwards that did not run: nothing allocated inside the step
+            # outlives it (graph capture)
+            release_pending_state()
+            self._end_precast(touched)
+
+    def _builtin_train_step(self, xs: list, ys: list, touched: list) -> None:
+        replica = self.__dict__.get("_replica")
+        reducer = None
+        params: list = []
+        grads: list = []
+        try:
+            with GradientTape() as tape:
+                total = self._loss_and_metrics(xs, ys, training=True)
             if touched and self._grads_in_compute_dtype(replica):
                 for layer in touched:
                     layer._keep_grad_dtype = True
             slots = self._trainable_slots()  # after the forward: a subclassed model may build layers in it
-            # a distribution all-reduces the gradients bucket by bucket while backward runs (each layer
-            # reports its gradients through the hook), all before the finiteness check: every rank skips alike
+            if not slots:
+                return
+            variables = [w for _, w in slots]
+            # a distribution all-reduces the gradients bucket by bucket while backward runs (each weight is
+            # reported as soon as its gradient is final), all before the finiteness check: every rank skips alike
             reducer = None if replica is None else replica.gradient_reducer(slots)
-            if reducer is None:
-                self._run_backward(douts)
-            else:
-                self._run_backward(douts, reducer.layer_done)
-            params, grads = self._params_and_grads(slots)
+            seed = self._loss_scale.scale if self._loss_scale is not None else None
+            seed_t = ops_core.ones_like_seed(total) if seed is None else ops.convert_to_tensor(
+                seed if backend.is_device_array(seed) or isinstance(seed, np.ndarray) else np.float32(seed))
+            if seed is not None and tuple(seed_t.shape) != tuple(total.shape):
+                seed_t = ops.broadcast_to(ops.cast(seed_t, total.dtype), total.shape)
+            on_leaf = None if reducer is None else (lambda w, g: reducer.weight_done(w, g.data))
+            found = autodiff_engine.gradient([total], [seed_t], variables, tape=tape, on_leaf=on_leaf)
+            params = [w.value for w in variables]
+            # a weight no loss reaches (an output without a loss) gets a zero gradient
+            grads = [kernels.zeros_like(w.value) if g is None else g.data for w, g in zip(variables, found)]
+            del found, total, tape
             if reducer is not None:
                 reducer.finish(grads)  # the last buckets; the compute stream then waits for all of them
         finally:
             if reducer is not None:
                 reducer.close()  # joins the communication stream back on every path (a capture must end joined)
-            # drop the gradient references: nothing allocated inside the step outlives it (graph capture)
-            self._discard_forward()
-            self._end_precast(touched)
-            for layer in layers:
-                layer.grads = {}
         if not params:
             return
         if self._loss_scale is not None:
             skip, finite = self._loss_scale.check(grads)
             # the update divides by this step's scale, so the scale changes only afterwards
-            self.optimizer.apply(params, grads, grad_scale=self._loss_scale.scale, skip=skip)
+            self.optimizer._apply_raw(params, grads, grad_scale=self._loss_scale.scale, skip=skip)
             self._loss_scale.update(finite)
         else:
-            self.optimizer.apply(params, grads)
+            self.optimizer._apply_raw(params, grads)
+        self._apply_constraints(variables)
+
+    def _apply_constraints(self, variables: list) -> None:
+        for w in variables:
+            c = getattr(w, "constraint", None)
+            if c is not None:
+                w.assign(c(w))
+
+    # ----- the Keras 3 step API (override train_step/test_step/predict_step in a subclass) ----------
+    def _step_data(self, x: Any, y: Any) -> Any:
+        """What a user's ``train_step``/``test_step`` receives: ``(x, y)`` or ``(x, y, sample_weight)`` as
+        tensors (a list for several inputs or outputs), or ``x`` alone without targets."""
+        xs = [Tensor(a) for a in _unpack(x)]
+        xt = xs[0] if len(xs) == 1 else xs
+        if y is None:
+            return xt
+        ys = [None if a is None else Tensor(a) for a in _unpack(y)]
+        n_targets = sum(loss is not None for loss in self._losses) or len(ys)
+        targets, weights = ys[:n_targets], ys[n_targets:]
+        yt = targets[0] if len(targets) == 1 else targets
+        if weights:
+            return (xt, yt, weights[0] if len(weights) == 1 else weights)
+        return (xt, yt)
+
+    def _keep_logs(self, logs: Any) -> None:
+        """A user's step returned ``logs`` (a dict of tensors or numbers): copied into persistent buffers (so a
+        captured step's values outlive it), read when the progress bar or History asks."""
+        if logs is None:
+            self._custom_logs = None
+            return
+        if not isinstance(logs, dict):
+            raise TypeError(f"{self._owner}: train_step/test_step must return a dict of metric values (Keras), got "
+                            f"{type(logs).__name__}")
+        kept = self.__dict__.get("_custom_log_buffers") or {}
+        out = {}
+        for name, value in logs.items():
+            raw = value.data if isinstance(value, Tensor) else value
+            if isinstance(raw, (np.ndarray,)) or backend.is_device_array(raw):
+                buf = kept.get(name)
+                if buf is None or tuple(buf.shape) != tuple(raw.shape) or buf.dtype != raw.dtype or \
+                        backend.device_of(buf) != backend.device_of(raw):
+                    buf = kernels.copy(raw)
+                    if backend.is_device_array(raw) and _capturing():
+                        raise RuntimeError("a step's log buffer cannot be made inside a capture")
+                else:
+                    kernels.copy(raw, out=buf)
+                kept[name] = buf
+                out[name] = buf
+            else:
+                out[name] = value
+        self._custom_log_buffers = kept
+        self._custom_logs = out
+
+    def train_step(self, data: Any) -> dict:
+        """One training step on ``data`` (``(x, y)`` or ``(x, y, sample_weight)``), Keras 3's ``train_step``:
+        forward and loss under a :class:`~dnnbind.GradientTape`, gradients, ``optimizer.apply``, metrics.
+        Override it in a subclass for a custom step (GANs, distillation...); a custom step with static shapes
+        is captured as one CUDA graph like the built-in one."""
+        x, y, sample_weight = unpack_x_y_sample_weight(data)
+        with GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self._compute_loss_dispatch(x, y, y_pred, sample_weight, True)
+        self._loss_tracker.update_state(ops.cast(loss, _F32).data, _batch_of(x))
+        trainable = self.trainable_variables
+        if trainable:
+            scaled = loss if self._loss_scale is None else ops.multiply(loss, Tensor(self._loss_scale.scale))
+            grads = tape.gradient(scaled, trainable)
+            self.optimizer.apply(grads, trainable)
+        return self.compute_metrics(x, y, y_pred, sample_weight)
+
+    def test_step(self, data: Any) -> dict:
+        """One evaluation step (Keras 3's ``test_step``)."""
+        x, y, sample_weight = unpack_x_y_sample_weight(data)
+        y_pred = self(x, training=False)
+        loss = self._compute_loss_dispatch(x, y, y_pred, sample_weight, False)
+        self._loss_tracker.update_state(ops.cast(loss, _F32).data, _batch_of(x))
+        return self.compute_metrics(x, y, y_pred, sample_weight)
+
+    def predict_step(self, data: Any) -> Any:
+        """One prediction step (Keras 3's ``predict_step``): ``self(x, training=False)``."""
+        x, _, _ = unpack_x_y_sample_weight(data)
+        return self(x, training=False)
+
+    def _compute_loss_dispatch(self, x, y, y_pred, sample_weight, training):
+        params = inspect.signature(self.compute_loss).parameters
+        if "training" in params:
+            return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+        return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+
+    def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None,
+                     training: bool = True) -> Tensor:
+        """Keras 3's ``compute_loss``: the compiled losses of ``y_pred`` against ``y`` (weighted by
+        ``loss_weights``) plus the model's ``losses`` (``add_loss``, weight regularizers), as one tensor."""
+        outs = list(y_pred) if isinstance(y_pred, (list, tuple)) else (
+            list(y_pred.values()) if isinstance(y_pred, dict) else [y_pred])
+        targets = list(y) if isinstance(y, (list, tuple)) and len(outs) > 1 else [y]
+        weights = list(sample_weight) if isinstance(sample_weight, (list, tuple)) and len(outs) > 1 else \
+            [sample_weight] * len(outs)
+        total = None
+        for i, (out, loss) in enumerate(zip(outs, self._losses)):
+            if loss is None or isinstance(loss, _NoLoss) or i >= len(targets):
+                continue
+            value = loss(targets[i], out, sample_weight=weights[i] if i < len(weights) else None)
+            weight = self._loss_weights[i]
+            value = value if weight == 1.0 else ops.multiply(value, weight)
+            total = value if total is None else ops.add(total, value)
+        for extra in self.losses:
+            total = extra if total is None else ops.add(total, ops.cast(extra, total.dtype))
+        if total is None:
+            raise ValueError("No loss to compute. Provide a `loss` argument in `compile()`.")
+        return total
+
+    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> dict:
+        """Keras 3's ``compute_metrics``: update the compiled metrics, return every metric's result."""
+        outs = list(y_pred) if isinstance(y_pred, (list, tuple)) else [y_pred]
+        targets = list(y) if isinstance(y, (list, tuple)) and len(outs) > 1 else [y]
+        for i, group in enumerate(self._output_metrics):
+            if i < len(outs) and i < len(targets):
+                out = outs[i] if isinstance(outs[i], Tensor) else ops.convert_to_tensor(outs[i])
+                y_i = targets[i].data if isinstance(targets[i], Tensor) else targets[i]
+                for m in group:
+                    self._update_metric(m, y_i, out)
+        return self.get_metrics_result()
+
+    def get_metrics_result(self) -> dict:
+        """Every metric's current result, by name (Keras 3)."""
+        return {m.name: m.result() for m in self.metrics}
+
+    @property
+    def metrics(self) -> list:
+        """The loss tracker and the compiled metrics, then the metrics of the layers (Keras 3)."""
+        return self._all_metrics()
 
     def _after_loss_scaled_step(self) -> None:
         """The loss scale's growth check; when it synchronised, the optimizer's update count is
@@ -773,17 +961,24 @@ class Trainer:
     def _test_step(self, x: Any, y: Any) -> None:
         touched = self._precast_weights(self._flat_layers())
         try:
-            self._loss_and_metrics(_unpack(x), _unpack(y), training=False)
+            if type(self).test_step is not Trainer.test_step:
+                self._keep_logs(self.test_step(self._step_data(x, y)))
+            else:
+                self._loss_and_metrics(_unpack(x), _unpack(y), training=False)
         finally:
             self._end_precast(touched)
 
     def _predict_step(self, x: Any) -> Any:
         touched = self._precast_weights(self._flat_layers())
         try:
-            outs = self._run_forward(_unpack(x), training=False, logits=[False] * len(self.output_names))
+            if type(self).predict_step is not Trainer.predict_step:
+                out = self.predict_step(self._step_data(x, None))
+                outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            else:
+                outs = self._run_forward(_unpack(x), training=False, logits=[False] * len(self.output_names))
         finally:
             self._end_precast(touched)
-        return _pack([_to_f32(o) for o in outs])
+        return _pack([_to_f32(o.data if isinstance(o, Tensor) else o) for o in outs])
 
     # ----- batching ---------------------------------------------------------------------------
     def _device_batch(self, x: Any, y: Any, what: str, sample_weight: Any = None,
