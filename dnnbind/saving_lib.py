@@ -196,14 +196,24 @@ def _checked_tensor(tensor: Any, w: Weight, key: str, owner: str, source: str) -
             raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} is quantized ({mode!r}) "
                               f"and needs {w.dtype}: the file holds a float model; load it into the float model, "
                               "then call quantize()")
-        return np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor
+        return _value_checked(w, np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor, key,
+                              source)
     if dtype_name not in _FLOAT_DTYPES:
         raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} needs a float "
                           f"tensor ({w.dtype}; float16, bfloat16 and float64 are cast)")
     arr = np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor
     if dtype_name == "bfloat16":
         arr = arr.view(normalize_dtype("bfloat16"))  # h5py reads Keras's tagged bfloat16 as opaque bytes
-    return arr
+    return _value_checked(w, arr, key, source)
+
+
+def _value_checked(w: Weight, arr: np.ndarray, key: str, source: str) -> np.ndarray:
+    """``arr`` once ``w`` accepts its values (a quantized layer's weights: their range), before any
+    weight is assigned."""
+    try:
+        return w.checked(arr)
+    except (TypeError, ValueError) as exc:
+        raise SavingError(f"{source}: tensor '{key}': {exc}") from None
 
 
 def _checked_weight_tensors(model, tensors: dict[str, Any], source: str) -> list[tuple[Weight, np.ndarray]]:
