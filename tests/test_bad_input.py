@@ -124,6 +124,35 @@ def test_step_counts_are_honoured_not_ignored(model):
 
 
 # ----- messages that named the wrong thing, or nothing (issue 26) -------------------------------------
+def test_a_keras_file_without_its_weights_says_so(tmp_path):
+    import zipfile
+
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3)])
+    model.save(tmp_path / "full.keras")
+    with zipfile.ZipFile(tmp_path / "full.keras") as src, zipfile.ZipFile(tmp_path / "cut.keras", "w") as dst:
+        for name in ("config.json", "metadata.json"):
+            dst.writestr(name, src.read(name))
+    with pytest.raises(dnnbind.saving.SavingError, match=r"cut\.keras is a Keras 3 model file \(\.keras\) without "
+                                                         r"model\.weights\.h5: it holds config\.json, metadata\.json"):
+        keras.load_model(tmp_path / "cut.keras")
+
+
+def test_an_empty_or_foreign_weights_h5_names_the_format_it_expected(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3)])
+    (tmp_path / "empty.weights.h5").write_bytes(b"")
+    with pytest.raises(dnnbind.saving.SavingError, match=r"empty\.weights\.h5 is empty \(0 bytes\), not an HDF5 file "
+                                                         r"\(a Keras 3 \.weights\.h5 weights file\)"):
+        model.load_weights(tmp_path / "empty.weights.h5")
+    (tmp_path / "text.weights.h5").write_bytes(b"hello, world")
+    with pytest.raises(dnnbind.saving.SavingError, match=r"is not an HDF5 file .*, as its name says, nor safetensors: "
+                                                         r"it starts with the bytes 68 65 6c 6c"):
+        model.load_weights(tmp_path / "text.weights.h5")
+    (tmp_path / "empty.keras").write_bytes(b"")
+    with pytest.raises(dnnbind.saving.SavingError, match=r"empty\.keras is not a dnnbind model file nor a Keras 3 "
+                                                         r"\.keras file \(both are zips\): it is empty \(0 bytes\)"):
+        keras.load_model(tmp_path / "empty.keras")
+
+
 def test_a_py_dataset_whose_len_is_not_an_int_is_told_so(model):
     class Batches(dnnbind.utils.PyDataset):
         def __len__(self):
@@ -164,6 +193,25 @@ def test_a_read_only_out_array_is_named_before_any_work():
         dnnbind.kernels.conv2d_forward(x, w, out=out)
     with pytest.raises(ValueError, match=r"activation_forward: out .* is read-only"):
         dnnbind.kernels.activation_forward(x, "relu", out=np.broadcast_to(np.zeros((), np.float32), x.shape))
+
+
+def test_a_save_onto_a_read_only_file_system_names_the_target(tmp_path, monkeypatch):
+    import errno
+
+    from dnnbind import _files, saving_lib
+
+    def read_only(path, mode):
+        raise OSError(errno.EROFS, "Read-only file system", path)
+
+    monkeypatch.setattr(_files, "create_exclusive", read_only)
+    monkeypatch.setattr(saving_lib, "create_exclusive", read_only)
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3)])
+    for target in (tmp_path / "m.dnnbind", tmp_path / "w.safetensors", tmp_path / "ckpt"):
+        save = model.save_weights if target.suffix == ".safetensors" else model.save
+        with pytest.raises(OSError, match=rf"cannot save {target}: Read-only file system \(a save first writes "
+                                          r"\S+ in .*, then renames it") as raised:
+            save(target)
+        assert raised.value.errno == errno.EROFS and raised.value.filename == str(target)
 
 
 def test_descriptor_values_cudnn_would_take_silently_or_refuse_without_words():
