@@ -20,7 +20,7 @@ except ImportError:  # not POSIX: directory checkpoints are still atomic, only u
     fcntl = None
 
 __all__ = ["atomic_write", "remove_stale_temporaries", "fsync_directory", "existing_mode", "create_exclusive",
-           "directory_lock"]
+           "directory_lock", "target_error"]
 
 _TEMP_FILE = re.compile(r"^\.(?P<target>.+)\.tmp-(?P<pid>[0-9]+)-[0-9a-f]+$")
 
@@ -98,6 +98,15 @@ def create_exclusive(path: str, mode: int | None) -> int:
     return fd
 
 
+def target_error(exc: OSError, target: str, temporary: str) -> OSError:
+    """``exc`` (raised on ``temporary``, a file a save writes before it becomes ``target``) reworded to
+    name ``target``, the path the user gave: same errno, so the same OSError subclass."""
+    where = os.path.dirname(temporary) or "."
+    return OSError(exc.errno, f"cannot save {target}: {exc.strerror or exc} (a save first writes "
+                              f"{os.path.basename(temporary)} in {where}, then renames it; save to a writable "
+                              "directory with free space)", target)
+
+
 @contextlib.contextmanager
 def atomic_write(path: "str | os.PathLike", mode: str = "wb") -> Iterator[Any]:
     """Open a temporary file next to ``path``; on success fsync it and rename it to ``path``
@@ -111,29 +120,36 @@ def atomic_write(path: "str | os.PathLike", mode: str = "wb") -> Iterator[Any]:
     os.makedirs(directory, exist_ok=True)
     remove_stale_temporaries(directory, name)
     tmp = os.path.join(directory, _temp_name(name))
-    fd = create_exclusive(tmp, existing_mode(target))
+    try:
+        fd = create_exclusive(tmp, existing_mode(target))
+    except OSError as exc:  # a read-only or full file system: say which save failed, not which temporary
+        raise target_error(exc, os.fspath(path), tmp) from None
     try:
         with os.fdopen(fd, mode) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):  # ours (a write, fsync, rename)
+            raise target_error(exc, os.fspath(path), tmp) from exc
         raise
     fsync_directory(directory)
 
 
 @contextlib.contextmanager
-def directory_lock(directory: str, exclusive: bool) -> Iterator[None]:
-    """``flock`` on the directory itself (no lock file; the kernel drops it when the holder dies)."""
+def directory_lock(directory: str, exclusive: bool) -> Iterator[bool]:
+    """``flock`` on the directory itself (no lock file; the kernel drops it when the holder dies).
+    Yields whether it locked (False where there is no ``flock``: then nothing proves that a file
+    another writer made is abandoned)."""
     if fcntl is None:
-        yield
+        yield False
         return
     fd = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
+        yield True
     finally:
         os.close(fd)  # releases the lock

@@ -22,6 +22,7 @@ __all__ = [
     "DistributedError",
     "DeviceOutOfMemoryError",
     "AllocationTooLargeError",
+    "ReadLimitError",
     "NoDeviceError",
     "LibraryNotFoundError",
     "format_context",
@@ -173,6 +174,12 @@ class DeviceOutOfMemoryError(DnnbindError, MemoryError):
 class AllocationTooLargeError(DnnbindError, MemoryError):
     """An allocation refused before it was tried, because it cannot fit (a layer built with
     ``Dense(2**40)``...). The message names the layer, the shape, the bytes and what to do."""
+
+
+class ReadLimitError(DnnbindError, ValueError):
+    """An untrusted file, archive member or message is larger, more compressed or more deeply nested
+    than the read limits allow (:class:`dnnbind.saving.ReadLimits`). Raised while reading, before the
+    bytes are held; the message names the file, the limit, the amount and how to raise the limit."""
 
 
 class NoDeviceError(DnnbindError):

@@ -4,7 +4,10 @@
   ``.weights.h5``;
 * ``save_model(model, path)`` / ``load_model(path)``: ``.keras`` (Keras 3's model file), ``.dnnbind``
   (dnnbind's zip, with the optimizer state) or a checkpoint directory;
-* ``atomic_write`` / ``remove_stale_temporaries``: the crash-safe writing every save uses.
+* ``atomic_write`` / ``remove_stale_temporaries``: the crash-safe writing every save uses;
+* ``ReadLimits`` / ``ReadLimitError``: how much an untrusted file may make a load read (sizes,
+  compression ratio, JSON depth), as ``limits=`` of ``load_model``/``load_weights`` or the
+  ``DNNBIND_READ_*`` environment (:mod:`dnnbind._bounded`).
 
 The formats, their checks and their crash safety are described in :mod:`dnnbind.saving_lib`. This
 module is the face above :mod:`dnnbind.models`: ``load_model`` lives there (it builds models), and
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 from ._files import atomic_write, remove_stale_temporaries
 from .models import load_model, model_from_config
-from .saving_lib import SavingError, check_weight_budget, load_weights, save_model, save_weights
+from .saving_lib import (ReadLimitError, ReadLimits, SavingError, check_weight_budget, load_weights, save_model,
+                         save_weights)
 
 __all__ = ["save_weights", "load_weights", "save_model", "load_model", "model_from_config", "atomic_write",
-           "SavingError", "remove_stale_temporaries", "check_weight_budget"]
+           "SavingError", "ReadLimits", "ReadLimitError", "remove_stale_temporaries", "check_weight_budget"]

@@ -38,19 +38,25 @@ whole, never a mix):
 
   A save writes and fsyncs the new parts, then replaces ``manifest.json`` atomically (the switch),
   then deletes the parts the new manifest does not name (older saves, saves killed half-way, the
-  plain ``config.json``/``model.safetensors``/``optimizer.safetensors`` of the earlier layout). A
+  plain ``config.json``/``model.safetensors``/``optimizer.safetensors`` of the earlier layout); the
+  parts of saves killed before their switch go already at the start of the next save. A
   load checks every part's size and SHA-256 against the manifest before using any of them. Saves
   hold an exclusive ``flock`` on the directory and loads a shared one, so a concurrent save never
   deletes what a load is reading. A directory without ``manifest.json`` (written by dnnbind 0.1's
   first layout) is still read, unchecked.
 
-Untrusted files: everything read is checked before it drives an allocation. Zip members and files
-larger than the machine's memory are refused; a model config goes through the layers'
+Untrusted files: everything read is checked before it drives an allocation. Every file, zip member,
+HDF5 dataset and JSON document is read through one :class:`dnnbind._bounded.BoundedReader`, within
+:class:`ReadLimits` (sizes, total, compression ratio, JSON size and depth; ``limits=`` of
+:func:`load_model`/:func:`load_weights`, or the ``DNNBIND_READ_*`` environment), which stops at the
+first limit passed while it reads (:class:`ReadLimitError`); a model config goes through the layers'
 constructors (which check their arguments) and its weights are sized from the config alone
 (:func:`check_weight_budget`) before any is created; tensors must be float (float16, bfloat16 and
-float64 are cast to the variable dtype) with the right shape; tensors the model does not use are
-named in a warning. Loading is all-or-nothing: every tensor (and the optimizer state) is checked
-before the first is assigned.
+float64 are cast to the variable dtype) with the right shape, a quantized layer's within its
+quantizer's range; tensors the model does not use are named in a warning. Loading is all-or-nothing:
+every tensor (and the optimizer state) is checked before the first is assigned. Like a save, a load
+of a checkpoint directory removes the parts killed saves left (the directory's lock shows nobody is
+writing), and a load of a zip the temporaries of dead writers.
 """
 
 from __future__ import annotations
@@ -73,13 +79,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import __version__, keras_format
-from ._files import atomic_write, create_exclusive, directory_lock, existing_mode, fsync_directory
+from ._bounded import BoundedReader, ReadLimits, declared_nbytes, physical_memory
+from ._files import (atomic_write, create_exclusive, directory_lock, existing_mode, fsync_directory,
+                     remove_stale_temporaries, target_error)
 from ._validate import normalize_dtype
-from .errors import AllocationTooLargeError, DnnbindError
+from .errors import AllocationTooLargeError, DnnbindError, ReadLimitError
 from .layers.base import Layer, Weight
 from .layers.graph import InputLayer
 
-__all__ = ["save_weights", "load_weights", "save_model", "load_model", "SavingError", "check_weight_budget"]
+__all__ = ["save_weights", "load_weights", "save_model", "load_model", "SavingError", "ReadLimits", "ReadLimitError",
+           "check_weight_budget"]
 
 # Builds a model from a saved config: ``build({"class_name": ..., "config": ...}, max_weight_bytes=...)``.
 # dnnbind.models passes its model_from_config: this room sits below the model classes.
@@ -112,21 +121,6 @@ _ADD_WEIGHT = inspect.signature(Layer._add_weight)  # how check_weight_budget re
 
 class SavingError(DnnbindError):
     """A saved file is missing, corrupt, or does not fit the model."""
-
-
-def _memory_bytes() -> int | None:
-    """Physical memory of this machine, the bound for anything a file asks us to allocate."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _check_file_size(nbytes: int, what: str) -> None:
-    limit = _memory_bytes()
-    if limit is not None and nbytes > limit:
-        raise SavingError(f"{what} is {nbytes:,} bytes, more than this machine's {limit:,} bytes of memory; "
-                          "refusing to read it")
 
 
 # ----- safetensors ------------------------------------------------------------------------------
@@ -197,14 +191,24 @@ def _checked_tensor(tensor: Any, w: Weight, key: str, owner: str, source: str) -
             raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} is quantized ({mode!r}) "
                               f"and needs {w.dtype}: the file holds a float model; load it into the float model, "
                               "then call quantize()")
-        return np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor
+        return _value_checked(w, np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor, key,
+                              source)
     if dtype_name not in _FLOAT_DTYPES:
         raise SavingError(f"{source}: tensor '{key}' has dtype {dtype_name} but {owner} needs a float "
                           f"tensor ({w.dtype}; float16, bfloat16 and float64 are cast)")
     arr = np.asarray(tensor[()]) if not isinstance(tensor, np.ndarray) else tensor
     if dtype_name == "bfloat16":
         arr = arr.view(normalize_dtype("bfloat16"))  # h5py reads Keras's tagged bfloat16 as opaque bytes
-    return arr
+    return _value_checked(w, arr, key, source)
+
+
+def _value_checked(w: Weight, arr: np.ndarray, key: str, source: str) -> np.ndarray:
+    """``arr`` once ``w`` accepts its values (a quantized layer's weights: their range), before any
+    weight is assigned."""
+    try:
+        return w.checked(arr)
+    except (TypeError, ValueError) as exc:
+        raise SavingError(f"{source}: tensor '{key}': {exc}") from None
 
 
 def _checked_weight_tensors(model, tensors: dict[str, Any], source: str) -> list[tuple[Weight, np.ndarray]]:
@@ -291,9 +295,12 @@ def _keras_weights_bytes(model) -> bytes:
 _H5_MAX_DEPTH = 64  # Keras nests a group per model level; deeper is not a weights file
 
 
-def _h5_datasets(h5py: Any, group: Any, prefix: str, source: str, out: dict, depth: int = 0) -> None:
+def _h5_datasets(h5py: Any, group: Any, prefix: str, source: str, out: dict, reader: BoundedReader,
+                 depth: int = 0) -> None:
     """Every dataset below ``group`` by path, unread. Links other than hard ones (which could point
-    outside the file) and external or virtual datasets are refused, as Keras does."""
+    outside the file) and external or virtual datasets are refused, as Keras does, and so is a dataset
+    that declares more than ``max_bytes`` or more than ``max_ratio`` times the bytes it stores (Keras's
+    shape-bomb guard; a dataset is read only once its shape is a weight's own)."""
     if depth > _H5_MAX_DEPTH:
         raise SavingError(f"{source}: groups nested deeper than {_H5_MAX_DEPTH} levels; not a Keras weights file")
     for name in group:
@@ -304,20 +311,24 @@ def _h5_datasets(h5py: Any, group: Any, prefix: str, source: str, out: dict, dep
                               "file")
         item = group[name]
         if isinstance(item, h5py.Group):
-            _h5_datasets(h5py, item, f"{path}/", source, out, depth + 1)
+            _h5_datasets(h5py, item, f"{path}/", source, out, reader, depth + 1)
         elif isinstance(item, h5py.Dataset):
             if item.external or item.is_virtual:
                 raise SavingError(f"{source}: dataset '{path}' stores its data outside the file; refusing it")
+            declared = declared_nbytes(item.shape or (), item.dtype.itemsize)
+            reader.check_size(declared, f"{source}: dataset '{path}'")
+            reader.check_expansion(declared, item.id.get_storage_size(), f"{source}: dataset '{path}'")
             out[path] = item
 
 
-def _h5_weight_plan(model, fileobj: Any, source: str) -> list[tuple[Weight, np.ndarray]]:
+def _h5_weight_plan(model, fileobj: Any, source: str, reader: BoundedReader) -> list[tuple[Weight, np.ndarray]]:
     """Open a Keras 3 weights file (a path or a file object), check it against ``model`` and read it."""
     h5py = _require_h5py("reading a Keras file")
     try:
         f = h5py.File(fileobj, "r")
     except OSError as exc:
-        raise SavingError(f"{source} is not a valid HDF5 file (corrupt or truncated?): {exc}") from None
+        raise SavingError(f"{source} is not a valid HDF5 file (corrupt or truncated?): {exc}; a Keras 3 weights "
+                          "file (.weights.h5, or model.weights.h5 inside a .keras) is HDF5") from None
     with f:
         if "layer_names" in f.attrs or "model_weights" in f or "model_config" in f.attrs:
             raise SavingError(f"{source} is a legacy Keras 2 HDF5 file, which dnnbind does not read; load it "
@@ -326,7 +337,7 @@ def _h5_weight_plan(model, fileobj: Any, source: str) -> list[tuple[Weight, np.n
             raise SavingError(f"{source} has no 'layers' group: it is not a Keras 3 weights file")
         datasets: dict[str, Any] = {}
         if "layers" in f:
-            _h5_datasets(h5py, f, "", source, datasets)
+            _h5_datasets(h5py, f, "", source, datasets, reader)
         # the model's own vars and the optimizer's: dnnbind does not map Keras optimizer state
         tensors = {key: ds for key, ds in datasets.items() if key.startswith("layers/")}
         return _checked_weight_tensors(model, tensors, source)
@@ -364,10 +375,14 @@ def save_weights(model, filepath: "str | os.PathLike", overwrite: bool = True) -
         fh.write(data)
 
 
+def _head(filepath: str) -> bytes:
+    with open(filepath, "rb") as fh:
+        return fh.read(8)
+
+
 def _sniff(filepath: str) -> str:
     """``"hdf5"``, ``"zip"`` or ``"other"`` from a file's first bytes (what it is, whatever its name)."""
-    with open(filepath, "rb") as fh:
-        head = fh.read(8)
+    head = _head(filepath)
     if head.startswith(_HDF5_MAGIC):
         return "hdf5"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
@@ -375,23 +390,40 @@ def _sniff(filepath: str) -> str:
     return "other"
 
 
-def load_weights(model, filepath: "str | os.PathLike") -> None:
+def _first_bytes(data: bytes) -> str:
+    """How a file starts, for an error saying it is not the format expected."""
+    return "it is empty (0 bytes)" if not data else f"it starts with the bytes {data[:8].hex(' ')}"
+
+
+def _format_named_by(filepath: str) -> str | None:
+    """The format a file's name promises, in words; None for a name that promises none."""
+    if _is_keras_weights_name(filepath):
+        return "an HDF5 file (a Keras 3 .weights.h5 weights file)"
+    if filepath.lower().endswith((_KERAS_SUFFIX, *_ZIP_SUFFIXES)):
+        return "a zip (a .keras / .dnnbind model file)"
+    return None
+
+
+def load_weights(model, filepath: "str | os.PathLike", *, limits: "ReadLimits | dict | None" = None) -> None:
     """Load weights from a file :func:`save_weights` or Keras 3 wrote: safetensors, a Keras ``.weights.h5``
     or the weights of a ``.keras`` (or ``.dnnbind``) model file, told apart by their contents. Weights are
     matched by position (Keras 3's ``layers/<class>/vars/<i>``; dnnbind 0.1's name-keyed files by name);
-    every one is checked (presence, shape, float dtype) before any is written, so a failure changes none."""
+    every one is checked (presence, shape, float dtype) before any is written, so a failure changes none.
+    ``limits``: how much the file may make this process read (:class:`ReadLimits`; default: the
+    ``DNNBIND_READ_*`` environment, else the built-in limits); over them, ``ReadLimitError``."""
     filepath = os.fspath(filepath)
+    reader = BoundedReader(limits)
     if not os.path.isfile(filepath):
         raise FileNotFoundError(f"load_weights: no file at {filepath}")
-    _check_file_size(os.path.getsize(filepath), filepath)
     kind = _sniff(filepath)
     if kind == "hdf5":
-        plan = _h5_weight_plan(model, filepath, filepath)
+        reader.check_size(os.path.getsize(filepath), filepath)
+        plan = _h5_weight_plan(model, filepath, filepath, reader)
     elif kind == "zip":
-        files = _read_zip(filepath)
+        files = _read_zip(filepath, reader)
         if _KERAS_WEIGHTS_MEMBER in files:
             plan = _h5_weight_plan(model, io.BytesIO(files[_KERAS_WEIGHTS_MEMBER]),
-                                   f"{filepath}: {_KERAS_WEIGHTS_MEMBER}")
+                                   f"{filepath}: {_KERAS_WEIGHTS_MEMBER}", reader)
         elif "model.safetensors" in files:
             tensors = _safetensors_load(files["model.safetensors"], f"{filepath}: model.safetensors")
             plan = _checked_weight_tensors(model, tensors, f"{filepath}: model.safetensors")
@@ -399,8 +431,19 @@ def load_weights(model, filepath: "str | os.PathLike") -> None:
             raise SavingError(f"{filepath} is a zip without {_KERAS_WEIGHTS_MEMBER} or model.safetensors; it holds "
                               "no weights dnnbind can read")
     else:
-        with open(filepath, "rb") as fh:
-            tensors = _safetensors_load(fh.read(), filepath)
+        data = reader.read_file(filepath)
+        promised = _format_named_by(filepath)
+        if not data:
+            expected = promised or "a weights file (safetensors, .weights.h5, or a .keras / .dnnbind model)"
+            raise SavingError(f"{filepath} is empty (0 bytes), not {expected}; was its save interrupted?")
+        try:
+            tensors = _safetensors_load(data, filepath)  # dnnbind 0.1 wrote safetensors under any name
+        except SavingError:
+            if promised is None:
+                raise
+            raise SavingError(f"{filepath} is not {promised}, as its name says, nor safetensors: "
+                              f"{_first_bytes(data)}; it is truncated or was not written by "
+                              "save_weights/model.save (or Keras)") from None
         plan = _checked_weight_tensors(model, tensors, filepath)
     _assign_all(plan)
 
@@ -496,8 +539,9 @@ def save_model(model, filepath: "str | os.PathLike", overwrite: bool = True, inc
         _save_directory(filepath, files)
 
 
-def _read_manifest(directory: str) -> dict | None:
+def _read_manifest(directory: str, reader: BoundedReader | None = None) -> dict | None:
     """The parsed, checked manifest of ``directory``; None when it has none."""
+    reader = reader if reader is not None else BoundedReader()
     path = os.path.join(directory, _MANIFEST)
     try:
         with open(path, "rb") as fh:
@@ -508,7 +552,7 @@ def _read_manifest(directory: str) -> dict | None:
     if len(raw) > _MANIFEST_MAX_BYTES:
         raise SavingError(f"{where} is larger than {_MANIFEST_MAX_BYTES} bytes; it is not a dnnbind manifest")
     try:
-        manifest = json.loads(raw.decode("utf-8"))
+        manifest = reader.json(raw, where)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SavingError(f"{where} is corrupt: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != _CHECKPOINT_FORMAT:
@@ -536,11 +580,14 @@ def _read_manifest(directory: str) -> dict | None:
 
 def _save_directory(directory: str, files: dict[str, bytes]) -> None:
     os.makedirs(directory, exist_ok=True)
-    with directory_lock(directory, exclusive=True):
+    with directory_lock(directory, exclusive=True) as locked:
         try:
             old = _read_manifest(directory)
-        except SavingError:
+        except (SavingError, ReadLimitError):
             old = None  # a damaged checkpoint is replaced, not an obstacle to saving
+        else:
+            if locked:  # what killed saves left goes before this one writes as much again
+                _remove_orphans(directory, old)
         old_files = old["files"] if old else {}
         token = secrets.token_hex(8)
         entries = {}
@@ -550,8 +597,11 @@ def _save_directory(directory: str, files: dict[str, bytes]) -> None:
                 name = f"{stem}.{token}.{ext}"
                 # the part this one replaces keeps its mode (the previous save's, or the first layout's file)
                 previous = old_files.get(part, {}).get("file", part)
-                fd = create_exclusive(os.path.join(directory, name),
-                                       existing_mode(os.path.join(directory, previous)))
+                try:
+                    fd = create_exclusive(os.path.join(directory, name),
+                                          existing_mode(os.path.join(directory, previous)))
+                except OSError as exc:  # a read-only or full file system: name the checkpoint, not the part
+                    raise target_error(exc, directory, os.path.join(directory, name)) from None
                 entries[part] = {"file": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
@@ -566,7 +616,7 @@ def _save_directory(directory: str, files: dict[str, bytes]) -> None:
         except BaseException:
             try:
                 switched = (_read_manifest(directory) or {}).get("files") == entries
-            except SavingError:
+            except (SavingError, ReadLimitError):
                 switched = False
             if not switched:  # the old checkpoint stays; the new parts go
                 for entry in entries.values():
@@ -581,75 +631,94 @@ def _save_directory(directory: str, files: dict[str, bytes]) -> None:
                     os.unlink(os.path.join(directory, name))
 
 
-def _read_directory(directory: str) -> dict[str, bytes]:
-    with directory_lock(directory, exclusive=False):
-        manifest = _read_manifest(directory)
+def _remove_orphans(directory: str, manifest: dict | None) -> list[str]:
+    """Delete, in a checkpoint directory nobody is writing (its lock held), the parts ``manifest`` does
+    not name (those of saves killed before their switch; without a manifest, the first layout's plain
+    files are the checkpoint and stay) and the manifest temporaries of dead writers. Returns the names
+    removed; a file that cannot be removed (read-only) stays."""
+    keep = {entry["file"] for entry in manifest["files"].values()} if manifest else set(_PARTS)
+    removed: list[str] = []
+    with contextlib.suppress(OSError):  # cleaning up must not fail a save or a load
+        removed += remove_stale_temporaries(directory, _MANIFEST)
+    for name in os.listdir(directory):
+        if (_PART_FILE.match(name) or (manifest and name in _PARTS)) and name not in keep:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+    return removed
+
+
+def _read_directory(directory: str, reader: BoundedReader) -> dict[str, bytes]:
+    with directory_lock(directory, exclusive=False) as locked:
+        manifest = _read_manifest(directory, reader)
         if manifest is None:
             # the first directory layout: plain names, no checksums
             files = {}
             for part in _PARTS:
                 path = os.path.join(directory, part)
                 if os.path.isfile(path):
-                    _check_file_size(os.path.getsize(path), path)
-                    with open(path, "rb") as fh:
-                        files[part] = fh.read()
+                    files[part] = reader.read_file(path)
             if "config.json" not in files:
-                raise SavingError(f"{directory} has no {_MANIFEST}; it is not a model saved by dnnbind")
+                raise SavingError(f"{directory} has no {_MANIFEST} (nor config.json): it is not a checkpoint "
+                                  "directory written by dnnbind's model.save")
             return files
         files = {}
         for part, entry in manifest["files"].items():
             path = os.path.join(directory, entry["file"])
             try:
-                fh = open(path, "rb")
+                size = os.stat(path).st_size
             except FileNotFoundError:
                 raise SavingError(f"{path} is missing but {_MANIFEST} lists it as {part}: the checkpoint is "
                                   "incomplete; refusing to load it") from None
-            with fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size != entry["size"]:
-                    raise SavingError(f"{path} is {size:,} bytes but {_MANIFEST} says {entry['size']:,}: the "
-                                      "checkpoint is corrupt or mixed; refusing to load it")
-                data = fh.read(size)
+            if size != entry["size"]:
+                raise SavingError(f"{path} is {size:,} bytes but {_MANIFEST} says {entry['size']:,}: the "
+                                  "checkpoint is corrupt or mixed; refusing to load it")
+            data = reader.read_file(path)
             digest = hashlib.sha256(data).hexdigest()
             if digest != entry["sha256"]:
                 raise SavingError(f"{path}: SHA-256 {digest} does not match {entry['sha256']} in {_MANIFEST}: the "
                                   "checkpoint is corrupt or mixed; refusing to load it")
             files[part] = data
+        if locked:  # a shared lock: no save is under way, so what the manifest does not name is a dead one's
+            _remove_orphans(directory, manifest)
         return files
 
 
-def _read_zip(filepath: str) -> dict[str, bytes]:
-    """The members of a dnnbind or Keras model zip that dnnbind reads, each size-checked before it is read."""
+def _read_zip(filepath: str, reader: BoundedReader) -> dict[str, bytes]:
+    """The members of a dnnbind or Keras model zip that dnnbind reads, each within the read limits."""
     try:
-        with zipfile.ZipFile(filepath) as zf:
-            infos = {info.filename: info for info in zf.infolist()}
-            if "model.weights.npz" in infos and _KERAS_WEIGHTS_MEMBER not in infos:
+        with reader.open_zip(filepath) as zf:
+            if "model.weights.npz" in zf.infos and _KERAS_WEIGHTS_MEMBER not in zf.infos:
                 raise SavingError(f"{filepath} holds Keras's npz weights (weights_format='npz'), which dnnbind does "
                                   "not read; save it from Keras with the default h5 weights")
-            members = {name: info for name, info in infos.items() if name in _PARTS or name in _KERAS_MEMBERS}
-            for name, info in members.items():
-                _check_file_size(info.file_size, f"{filepath}: {name}")
-            return {name: zf.read(name) for name in members}  # zipfile checks each member's CRC-32
+            return {name: zf.read(name) for name in zf.infos if name in _PARTS or name in _KERAS_MEMBERS}
     except (zipfile.BadZipFile, OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as exc:
         raise SavingError(f"{filepath} is not a dnnbind model file (a zip with config.json and model.safetensors) "
                           f"nor a Keras 3 .keras file, or it is corrupt: {exc}") from None
 
 
-def _read_model_files(filepath: str) -> dict[str, bytes]:
+def _read_model_files(filepath: str, reader: BoundedReader) -> dict[str, bytes]:
     if os.path.isdir(filepath):
-        return _read_directory(filepath)
+        return _read_directory(filepath, reader)
     if not os.path.isfile(filepath):
         raise FileNotFoundError(f"load_model: no file or directory at {filepath}")
-    if _sniff(filepath) == "hdf5":
+    kind = _sniff(filepath)
+    if kind == "hdf5":
         raise SavingError(f"{filepath} is an HDF5 file: a legacy Keras 2 model (.h5), which dnnbind does not read "
                           "(load it in Keras and save it as .keras), or a weights file, which load_weights reads "
                           "into a built model")
-    return _read_zip(filepath)
+    if kind != "zip":
+        raise SavingError(f"{filepath} is not a dnnbind model file nor a Keras 3 .keras file (both are zips): "
+                          f"{_first_bytes(_head(filepath))}; it is truncated, or not a model file (a weights file goes to "
+                          "load_weights, a checkpoint directory by its directory's name)")
+    with contextlib.suppress(OSError):  # as a save does: the temporaries of writers that died
+        remove_stale_temporaries(os.path.dirname(os.path.realpath(filepath)), os.path.basename(filepath))
+    return _read_zip(filepath, reader)
 
 
-def _json_part(files: dict[str, bytes], name: str, filepath: str) -> Any:
+def _json_part(files: dict[str, bytes], name: str, filepath: str, reader: BoundedReader) -> Any:
     try:
-        return json.loads(files[name].decode("utf-8"))
+        return reader.json(files[name], f"{filepath}: {name}")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SavingError(f"{filepath}: {name} is corrupt: {exc}") from None
 
@@ -701,15 +770,16 @@ def _compile_from(model, compile_config: dict) -> None:
 
 
 def _load_keras_model(build: ModelBuilder, filepath: str, files: dict[str, bytes], compile: bool,
-                      max_weight_bytes: int | None) -> Any:
+                      max_weight_bytes: int | None, reader: BoundedReader) -> Any:
     """A model from a Keras 3 ``.keras`` file: its config translated, its weights matched by position."""
-    config = _json_part(files, "config.json", filepath)
+    config = _json_part(files, "config.json", filepath, reader)
     try:
         class_name, model_config = keras_format.model_from_keras(config)
     except (KeyError, TypeError, ValueError) as exc:
         raise SavingError(f"{filepath}: {exc}") from None
     model = _rebuild(build, class_name, model_config, filepath, max_weight_bytes)
-    plan = _h5_weight_plan(model, io.BytesIO(files[_KERAS_WEIGHTS_MEMBER]), f"{filepath}: {_KERAS_WEIGHTS_MEMBER}")
+    plan = _h5_weight_plan(model, io.BytesIO(files[_KERAS_WEIGHTS_MEMBER]), f"{filepath}: {_KERAS_WEIGHTS_MEMBER}",
+                           reader)
     if compile and isinstance(config, dict) and config.get("compile_config"):
         try:
             _compile_from(model, keras_format.compile_config_from_keras(config["compile_config"]))
@@ -721,8 +791,28 @@ def _load_keras_model(build: ModelBuilder, filepath: str, files: dict[str, bytes
     return model
 
 
+def _missing_part(filepath: str, files: dict[str, bytes], reader: BoundedReader) -> SavingError:
+    """The error for a model file without its config or weights, naming the format it is and what it holds."""
+    held = ", ".join(sorted(files)) or "none of them"
+    keras_config = False
+    if "config.json" in files:
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            config = reader.json(files["config.json"], f"{filepath}: config.json")
+            keras_config = isinstance(config, dict) and "module" in config and config.get("format") != _FORMAT
+    if keras_config or "metadata.json" in files:
+        missing = [m for m in _KERAS_MEMBERS if m not in files and m != "metadata.json"]
+        return SavingError(f"{filepath} is a Keras 3 model file (.keras) without {' and '.join(missing)}: it holds "
+                           f"{held}; a .keras file holds {', '.join(_KERAS_MEMBERS)}, so this one is truncated or was "
+                           "written with its weights elsewhere; save the model again (model.save with a .keras path)")
+    missing = [m for m in ("config.json", "model.safetensors") if m not in files]
+    kind = "checkpoint directory" if os.path.isdir(filepath) else "model zip (.dnnbind)"
+    return SavingError(f"{filepath} is a dnnbind {kind} without {' and '.join(missing)}: it holds {held}; dnnbind's "
+                       "model files hold config.json and model.safetensors (optimizer.safetensors optional), so this "
+                       "one is incomplete or not a model saved by dnnbind")
+
+
 def load_model(filepath: "str | os.PathLike", build: ModelBuilder, compile: bool = True, *,
-               max_weight_bytes: int | None = None) -> Any:
+               max_weight_bytes: int | None = None, limits: "ReadLimits | dict | None" = None) -> Any:
     """Rebuild a model saved by ``model.save`` or by Keras 3: architecture, weights, compile settings and
     (dnnbind's own formats) optimizer state.
 
@@ -731,20 +821,24 @@ def load_model(filepath: "str | os.PathLike", build: ModelBuilder, compile: bool
     checked before it is used: a directory's parts against its manifest (size, SHA-256), the config's
     arguments by the layers, the weights' total size against ``max_weight_bytes`` (default: the machine's
     physical memory) before any is allocated, and every tensor's presence, shape and dtype before any is
-    assigned. Raises :class:`SavingError` (or ``AllocationTooLargeError``). A Keras compile config that
-    dnnbind cannot reproduce (an optimizer it lacks) leaves the model uncompiled, with a warning.
+    assigned. Everything is read within ``limits`` (:class:`ReadLimits`: member and total sizes, the
+    compression ratio, JSON size and depth; default: the ``DNNBIND_READ_*`` environment, else the built-in
+    limits). Raises :class:`SavingError` (or ``ReadLimitError``, ``AllocationTooLargeError``). A Keras
+    compile config that dnnbind cannot reproduce (an optimizer it lacks) leaves the model uncompiled,
+    with a warning. Like a save, a load removes what killed saves left: the temporaries of dead writers
+    and a checkpoint directory's parts that its manifest does not name.
 
     ``build`` makes the model from its saved config: :func:`dnnbind.models.model_from_config`, which
     :func:`dnnbind.models.load_model` (the public entry point) passes.
     """
     filepath = os.fspath(filepath)
-    files = _read_model_files(filepath)
+    reader = BoundedReader(limits)
+    files = _read_model_files(filepath, reader)
     if _KERAS_WEIGHTS_MEMBER in files and "model.safetensors" not in files and "config.json" in files:
-        return _load_keras_model(build, filepath, files, compile, max_weight_bytes)
-    for required in ("config.json", "model.safetensors"):
-        if required not in files:
-            raise SavingError(f"{filepath} has no {required}; it is not a model saved by dnnbind")
-    config = _json_part(files, "config.json", filepath)
+        return _load_keras_model(build, filepath, files, compile, max_weight_bytes, reader)
+    if "config.json" not in files or "model.safetensors" not in files:
+        raise _missing_part(filepath, files, reader)
+    config = _json_part(files, "config.json", filepath, reader)
     if not isinstance(config, dict) or config.get("format") != _FORMAT:
         raise SavingError(f"{filepath}: config.json is not a dnnbind model config")
     version = config.get("format_version", 0)
@@ -783,7 +877,7 @@ def check_weight_budget(layers: Sequence[Layer], input_shape: Sequence[int], own
     Each layer is built on a copy whose ``add_weight`` records the shape and returns a zero-stride
     view, so the layers' own ``build`` decides the shapes, and nothing of size is ever made.
     """
-    limit = max_bytes if max_bytes is not None else _memory_bytes()
+    limit = max_bytes if max_bytes is not None else physical_memory()
     what_limit = "max_weight_bytes" if max_bytes is not None else "this machine's physical memory"
     total = 0
     shape = tuple(input_shape)

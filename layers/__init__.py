@@ -14,8 +14,9 @@ from .conv import (
     SeparableConv2D,
     SeparableConvolution2D,
 )
-from .core import ELU, Activation, Dense, Dropout, Flatten, LeakyReLU, ReLU, Softmax
-from .merging import Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract
+from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
+from .merging import (Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract, add, average, concatenate,
+                      maximum, minimum, multiply, subtract)
 from .normalization import BatchNormalization, LayerNormalization, SyncBatchNormalization
 from .pooling import (
     AveragePooling2D,
@@ -43,6 +44,7 @@ __all__ = [
     "DepthwiseConv2D", "SeparableConv2D", "SeparableConvolution2D", "Conv1D", "Convolution1D", "LayerNormalization",
     "GlobalMaxPooling2D", "GlobalMaxPool2D", "GlobalMaxPooling1D", "GlobalMaxPool1D", "GlobalAveragePooling1D",
     "GlobalAvgPool1D", "SpatialDropout2D",
-    "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate",
+    "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Lambda",
+    "add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate",
     "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
 ]

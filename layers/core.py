@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable, Sequence
 
@@ -54,13 +55,81 @@ def _transpose(a: np.ndarray) -> np.ndarray:
     return a.T
 
 
-class _InputScaleWeight(Weight):
+# What each weight of a quantized layer may hold: (integer range, or None for a float, and words for
+# the error). E4M3's two NaN encodings (0x7f, 0xff) never come out of the float8 quantizer.
+_QUANTIZED_VALUES = {
+    "int8": ((-Q.INT8_MAX, Q.INT8_MAX), "int8 values in [-127, 127] (the abs-max quantizer's range)"),
+    "float8": ((0, 255), "E4M3 bytes (uint8), none of them NaN (0x7f, 0xff)"),
+    "int4": ((0, 255), "two int4 values per byte (uint8)"),
+    "scale": (None, "finite scales > 0"),
+    "input_scale": (None, "a finite scale >= 0 (0: computed per call)"),
+}
+
+
+class _QuantizedWeight(Weight):
+    """A weight of a quantized layer: :meth:`checked` refuses what would not be a quantized value
+    (a float array for an integer kernel, which ``astype`` would truncate; a value out of the quantizer's
+    range; a scale that is zero, negative or not finite), so ``set_weights``/``load_weights`` check it
+    before anything is written."""
+
+    def __init__(self, *args: Any, kind: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+
+    def checked(self, array: Any) -> np.ndarray:
+        arr = super().checked(array)
+        bounds, words = _QUANTIZED_VALUES[self.kind]
+        owner = (f"layer '{self.layer.name}' ({type(self.layer).__name__}, quantized {self.layer.quantization_mode!r}):"
+                 f" weight '{self.name}'")
+        if bounds is not None:
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"{owner} holds {words} ({self.dtype}), got dtype {arr.dtype}: a float array would be "
+                                "truncated into it; pass the quantized values (get_weights() of a quantized model), or "
+                                "set the float weights on the float model, then quantize()")
+            low, high = (int(arr.min()), int(arr.max())) if arr.size else bounds
+            nan_bytes = self.kind == "float8" and bool(np.isin(arr, (0x7F, 0xFF)).any())
+            if low < bounds[0] or high > bounds[1] or nan_bytes:
+                raise ValueError(f"{owner} holds {words}, got values in [{low}, {high}]"
+                                 f"{' with NaN bytes' if nan_bytes else ''}: not a {self.layer.quantization_mode} "
+                                 "quantization of a kernel")
+        else:
+            if arr.dtype.kind != "f" and arr.dtype != _validate.BFLOAT16:
+                raise TypeError(f"{owner} holds {words} (float32), got dtype {arr.dtype}")
+            values = arr.astype(np.float32)
+            positive = values > 0 if self.kind == "scale" else values >= 0
+            if not (np.isfinite(values).all() and positive.all()):
+                raise ValueError(f"{owner} holds {words}, got {values.reshape(-1)[:4]}{'...' if values.size > 4 else ''} "
+                                 "(a zero or non-finite scale divides the output by zero)")
+        return arr
+
+
+class _InputScaleWeight(_QuantizedWeight):
     """A calibrated activation scale, ``(1,)`` float32, 0 meaning "dynamic". Its layer keeps on the host
     whether it is set, so a forward never reads the device to pick the dynamic or the static path."""
 
     def assign(self, array: Any) -> None:
         super().assign(array)
         self.layer._input_scale_static = bool(np.asarray(array, np.float32).reshape(-1)[0] > 0)
+
+
+def check_calibration(layers: Sequence[Any], owner: str) -> None:
+    """Refuse a calibration pass that would set degenerate activation scales, before any layer changes:
+    no input reached the layers (an empty ``calibration_data``), or a layer's ``max|x|`` is not finite or
+    so small (<= 1e-7, the scale's guard) that its int8 scale ``127 / (max|x| + 1e-7)`` explodes."""
+    remedy = ("pass calibration data representative of the model's inputs, or quantize without calibration_data "
+              "(the activation scales are then computed per call)")
+    if not any(getattr(layer, "_calibration_rows", 0) for layer in layers):
+        raise ValueError(f"{owner}: calibration_data holds no samples (no row reached the quantized layers), so it "
+                         f"gives no activation scale; {remedy}")
+    bad = []
+    for layer in layers:
+        amax, rows = getattr(layer, "_calibrated_amax", None), getattr(layer, "_calibration_rows", 0)
+        if amax is None or rows == 0 or not math.isfinite(amax) or amax <= Q.EPSILON:
+            scale = Q.INT8_MAX / ((amax or 0.0) + Q.EPSILON) if amax is not None and math.isfinite(amax) else amax
+            bad.append(f"{type(layer).__name__} '{layer.name}' (max|x| = {amax} over {rows} rows: int8 scale {scale:.3g})")
+    if bad:
+        raise ValueError(f"{owner}: calibration_data gives degenerate activation scales for {', '.join(bad)}: all "
+                         f"zeros, NaN/inf or no input; {remedy}")
 
 
 class _QuantizableMixin:
@@ -160,16 +229,16 @@ class _QuantizableMixin:
         bias_trainable = None if bias is None else bias.trainable
         self._weights = []
         try:
-            self.kernel = self._quantized_weight("kernel", shape, dtype, to_internal, to_keras, kernel)
+            self.kernel = self._quantized_weight("kernel", shape, dtype, to_internal, to_keras, kernel, mode)
             if bias is not None:
                 bias.trainable = False
                 self._weights.append(bias)
             self.kernel_scale = self._quantized_weight("kernel_scale", scale_shape, np.dtype(np.float32), s_internal,
-                                                       s_keras, scale)
+                                                       s_keras, scale, "scale")
             if self._quantizes_inputs and mode != "int4":
                 self.input_scale = _InputScaleWeight(self, "input_scale", (1,),
                                                      backend.asarray(np.zeros(1, np.float32), device=self.device),
-                                                     False)
+                                                     False, kind="input_scale")
                 self._weights.append(self.input_scale)
                 self._input_scale_static = False
             else:
@@ -194,13 +263,17 @@ class _QuantizableMixin:
         """Hook for what a layer keeps besides its weights."""
 
     def _quantized_weight(self, name: str, shape: "tuple[int, ...]", dtype: np.dtype, to_internal: Any,
-                          to_keras: Any, internal: "np.ndarray | None") -> Weight:
-        """A non-trainable weight: zeros through ``add_weight``, or the given internal-layout host value."""
+                          to_keras: Any, internal: "np.ndarray | None", kind: str) -> Weight:
+        """A non-trainable :class:`_QuantizedWeight` (``kind``: a key of ``_QUANTIZED_VALUES``): zeros through
+        ``add_weight`` (so a weight budget probe sizes it), or the given internal-layout host value."""
         if internal is None:
-            return self._add_weight(name, shape, "zeros", trainable=False, to_internal=to_internal,
+            made = self._add_weight(name, shape, "zeros", trainable=False, to_internal=to_internal,
                                    to_keras=to_keras, dtype=dtype)
-        internal = np.ascontiguousarray(np.asarray(internal, dtype))
-        w = Weight(self, name, shape, backend.asarray(internal, device=self.device), False, to_internal, to_keras)
+            value = made.value
+            self._weights.remove(made)
+        else:
+            value = backend.asarray(np.ascontiguousarray(np.asarray(internal, dtype)), device=self.device)
+        w = _QuantizedWeight(self, name, shape, value, False, to_internal, to_keras, kind=kind)
         self._weights.append(w)
         return w
 
@@ -218,7 +291,10 @@ class _QuantizableMixin:
     # ----- calibration: the float forward records max|x| ------------------------------------------
     def _record_input(self, x: Any) -> None:
         amax = float(backend.to_numpy(kernels.abs_max(x))[0])  # calibration only: a host read is fine here
-        self._calibration_amax = amax if self._calibration_amax is None else max(self._calibration_amax, amax)
+        # max() would drop a NaN: keep it, for check_calibration to refuse
+        self._calibration_amax = amax if self._calibration_amax is None or math.isnan(amax) else \
+            max(self._calibration_amax, amax)
+        self._calibration_rows = getattr(self, "_calibration_rows", 0) + int(x.shape[0])
 
     def _refuse_training(self) -> None:
         raise ValueError(f"{self._owner} is quantized ({self.quantization_mode!r}) and runs inference only; "
@@ -580,3 +656,76 @@ class Softmax(_ActivationLayerBase):
 
     def get_config(self):
         return {**super().get_config(), "axis": self.axis}
+
+
+@register
+class Lambda(Layer):
+    """``keras.layers.Lambda(function, output_shape=None, mask=None, arguments=None)``: ``function(inputs,
+    **arguments)`` as a layer. The function is written in ``keras.ops``, so it trains with no backward.
+
+    Saving keeps the function by its importable name (``module.qualname``); a lambda or a nested function
+    cannot be written to a config (Keras serialises their bytecode, which only ``safe_mode=False`` loads:
+    dnnbind never loads code from a file) — give it a name at module level instead."""
+
+    def __init__(self, function: Callable, output_shape: Any = None, mask: Any = None,
+                 arguments: "dict | None" = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not callable(function):
+            raise _validate.ArgumentTypeError(f"Lambda '{self.name}': function must be callable, got "
+                                              f"{type(function).__name__}")
+        self.function = function
+        self._output_shape_arg = output_shape
+        self.mask = mask
+        self.arguments = dict(arguments or {})
+        self.built = True
+
+    def call(self, inputs: Any, mask: Any = None, training: Any = None) -> Any:
+        kwargs = dict(self.arguments)
+        params = inspect.signature(self.function).parameters
+        if "mask" in params:
+            kwargs["mask"] = mask
+        if "training" in params:
+            kwargs["training"] = training
+        return self.function(inputs, **kwargs)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        shape = self._output_shape_arg
+        if shape is None:
+            return super().compute_output_shape(input_shape)
+        if callable(shape):
+            return shape(input_shape)
+        batch = input_shape[0] if isinstance(input_shape, (list, tuple)) and input_shape and not isinstance(
+            input_shape[0], (list, tuple)) else None
+        return (batch, *tuple(shape))
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
+        if callable(self.mask):
+            return self.mask(inputs, previous_mask)
+        return self.mask
+
+    def get_config(self) -> dict:
+        fn = self.function
+        name = getattr(fn, "__qualname__", "")
+        if "<lambda>" in name or "<locals>" in name or not getattr(fn, "__module__", None):
+            raise ValueError(f"Lambda '{self.name}': its function {name or fn!r} has no importable name, so it cannot "
+                             "be saved; define it at module level (def my_fn(x): ...) and pass that")
+        return {**super().get_config(), "function": {"module": fn.__module__, "name": name},
+                "output_shape": self._output_shape_arg if not callable(self._output_shape_arg) else None,
+                "arguments": self.arguments}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Lambda":
+        config = dict(config)
+        spec = config.pop("function")
+        if not isinstance(spec, dict) or "module" not in spec or "name" not in spec:
+            raise ValueError("Lambda.from_config: the function must be given as {'module': ..., 'name': ...} (dnnbind "
+                             "does not load Python bytecode from a file)")
+        import importlib  # deferred: only a Lambda being loaded names a module to import
+
+        obj: Any = importlib.import_module(spec["module"])
+        for part in spec["name"].split("."):
+            obj = getattr(obj, part)
+        return cls(obj, **config)
+
+
+__all__ += ["Lambda"]

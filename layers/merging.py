@@ -235,3 +235,42 @@ class Concatenate(_Merge):
 
     def get_config(self):
         return {**super().get_config(), "axis": self.axis}
+
+
+# ----- Keras's merge functions: a layer made and called in one go ------------------------------------
+def add(inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """``keras.layers.add``: ``Add(**kwargs)(inputs)``."""
+    return Add(**kwargs)(inputs)
+
+
+def subtract(inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """``keras.layers.subtract``: ``Subtract(**kwargs)(inputs)``."""
+    return Subtract(**kwargs)(inputs)
+
+
+def multiply(inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """``keras.layers.multiply``: ``Multiply(**kwargs)(inputs)``."""
+    return Multiply(**kwargs)(inputs)
+
+
+def average(inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """``keras.layers.average``: ``Average(**kwargs)(inputs)``."""
+    return Average(**kwargs)(inputs)
+
+
+def maximum(inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """``keras.layers.maximum``: ``Maximum(**kwargs)(inputs)``."""
+    return Maximum(**kwargs)(inputs)
+
+
+def minimum(inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """``keras.layers.minimum``: ``Minimum(**kwargs)(inputs)``."""
+    return Minimum(**kwargs)(inputs)
+
+
+def concatenate(inputs: Sequence[Any], axis: int = -1, **kwargs: Any) -> Any:
+    """``keras.layers.concatenate``: ``Concatenate(axis=axis, **kwargs)(inputs)``."""
+    return Concatenate(axis=axis, **kwargs)(inputs)
+
+
+__all__ += ["add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate"]

@@ -122,3 +122,108 @@ def test_step_counts_are_honoured_not_ignored(model):
     history = model.fit(x, y, batch_size=2, steps_per_epoch=1, validation_data=(x, y), validation_steps=1,
                         verbose=0)
     assert {"loss", "val_loss"} <= set(history.history) and len(history.history["loss"]) == 1
+
+
+# ----- messages that named the wrong thing, or nothing (issue 26) -------------------------------------
+def test_a_keras_file_without_its_weights_says_so(tmp_path):
+    import zipfile
+
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3)])
+    model.save(tmp_path / "full.keras")
+    with zipfile.ZipFile(tmp_path / "full.keras") as src, zipfile.ZipFile(tmp_path / "cut.keras", "w") as dst:
+        for name in ("config.json", "metadata.json"):
+            dst.writestr(name, src.read(name))
+    with pytest.raises(dnnbind.saving.SavingError, match=r"cut\.keras is a Keras 3 model file \(\.keras\) without "
+                                                         r"model\.weights\.h5: it holds config\.json, metadata\.json"):
+        keras.load_model(tmp_path / "cut.keras")
+
+
+def test_an_empty_or_foreign_weights_h5_names_the_format_it_expected(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3)])
+    (tmp_path / "empty.weights.h5").write_bytes(b"")
+    with pytest.raises(dnnbind.saving.SavingError, match=r"empty\.weights\.h5 is empty \(0 bytes\), not an HDF5 file "
+                                                         r"\(a Keras 3 \.weights\.h5 weights file\)"):
+        model.load_weights(tmp_path / "empty.weights.h5")
+    (tmp_path / "text.weights.h5").write_bytes(b"hello, world")
+    with pytest.raises(dnnbind.saving.SavingError, match=r"is not an HDF5 file .*, as its name says, nor safetensors: "
+                                                         r"it starts with the bytes 68 65 6c 6c"):
+        model.load_weights(tmp_path / "text.weights.h5")
+    (tmp_path / "empty.keras").write_bytes(b"")
+    with pytest.raises(dnnbind.saving.SavingError, match=r"empty\.keras is not a dnnbind model file nor a Keras 3 "
+                                                         r"\.keras file \(both are zips\): it is empty \(0 bytes\)"):
+        keras.load_model(tmp_path / "empty.keras")
+
+
+def test_a_py_dataset_whose_len_is_not_an_int_is_told_so(model):
+    class Batches(dnnbind.utils.PyDataset):
+        def __len__(self):
+            return 2.5
+
+        def __getitem__(self, index):
+            return np.zeros((2, 4, 4, 1), np.float32), np.zeros(2)
+
+    with pytest.raises(TypeError, match=r"Batches\.__len__\(\) must return the number of batches per epoch as an int, "
+                                        r"got 2\.5 \(float\)"):
+        model.fit(Batches(), verbose=0)
+
+
+def test_non_integer_padding_is_named_not_iterated():
+    x, w = np.zeros((1, 3, 8, 8), np.float32), np.zeros((4, 3, 3, 3), np.float32)
+    for call, op in ((lambda: dnnbind.kernels.conv2d_forward(x, w, padding=1.5), "conv2d_forward"),
+                     (lambda: dnnbind.kernels.pool2d_forward(x, padding=1.5), "pool2d_forward")):
+        with pytest.raises(TypeError, match=rf"{op}: padding must be 'valid', 'same', an int, a pair or a 4-tuple of "
+                                            r"ints, got 1\.5 \(float\)"):
+            call()
+    with pytest.raises(TypeError, match=r"conv2d_forward: padding .* got \(1\.5, 1\) \(holding float, int\)"):
+        dnnbind.kernels.conv2d_forward(x, w, padding=(1.5, 1))  # was truncated to (1, 1)
+    with pytest.raises(TypeError, match=r"conv2d_forward: stride must be an int or a pair of ints, got '2'"):
+        dnnbind.kernels.conv2d_forward(x, w, stride="2")
+    with pytest.raises(TypeError, match=r"ConvolutionDescriptor: pad must be an int or a sequence of ints \(one per "
+                                        r"spatial axis\), got 1\.5 \(float\)"):
+        dnnbind.cudnn.ConvolutionDescriptor(pad=1.5)
+    with pytest.raises(TypeError, match=r"PoolingDescriptor: pad must be an int or a sequence of ints"):
+        dnnbind.cudnn.PoolingDescriptor(pad=1.5)
+
+
+def test_a_read_only_out_array_is_named_before_any_work():
+    x, w = np.ones((1, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32)
+    out = np.zeros((1, 4, 6, 6), np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match=r"conv2d_forward: out \(shape \(1, 4, 6, 6\), float32\) is read-only .*pass "
+                                         r"a writeable array"):
+        dnnbind.kernels.conv2d_forward(x, w, out=out)
+    with pytest.raises(ValueError, match=r"activation_forward: out .* is read-only"):
+        dnnbind.kernels.activation_forward(x, "relu", out=np.broadcast_to(np.zeros((), np.float32), x.shape))
+
+
+def test_a_save_onto_a_read_only_file_system_names_the_target(tmp_path, monkeypatch):
+    import errno
+
+    from dnnbind import _files, saving_lib
+
+    def read_only(path, mode):
+        raise OSError(errno.EROFS, "Read-only file system", path)
+
+    monkeypatch.setattr(_files, "create_exclusive", read_only)
+    monkeypatch.setattr(saving_lib, "create_exclusive", read_only)
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3)])
+    for target in (tmp_path / "m.dnnbind", tmp_path / "w.safetensors", tmp_path / "ckpt"):
+        save = model.save_weights if target.suffix == ".safetensors" else model.save
+        with pytest.raises(OSError, match=rf"cannot save {target}: Read-only file system \(a save first writes "
+                                          r"\S+ in .*, then renames it") as raised:
+            save(target)
+        assert raised.value.errno == errno.EROFS and raised.value.filename == str(target)
+
+
+def test_descriptor_values_cudnn_would_take_silently_or_refuse_without_words():
+    with pytest.raises(ValueError, match=r"ActivationDescriptor: coef must be a finite number .*got nan"):
+        dnnbind.cudnn.ActivationDescriptor("clipped_relu", coef=float("nan"))
+    with pytest.raises(ValueError, match=r"clipped_relu needs a positive ceiling coef, got -1"):
+        dnnbind.cudnn.ActivationDescriptor("clipped_relu", coef=-1)
+    x_desc = dnnbind.cudnn.TensorDescriptor((1, 3, 2, 2), "float32")
+    w_desc = dnnbind.cudnn.FilterDescriptor((4, 3, 5, 5), "float32")
+    with pytest.raises(ValueError, match=r"the kernel spans 5 along spatial axis 0 \(size 5, dilation 1\) but the input "
+                                         r"is 2 \+ 2 x 1 padding = 4 there: the output would be empty \(x \(1, 3, 2, 2\) "
+                                         r"NCHW, w \(4, 3, 5, 5\) NCHW"):
+        dnnbind.cudnn.ConvolutionDescriptor(pad=1).forward_output_dim(x_desc, w_desc)
+    assert dnnbind.cudnn.ConvolutionDescriptor(pad=2).forward_output_dim(x_desc, w_desc) == (1, 4, 2, 2)

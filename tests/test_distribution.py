@@ -7,7 +7,10 @@ ranks as threads on NumPy models must train exactly like one process on the glob
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +25,7 @@ from dnnbind import callbacks, layers
 from dnnbind import distribution as dd
 from dnnbind.distribution import env as denv
 from dnnbind.distribution import launch as dlaunch
+from dnnbind.distribution import store as dd_store
 from dnnbind.distribution.planning import BUCKET_BYTES, FIRST_BUCKET_BYTES
 from dnnbind.errors import DistributedError
 from testutil import numerical_grad, rel_error
@@ -30,10 +34,14 @@ MB = 1024 * 1024
 
 
 # ----- launcher environments -----------------------------------------------------------------------
+TOKEN = {"DNNBIND_STORE_TOKEN": "s3cret"}  # a store reachable from other hosts needs the job's token
+
+
 def test_env_torchrun_and_dnnbind_launch():
     e = denv.from_environment({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
-                               "MASTER_ADDR": "node0", "MASTER_PORT": "29400"})
+                               "MASTER_ADDR": "node0", "MASTER_PORT": "29400", **TOKEN})
     assert e == denv.ProcessEnv(5, 8, 1, 4, "node0", 29400, "env")
+    assert e.store_token == "s3cret" and "s3cret" not in repr(e)
     # without LOCAL_* (a hand-set single host): local rank = rank, defaults for the address
     e = denv.from_environment({"RANK": "2", "WORLD_SIZE": "3"})
     assert (e.rank, e.world_size, e.local_rank, e.local_world_size) == (2, 3, 2, 3)
@@ -45,16 +53,16 @@ def test_env_mpirun():
             "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
     e = denv.from_environment(base)
     assert e == denv.ProcessEnv(3, 4, 1, 2, None, None, "mpirun")  # no address: the id goes through mpi4py
-    e = denv.from_environment({**base, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "1234"})
+    e = denv.from_environment({**base, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "1234", **TOKEN})
     assert (e.master_addr, e.master_port, e.launcher) == ("10.0.0.7", 1234, "mpirun")
 
 
 def test_env_slurm():
     e = denv.from_environment({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
-                               "SLURM_NTASKS_PER_NODE": "8(x2)", "SLURM_STEP_NODELIST": "gpu[007-008]"})
+                               "SLURM_NTASKS_PER_NODE": "8(x2)", "SLURM_STEP_NODELIST": "gpu[007-008]", **TOKEN})
     assert e == denv.ProcessEnv(9, 16, 1, 8, "gpu007", 29500, "slurm")
     e = denv.from_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
-                               "SLURM_JOB_NODELIST": "a1,b2", "MASTER_PORT": "4000"})
+                               "SLURM_JOB_NODELIST": "a1,b2", "MASTER_PORT": "4000", **TOKEN})
     assert (e.master_addr, e.master_port) == ("a1", 4000)
 
 
@@ -85,14 +93,66 @@ def test_env_errors_name_the_variable(env, message):
         denv.from_environment(env)
 
 
+@pytest.mark.parametrize("env, message", [
+    # local rank >= local world size, and local world size > world size (the issue's cases)
+    ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+     "local rank 2 is outside [0, 2) (LOCAL_RANK=2 must be < LOCAL_WORLD_SIZE=2)"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"},
+     "LOCAL_WORLD_SIZE=4 processes on this host is more than WORLD_SIZE=2 in the whole job"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, "OMPI_COMM_WORLD_LOCAL_SIZE=3 processes on this host is more than "
+                                          "OMPI_COMM_WORLD_SIZE=2"),
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "2"},
+     "local rank 2 is outside [0, 2) (SLURM_LOCALID=2 must be < SLURM_NTASKS_PER_NODE=2)"),
+    # a rank without its world size (or the reverse) was ignored: the job ran as one process
+    ({"RANK": "1"}, "RANK='1' is set but WORLD_SIZE is not"),
+    ({"WORLD_SIZE": "4"}, "WORLD_SIZE='4' is set but RANK is not"),
+    ({"OMPI_COMM_WORLD_RANK": "3"}, "OMPI_COMM_WORLD_RANK='3' is set but OMPI_COMM_WORLD_SIZE is not"),
+    ({"SLURM_NTASKS": "8"}, "SLURM_NTASKS='8' is set but SLURM_PROCID is not"),
+    # a store other hosts can reach needs the job's token; an empty one is no token
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.5"}, "set DNNBIND_STORE_TOKEN to the same value for "
+                                                                   "every rank"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu[1-2]"}, "store at gpu1:29500, reachable"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "DNNBIND_STORE_TOKEN": " "}, "DNNBIND_STORE_TOKEN is set but empty"),
+])
+def test_inconsistent_environments_are_refused_naming_the_variables(env, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        denv.from_environment(env)
+
+
+def test_consistent_environments_without_a_token_where_none_is_needed():
+    # loopback, one process, or mpirun without MASTER_ADDR (the id goes through mpi4py): no token needed
+    assert denv.from_environment({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost"}).store_token is None
+    assert denv.from_environment({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "10.0.0.5"}).world_size == 1
+    assert denv.from_environment({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}).master_addr is None
+    # srun -n 1 inside an allocation of 8 tasks per node: the job's count does not pass the step's
+    e = denv.from_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "8"})
+    assert (e.world_size, e.local_world_size) == (1, 1)
+
+
+def test_launcher_reports_a_bad_environment_value_in_one_line():
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "DNNBIND_STORE_TOKEN")}
+    for extra, args, message in (
+            ({"MASTER_PORT": "abc"}, [], "environment variable MASTER_PORT must be an integer, got 'abc'"),
+            ({"MASTER_PORT": "70000"}, [], "MASTER_PORT must be a TCP port in [0, 65535], got 70000"),
+            ({}, ["--nnodes", "2", "--master-addr", "10.0.0.5"], "export DNNBIND_STORE_TOKEN with the same value on "
+                                                                 "every host")):
+        done = subprocess.run([sys.executable, "-m", "dnnbind.launch", *args, "x.py"], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=60)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert lines[0].startswith("python -m dnnbind.launch: error: ") and message in lines[0], lines
+
+
 def test_child_environments():
     envs = dlaunch.child_environments({"NCCL_NVLS_ENABLE": "0", "SLURM_PROCID": "7", "KEEP": "1"}, nproc_per_node=3,
-                                      nnodes=2, node_rank=1, master_addr="h0", master_port=1234)
+                                      nnodes=2, node_rank=1, master_addr="h0", master_port=1234, store_token="t0k")
     assert [e["RANK"] for e in envs] == ["3", "4", "5"]
     assert {e["WORLD_SIZE"] for e in envs} == {"6"} and [e["LOCAL_RANK"] for e in envs] == ["0", "1", "2"]
     for e in envs:
         assert e["NCCL_NVLS_ENABLE"] == "0" and e["KEEP"] == "1" and "SLURM_PROCID" not in e
-        assert (e["MASTER_ADDR"], e["MASTER_PORT"], e["LOCAL_WORLD_SIZE"]) == ("h0", "1234", "3")
+        assert (e["MASTER_ADDR"], e["MASTER_PORT"], e["LOCAL_WORLD_SIZE"], e["DNNBIND_STORE_TOKEN"]) == \
+            ("h0", "1234", "3", "t0k")
         # what the child reads back is what the launcher meant
         parsed = denv.from_environment(e)
         assert (parsed.rank, parsed.world_size, parsed.local_rank) == (int(e["RANK"]), 6, int(e["LOCAL_RANK"]))
@@ -103,7 +163,8 @@ _CHILD_OK = r"""
 import os
 from dnnbind.distribution import TCPStore, from_environment, rendezvous
 env = from_environment()
-store = TCPStore(env.master_addr, env.master_port, is_server=env.rank == 0, timeout=30)
+store = TCPStore(env.master_addr, env.master_port, is_server=env.rank == 0, timeout=30, token=env.store_token)
+assert env.store_token and len(env.store_token) == 32  # the launcher's, one per job
 rendezvous(store, env.rank, env.world_size, timeout=30)
 store.set(f"v/{env.rank}", str(10 * env.rank + 1).encode())
 values = [int(store.get(f"v/{r}", 30)) for r in range(env.world_size)]
@@ -175,6 +236,127 @@ def test_rendezvous_names_the_rank_that_never_joins():
         assert time.monotonic() - start < 5
     finally:
         store.close()
+
+
+def test_the_store_admits_only_clients_holding_the_token():
+    server = dd.TCPStore("127.0.0.1", 0, is_server=True, timeout=5, token="job-secret")
+    try:
+        for token, state in ((None, "not set"), ("another-job", "set")):
+            with pytest.raises(DistributedError, match=rf"refused this rank: it did not present the job's token "
+                                                       rf"\(DNNBIND_STORE_TOKEN is {state} here"):
+                dd.TCPStore("127.0.0.1", server.port, timeout=5, token=token)
+        # a peer that skips the handshake is answered "token" and never served
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            hello = json.loads(raw.makefile("rb").readline())
+            assert hello["hello"] == "dnnbind-store/1" and len(hello["nonce"]) == 32
+            raw.sendall(b'{"op": "set", "key": "dnnbind/failure", "value": "00"}\n')
+            assert json.loads(raw.makefile("rb").readline()) == {"ok": False, "error": "token"}
+        assert server.check("dnnbind/failure") is None
+        client = dd.TCPStore("127.0.0.1", server.port, timeout=5, token="job-secret")
+        client.set("k", b"v")
+        assert server.get("k", 1) == b"v"
+        client.close()
+    finally:
+        server.close()
+    # the client checks the server too: a listener that cannot prove the token is not this job's store
+    with socket.socket() as fake:
+        fake.bind(("127.0.0.1", 0))
+        fake.listen(1)
+
+        def impostor():
+            conn, _ = fake.accept()
+            with conn:
+                conn.sendall(b'{"hello": "dnnbind-store/1", "nonce": "ab"}\n')
+                conn.makefile("rb").readline()
+                conn.sendall(b'{"ok": true, "proof": "00"}\n')
+
+        t = threading.Thread(target=impostor)
+        t.start()
+        with pytest.raises(DistributedError, match="does not know this job's token: it is another job's store"):
+            dd.TCPStore("127.0.0.1", fake.getsockname()[1], timeout=5, token="job-secret")
+        t.join(5)
+    with pytest.raises(ValueError, match="would listen on every interface .* but no token"):
+        dd_store.StoreServer("0.0.0.0", 0)
+
+
+_STORE_CHILD = r"""
+import json, sys
+from dnnbind.distribution import TCPStore
+
+
+def peak_kib():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+
+
+store = TCPStore("127.0.0.1", 0, is_server=True, timeout=5, token="t")
+print(json.dumps({"port": store.port, "base_kib": peak_kib()}), flush=True)
+sys.stdin.readline()  # the parent has sent its oversized lines
+print(json.dumps({"peak_kib": peak_kib(), "keys": store.check("after") is not None}), flush=True)
+store.close()
+"""
+
+
+def test_an_oversized_store_line_is_refused_in_bounded_memory():
+    """A 300 MB unterminated line made rank 0 hold 665 MB. Now the server reads at most
+    MAX_MESSAGE_BYTES of a line (before and after the handshake), answers "message too long" and drops
+    the connection; its peak memory (measured in the child serving it) barely moves."""
+    child = subprocess.Popen([sys.executable, "-c", _STORE_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        start = json.loads(child.stdout.readline())
+        port = start["port"]
+        chunk = b"x" * (4 * MB)
+
+        def flood(authenticate: bool) -> bytes:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                reader = sock.makefile("rb")
+                hello = json.loads(reader.readline())
+                if authenticate:
+                    mine = "cd" * 16
+                    proof = dd_store._proof(b"t", "client", hello["nonce"], mine)
+                    sock.sendall(json.dumps({"nonce": mine, "proof": proof}).encode() + b"\n")
+                    assert json.loads(reader.readline())["ok"]
+                try:
+                    for _ in range(75):  # 300 MB, no newline
+                        sock.sendall(chunk)
+                except OSError:  # the server dropped the connection part-way: what we want
+                    pass
+                try:
+                    return reader.readline()
+                except OSError:
+                    return b""
+
+        for authenticate in (False, True):
+            reply = flood(authenticate)
+            assert reply in (b"", b'{"ok": false, "error": "token"}\n') or b"message too long" in reply, reply
+        # exactly one byte over the limit, fully read by the server: the reply arrives whole
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            reader = sock.makefile("rb")
+            hello = json.loads(reader.readline())
+            proof = dd_store._proof(b"t", "client", hello["nonce"], "ef" * 16)
+            sock.sendall(json.dumps({"nonce": "ef" * 16, "proof": proof}).encode() + b"\n")
+            assert json.loads(reader.readline())["ok"]
+            sock.sendall(b"y" * (dd_store.MAX_MESSAGE_BYTES + 1))
+            assert json.loads(reader.readline()) == {
+                "ok": False, "error": f"message too long: more than {dd_store.MAX_MESSAGE_BYTES} bytes without a newline"}
+            assert reader.readline() == b""  # and the connection is gone
+        # the client refuses to send what the server would refuse, naming the limit
+        client = dd.TCPStore("127.0.0.1", port, timeout=5, token="t")
+        with pytest.raises(DistributedError, match=r"the store request 'set' for key 'big' is [\d,]+ bytes, more than "
+                                                   r"the store's limit of 1,048,576 bytes per message"):
+            client.set("big", b"z" * (600 * 1024))
+        client.set("after", b"1")  # the server still serves
+        client.close()
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        end = json.loads(child.stdout.readline())
+        assert end["keys"]
+        grown_mb = (end["peak_kib"] - start["base_kib"]) / 1024
+        assert grown_mb < 50, f"the store's peak memory grew by {grown_mb:.0f} MB"
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_rendezvous_of_three_ranks_in_threads_and_failure_reports():

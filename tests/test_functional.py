@@ -260,6 +260,21 @@ def test_graph_structure_summary_and_errors(cpu, capsys):
         m.compile("sgd", ["mse", "mse"])
 
 
+def test_duplicate_layer_names_are_refused_at_model_as_keras_does(cpu, tmp_path):
+    """Such a model used to build and save, then load_model refused its own file ("two layers are named
+    'd'"). Keras 3 refuses it at Model(...) (ops/function.py: map_graph), with these words."""
+    inputs = keras.Input((4,), name="x")
+    hidden = layers.Dense(3, name="d")(inputs)
+    with pytest.raises(ValueError, match=r'The name "d" is used 2 times in the model \(Dense, Dense\)\. All operation '
+                                         r"names should be unique\. Give each layer its own name="):
+        Model(inputs, layers.Dense(2, name="d")(hidden))
+    with pytest.raises(ValueError, match='The name "x" is used 2 times'):  # Input layers count, as in Keras
+        Model(inputs, layers.Dense(2, name="x")(hidden))
+    model = Model(inputs, layers.Dense(2, name="d_2")(hidden))  # distinct names: it round-trips
+    model.save(tmp_path / "m.dnnbind")
+    assert [layer.name for layer in keras.load_model(tmp_path / "m.dnnbind").layers] == ["x", "d", "d_2"]
+
+
 def test_config_round_trip_rebuilds_the_graph(cpu, rng):
     for build in (residual_cnn, two_in_two_out, lambda: shared_model()[0]):
         model = build()

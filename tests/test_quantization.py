@@ -386,6 +386,81 @@ def test_a_quantize_that_fails_leaves_no_calibration_behind_for_the_next_one(rng
     assert dense.input_scale.numpy()[0] == 0
 
 
+def _dense_model(rng):
+    dnnbind.utils.set_random_seed(5)
+    m = dnnbind.Sequential([layers.Input((8,)), layers.Dense(16, activation="relu"), layers.Dense(4)])
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    m.predict(x, verbose=0)
+    return m, x
+
+
+@pytest.mark.parametrize("mode", ["int8", "float8"])
+@pytest.mark.parametrize("case, data, message", [
+    ("empty", np.zeros((0, 8), np.float32), r"calibration_data holds no samples"),
+    ("zeros", np.zeros((32, 8), np.float32), r"degenerate activation scales for Dense 'dense(_\d+)?' \(max\|x\| = 0\.0 over "
+                                             r"32 rows: int8 scale 1\.27e\+09\)"),
+    ("nan", np.full((4, 8), np.nan, np.float32), r"degenerate activation scales for Dense .*max\|x\| = nan"),
+])
+def test_degenerate_calibration_is_refused_and_changes_nothing(rng, mode, case, data, message):
+    """The issue's case: an empty or all-zero calibration set gave scales of 1.27e9 and predictions that
+    agreed with the float model 0-12% of the time. It is refused before any layer changes, saying what
+    to do; quantize() without calibration data then works, with dynamic scales."""
+    m, x = _dense_model(rng)
+    ref = m.predict(x, verbose=0)
+    before = [w.copy() for w in m.get_weights()]
+    with pytest.raises(ValueError, match=message) as raised:
+        m.quantize(mode, calibration_data=data)
+    assert "quantize without calibration_data" in str(raised.value)
+    assert [getattr(layer, "quantization_mode", None) for layer in m.layers] == [None, None]
+    assert all("_calibrated_amax" not in layer.__dict__ for layer in m.layers)
+    for a, b in zip(m.get_weights(), before):
+        np.testing.assert_array_equal(a, b)
+    m.quantize(mode)
+    assert not m.layers[0]._input_scale_static
+    agree = np.mean(np.argmax(m.predict(x, verbose=0), 1) == np.argmax(ref, 1))
+    assert agree > 0.9, agree
+
+
+def test_set_weights_and_load_weights_on_a_quantized_layer_check_dtypes_and_ranges(rng, tmp_path):
+    """set_weights used to take a float32 kernel and truncate it into the int8 one."""
+    m, x = _dense_model(rng)
+    float_kernel = m.layers[0].get_weights()[0]
+    m.quantize("int8", calibration_data=x)
+    m.save_weights(tmp_path / "q.safetensors")
+    good = m.get_weights()
+    ref = m.predict(x, verbose=0)
+    cases = [
+        (0, float_kernel, TypeError, r"layer 'dense(_\d+)?' \(Dense, quantized 'int8'\): weight 'kernel' holds int8 values "
+                                     r"in \[-127, 127\].*got dtype float32: a float array would be truncated"),
+        (0, np.full_like(good[0], -128), ValueError, r"weight 'kernel' holds int8 values in \[-127, 127\].*got values "
+                                                     r"in \[-128, -128\]"),
+        (2, np.zeros_like(good[2]), ValueError, r"weight 'kernel_scale' holds finite scales > 0, got \[0\. 0\. 0\. 0\.\]"),
+        (3, np.array([np.inf], np.float32), ValueError, r"weight 'input_scale' holds a finite scale >= 0"),
+    ]
+    for index, value, error, message in cases:
+        weights = list(good)
+        weights[index] = value
+        with pytest.raises(error, match=message):
+            m.set_weights(weights)
+        for a, b in zip(m.get_weights(), good):  # nothing was written
+            np.testing.assert_array_equal(a, b)
+    # the same checks on a file, before the first weight is assigned
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(tmp_path / "q.safetensors"))
+    kernel_key = next(k for k, v in tensors.items() if v.dtype == np.int8)
+    save_file({**tensors, kernel_key: np.full_like(tensors[kernel_key], -128)}, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(SavingError, match=rf"bad\.safetensors: tensor '{kernel_key}': .* got values in \[-128, -128\]"):
+        m.load_weights(tmp_path / "bad.safetensors")
+    np.testing.assert_array_equal(m.predict(x, verbose=0), ref)
+    m8, _ = _dense_model(rng)
+    m8.quantize("float8")
+    weights = m8.get_weights()
+    weights[0] = np.full_like(weights[0], 0x7F)  # E4M3's NaN byte
+    with pytest.raises(ValueError, match="none of them NaN"):
+        m8.set_weights(weights)
+
+
 @pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
 def test_a_layer_whose_quantization_fails_part_way_is_left_as_it_was(rng, monkeypatch, mode):
     layer = layers.Dense(32, activation="relu")

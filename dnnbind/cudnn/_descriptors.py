@@ -17,6 +17,7 @@ name the descriptor and the bad value); a failed set call raises
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
@@ -109,6 +110,20 @@ def _ints(values: Any, what: str, name: str, *, minimum: int, length: int | None
     if length is not None and len(out) != length:
         raise ValueError(f"{what}: {name} needs {length} values, got {len(out)}: {out!r}")
     return out
+
+
+def _spatial_rank(what: str, **values: Any) -> int:
+    """The number of spatial axes of ``values`` (ints, or sequences of ints, all of one length: the
+    first sequence sets it; all ints mean 2-d); a value of another type is a TypeError naming it."""
+    rank = None
+    for name, value in values.items():
+        if value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool)):
+            continue
+        if isinstance(value, (str, bytes, bool)) or not hasattr(value, "__len__"):
+            raise TypeError(f"{what}: {name} must be an int or a sequence of ints (one per spatial axis), got "
+                            f"{value!r} ({type(value).__name__})")
+        rank = len(value) if rank is None else rank
+    return 2 if rank is None else rank
 
 
 def _layout(layout: str, what: str) -> str:
@@ -506,7 +521,7 @@ class ConvolutionDescriptor(_Descriptor):
     def __init__(self, pad: Any = 0, stride: Any = 1, dilation: Any = 1, groups: int = 1,
                  compute_dtype: Any = "float32", math: Any = "tensor_op", mode: Any = "cross_correlation") -> None:
         what = "ConvolutionDescriptor"
-        rank = next((len(v) for v in (pad, stride, dilation) if not isinstance(v, (int, np.integer))), 2)
+        rank = _spatial_rank(what, pad=pad, stride=stride, dilation=dilation)
         if not 1 <= rank <= _MAX_DIMS - 2:
             raise ValueError(f"{what}: 1 to {_MAX_DIMS - 2} spatial dims supported, got {rank}")
         pad_t = _ints(pad, what, "pad", minimum=0, length=rank)
@@ -551,6 +566,21 @@ class ConvolutionDescriptor(_Descriptor):
                                compute_dtype=dtype_of(compute), math=_name_of(math.value, _MATH),
                                mode=_name_of(mode, _CONV_MODE))
 
+    def _check_window_fits(self, x_desc: TensorDescriptor, w_desc: FilterDescriptor) -> None:
+        """cuDNN answers BAD_PARAM, without saying why, for a (dilated) kernel larger than the padded input:
+        say it with the shapes first."""
+        x, w, conv = x_desc.get(), w_desc.get(), self.get()
+        x_spatial = _to_cudnn_order(tuple(x.shape), x_desc.layout)[2:]
+        w_spatial = _to_cudnn_order(tuple(w.shape), w.layout)[2:]
+        for axis, (size, k, p, d) in enumerate(zip(x_spatial, w_spatial, conv.pad, conv.dilation)):
+            window = (k - 1) * d + 1
+            if window > size + 2 * p:
+                raise ValueError(
+                    f"ConvolutionDescriptor.forward_output_dim: the kernel spans {window} along spatial axis {axis} "
+                    f"(size {k}, dilation {d}) but the input is {size} + 2 x {p} padding = {size + 2 * p} there: the "
+                    f"output would be empty (x {tuple(x.shape)} {x_desc.layout}, w {tuple(w.shape)} {w.layout}, pad "
+                    f"{conv.pad}, dilation {conv.dilation}); pad more, or use a smaller kernel or dilation")
+
     def forward_output_dim(self, x_desc: TensorDescriptor, w_desc: FilterDescriptor) -> tuple[int, ...]:
         """Output shape of the forward convolution, in ``x_desc``'s layout order.
 
@@ -563,6 +593,7 @@ class ConvolutionDescriptor(_Descriptor):
                 f"ConvolutionDescriptor.forward_output_dim: a {self._rank}-d convolution needs "
                 f"{self._rank + 2}-d x and w descriptors, got x {x_desc.get().shape} and w {w_desc.get().shape}"
             )
+        self._check_window_fits(x_desc, w_desc)
         context = {"x": x_desc, "w": w_desc, "conv": self}
         if self._rank == 2:
             out = [ctypes.c_int() for _ in range(4)]
@@ -618,8 +649,7 @@ class PoolingDescriptor(_Descriptor):
                  nan_propagation: bool = False) -> None:
         what = "PoolingDescriptor"
         mode_v = _enum_arg(mode, _POOL_MODE, C.PoolingMode, what, "mode")
-        rank = next((len(v) for v in (window, pad, stride) if v is not None and not isinstance(v, (int, np.integer))),
-                    2)
+        rank = _spatial_rank(what, window=window, pad=pad, stride=stride)
         window_t = _ints(window, what, "window", minimum=1, length=rank)
         pad_t = _ints(pad, what, "pad", minimum=0, length=rank)
         stride_t = window_t if stride is None else _ints(stride, what, "stride", minimum=1, length=rank)
@@ -701,6 +731,13 @@ class ActivationDescriptor(_Descriptor):
         mode_v = _enum_arg(mode, _ACTIVATION, C.ActivationMode, what, "mode")
         if isinstance(coef, bool) or not isinstance(coef, (int, float, np.floating, np.integer)):
             raise TypeError(f"{what}: coef must be a number, got {coef!r}")
+        if not math.isfinite(coef):
+            raise ValueError(f"{what}: coef must be a finite number (clipped_relu's ceiling, elu's alpha), got {coef!r}")
+        if mode_v == C.ActivationMode.CLIPPED_RELU and coef <= 0:
+            raise ValueError(f"{what}: clipped_relu needs a positive ceiling coef, got {coef!r}")
+        if swish_beta is not None and (isinstance(swish_beta, bool) or not isinstance(
+                swish_beta, (int, float, np.floating, np.integer)) or not math.isfinite(swish_beta)):
+            raise ValueError(f"{what}: swish_beta must be a finite number, got {swish_beta!r}")
         if swish_beta is not None and mode_v != C.ActivationMode.SWISH:
             raise ValueError(f"{what}: swish_beta only applies to mode 'swish', got mode {mode!r}")
         nan = _nan(nan_propagation, what)

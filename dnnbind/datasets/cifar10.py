@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import tarfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from .._bounded import BoundedReader
 from .download import DatasetFormatError, RemoteFile, fetch_all
 
 __all__ = ["load_data", "parse_records", "ARCHIVE", "MIRRORS", "TRAIN_FILES", "TEST_FILE", "CLASS_NAMES"]
@@ -55,18 +57,23 @@ def parse_records(data: bytes, source: str = "<bytes>") -> tuple[np.ndarray, np.
 
 
 def _read_archive(path: Path) -> dict[str, bytes]:
+    """The batches, read in one pass of the gzip stream (decompressed within the read limits, each
+    member's declared size checked before it is read)."""
     wanted = {f"{MEMBER_DIR}/{name}": name for name in (*TRAIN_FILES, TEST_FILE)}
     found: dict[str, bytes] = {}
+    reader = BoundedReader()
     try:
-        with tarfile.open(path, "r:gz") as tar:
+        with open(path, "rb") as raw, reader.inflating(raw, str(path)) as stream, \
+                tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
                 name = wanted.get(member.name)
                 if name is None:
                     continue
                 if not member.isfile():
                     raise DatasetFormatError(f"{path}: {member.name} is not a regular file")
+                reader.check_size(member.size, f"{path}: {member.name}")
                 found[name] = tar.extractfile(member).read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise DatasetFormatError(f"{path}: cannot read the archive ({exc})") from exc
     missing = sorted(set(wanted.values()) - set(found))
     if missing:
@@ -77,7 +84,8 @@ def _read_archive(path: Path) -> dict[str, bytes]:
 def _read_directory(directory: Path) -> dict[str, bytes]:
     for base in (directory / MEMBER_DIR, directory):
         if all((base / n).is_file() for n in (*TRAIN_FILES, TEST_FILE)):
-            return {n: (base / n).read_bytes() for n in (*TRAIN_FILES, TEST_FILE)}
+            reader = BoundedReader()
+            return {n: reader.read_file(base / n) for n in (*TRAIN_FILES, TEST_FILE)}
     archive = directory / ARCHIVE.filename
     if archive.is_file():
         return _read_archive(archive)

@@ -20,13 +20,16 @@ local mirror, or an unreachable one to try the offline path.
 
 from __future__ import annotations
 
-import gzip
+import io
 import os
 import sys
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from .._bounded import BoundedReader, ReadLimits
 from .download import ChecksumError, DatasetFormatError, DownloadError, RemoteFile, fetch_all, file_digest
 
 __all__ = ["load_data", "load_subset", "load_idx", "load_embedded", "FILES", "MIRRORS", "find_files",
@@ -74,8 +77,10 @@ _IDX_DTYPES = {
 }
 
 
-def load_idx(path: str | os.PathLike) -> np.ndarray:
-    """Read one IDX file (gzipped or not; detected from its first bytes, not its name).
+def load_idx(path: str | os.PathLike, *, limits: "ReadLimits | dict | None" = None) -> np.ndarray:
+    """Read one IDX file (gzipped or not; detected from its first bytes, not its name), decompressed
+    within the read limits (``limits``, else the ``DNNBIND_READ_*`` environment: see
+    :class:`dnnbind.saving.ReadLimits`).
 
     Returns:
         A native-endian array with the dtype and dimensions the header declares.
@@ -83,15 +88,13 @@ def load_idx(path: str | os.PathLike) -> np.ndarray:
     Raises:
         DatasetFormatError: bad magic number, unknown type code, or a data size that
             does not match the declared dimensions.
+        ReadLimitError: the file, or its decompression, passes the read limits.
     """
     path = Path(path)
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise DatasetFormatError(f"{path}: corrupt gzip data ({exc})") from exc
+    try:
+        raw = BoundedReader(limits).gunzip_file(path)
+    except (zlib.error, EOFError) as exc:
+        raise DatasetFormatError(f"{path}: corrupt gzip data ({exc})") from exc
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise DatasetFormatError(
             f"{path}: not an IDX file (the magic number must start with two zero bytes, "
@@ -179,13 +182,40 @@ def load_subset(subset: str, data_dir: str | os.PathLike | None = None) -> tuple
     return _read_pair(images_path, labels_path)
 
 
-def _load_npz(path: Path):
-    # Keras's mnist.npz holds plain arrays; allow_pickle=False refuses anything else.
-    with np.load(path, allow_pickle=False) as f:
-        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in f.files]
-        if missing:
-            raise DatasetFormatError(f"{path}: missing arrays {missing} (found {f.files})")
-        return (f["x_train"], f["y_train"]), (f["x_test"], f["y_test"])
+def _npy_array(data: bytes, what: str) -> np.ndarray:
+    """One ``.npy`` member: its header's shape and dtype checked against the bytes it holds before an
+    array is made (``np.load`` allocates what the header declares first); object arrays (pickle) refused."""
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = read_header(f)
+    except ValueError as exc:
+        raise DatasetFormatError(f"{what}: not a NumPy .npy array ({exc})") from None
+    if dtype.hasobject:
+        raise DatasetFormatError(f"{what} holds Python objects, which only pickle can load (allow_pickle=False); "
+                                 "dnnbind never unpickles: save plain arrays")
+    count = int(np.prod(shape, dtype=object))
+    if count * dtype.itemsize != len(data) - f.tell():
+        raise DatasetFormatError(f"{what}: its header declares shape {shape} of {dtype} ({count * dtype.itemsize:,} "
+                                 f"bytes) but it holds {len(data) - f.tell():,} data bytes")
+    array = np.frombuffer(data, dtype, count, offset=f.tell())
+    return array.reshape(shape, order="F" if fortran_order else "C")
+
+
+def _load_npz(path: Path, limits: "ReadLimits | dict | None" = None):
+    # Keras's mnist.npz holds plain arrays: each member is read within the limits, its header checked
+    names = ("x_train", "y_train", "x_test", "y_test")
+    try:
+        with BoundedReader(limits).open_zip(path) as zf:
+            missing = [k for k in names if f"{k}.npy" not in zf.infos]
+            if missing:
+                found = sorted(n[:-4] for n in zf.infos if n.endswith(".npy"))
+                raise DatasetFormatError(f"{path}: missing arrays {missing} (found {found})")
+            arrays = [_npy_array(zf.read(f"{k}.npy"), f"{path}: {k}.npy") for k in names]
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise DatasetFormatError(f"{path}: not a readable .npz (zip) file ({exc})") from None
+    return (arrays[0], arrays[1]), (arrays[2], arrays[3])
 
 
 def load_embedded(split: int = EMBEDDED_SPLIT):

@@ -171,7 +171,10 @@ class NcclCommunicator(Communicator):
         cuda.Device(index).use()
         store = None
         if env.master_addr is not None:
-            store = TCPStore(env.master_addr, env.master_port, is_server=env.rank == 0, timeout=timeout)
+            # a job of one process: nobody else needs to reach its store
+            host = env.master_addr if env.world_size > 1 else "127.0.0.1"
+            store = TCPStore(host, env.master_port, is_server=env.rank == 0, timeout=timeout,
+                             token=env.store_token)
             try:
                 rendezvous(store, env.rank, env.world_size, timeout=timeout)
                 if env.rank == 0:

@@ -9,7 +9,11 @@
 Each child gets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` (torchrun's names, so the same script also runs under torchrun) on top of the
 launcher's own environment, which is passed through unchanged (``NCCL_NVLS_ENABLE``,
-``NCCL_DEBUG``, ``CUDA_VISIBLE_DEVICES``... stay as they are).
+``NCCL_DEBUG``, ``CUDA_VISIBLE_DEVICES``... stay as they are), and ``DNNBIND_STORE_TOKEN``, the
+secret rank 0's store asks of every rank: the launcher's own when set, else a random one per job.
+Several hosts share no launcher, so with ``--nnodes`` > 1 and a ``--master-addr`` other than loopback
+it must be set, to the same value, on every host. A bad value (``MASTER_PORT=abc``) is reported in one
+line naming the variable, with exit code 2 as for a bad argument.
 
 Monitoring: the launcher polls its children every 0.1 s. When one exits with a non-zero code (or
 a signal), the others get SIGTERM, and SIGKILL after ``--grace`` seconds (default 10), so every
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -31,7 +36,7 @@ import sys
 import time
 from typing import Sequence
 
-from .env import DEFAULT_PORT
+from .env import DEFAULT_PORT, TOKEN_VARIABLE, is_loopback, read_port
 
 __all__ = ["main", "build_parser", "child_environments", "free_port"]
 
@@ -66,8 +71,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def child_environments(base: "dict[str, str]", *, nproc_per_node: int, nnodes: int, node_rank: int,
-                       master_addr: str, master_port: int) -> list[dict[str, str]]:
-    """The environment of each local child: ``base`` plus the rank variables (pure; tested)."""
+                       master_addr: str, master_port: int, store_token: "str | None" = None) -> list[dict[str, str]]:
+    """The environment of each local child: ``base`` plus the rank variables and, when given, the
+    store's token (pure; tested)."""
     world = nproc_per_node * nnodes
     out = []
     for local in range(nproc_per_node):
@@ -75,12 +81,31 @@ def child_environments(base: "dict[str, str]", *, nproc_per_node: int, nnodes: i
         env.update(RANK=str(node_rank * nproc_per_node + local), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
                    LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_RANK=str(node_rank), MASTER_ADDR=master_addr,
                    MASTER_PORT=str(master_port))
+        if store_token is not None:
+            env[TOKEN_VARIABLE] = store_token
         # another launcher's variables would take precedence in a script that reads them directly
         for stale in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                       "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_LOCALID"):
             env.pop(stale, None)
         out.append(env)
     return out
+
+
+def _store_token(env: "dict[str, str] | os._Environ", nnodes: int, addr: str) -> str:
+    """The job's store token: the environment's, else a new random one (one host only: other hosts'
+    launchers could not know it)."""
+    token = env.get(TOKEN_VARIABLE)
+    if token is not None:
+        if not token.strip():
+            raise ValueError(f"{TOKEN_VARIABLE} is set but empty; unset it (one host: the launcher makes one) or "
+                             "give every host the same secret")
+        return token.strip()
+    if nnodes > 1 and not is_loopback(addr):
+        raise ValueError(f"--nnodes {nnodes} with --master-addr {addr}: the hosts' ranks meet in a store reachable "
+                         f"from the network, which admits only ranks holding the job's secret; export {TOKEN_VARIABLE} "
+                         "with the same value on every host first, e.g. "
+                         f"{TOKEN_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')")
+    return secrets.token_hex(16)
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -119,7 +144,12 @@ def main(argv: "Sequence[str] | None" = None) -> int:
     if args.grace < 0:
         parser.error(f"--grace must be >= 0 seconds, got {args.grace}")
     addr = args.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-    port = args.master_port if args.master_port is not None else int(os.environ.get("MASTER_PORT") or DEFAULT_PORT)
+    try:
+        port = args.master_port if args.master_port is not None else read_port(os.environ, DEFAULT_PORT, minimum=0)
+        token = _store_token(os.environ, args.nnodes, addr)
+    except ValueError as exc:  # one line naming the variable, as argparse reports a bad argument
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     if port == 0:
         if args.nnodes > 1:
             parser.error("--master-port 0 (a free port) works on one host only: the other hosts cannot know it")
@@ -128,7 +158,7 @@ def main(argv: "Sequence[str] | None" = None) -> int:
         parser.error(f"--master-port must be in [1, 65535], got {port}")
     command = [sys.executable, *(["-m"] if args.module else []), args.script, *args.script_args]
     envs = child_environments(dict(os.environ), nproc_per_node=args.nproc_per_node, nnodes=args.nnodes,
-                              node_rank=args.node_rank, master_addr=addr, master_port=port)
+                              node_rank=args.node_rank, master_addr=addr, master_port=port, store_token=token)
     ranks = [int(e["RANK"]) for e in envs]
     procs: list[subprocess.Popen] = []
     received: list[int] = []

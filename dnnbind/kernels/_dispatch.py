@@ -154,7 +154,7 @@ def to_compute(x: np.ndarray) -> np.ndarray:
 
 
 def check_out(op: str, out: Any, shape: "tuple[int, ...]", dtype: np.dtype) -> None:
-    """``out=`` must have exactly the result's shape and dtype."""
+    """``out=`` must have exactly the result's shape and dtype, and be writeable."""
     if out is None:
         return
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
@@ -162,6 +162,10 @@ def check_out(op: str, out: Any, shape: "tuple[int, ...]", dtype: np.dtype) -> N
             f"{op}: out has shape {tuple(out.shape)} and dtype {out.dtype}, expected shape "
             f"{tuple(shape)} and dtype {np.dtype(dtype)}"
         )
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ValueError(f"{op}: out (shape {tuple(out.shape)}, {out.dtype}) is read-only (flags.writeable is False: a "
+                         "view of read-only memory, or np.broadcast_to); pass a writeable array, e.g. out.copy(), or "
+                         "out=None")
 
 
 def finish(result: np.ndarray, out: "np.ndarray | None", dtype: np.dtype) -> np.ndarray:

@@ -8,8 +8,13 @@ implementations therefore agree on padding, including Keras's asymmetric
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Iterable, Iterator, Sequence, Union
+
+import numpy as np
+
+from .._validate import ArgumentTypeError
 
 __all__ = [
     "LAYOUTS",
@@ -20,6 +25,7 @@ __all__ = [
     "conv_output_size",
     "check_layout",
     "is_plain",
+    "naming",
 ]
 
 LAYOUTS = ("NCHW", "NHWC")
@@ -27,24 +33,42 @@ LAYOUTS = ("NCHW", "NHWC")
 PaddingSpec = Union[int, str, Sequence[int]]
 
 
+def _integers(value: object, name: str, spelling: str) -> tuple[int, ...]:
+    """``value`` (a sequence) as exact ints; a float, a string or a bool is refused, never truncated."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be {spelling}, got {value!r} ({type(value).__name__})")
+    items = tuple(value)
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in items):
+        raise TypeError(f"{name} must be {spelling}, got {value!r} (holding "
+                        f"{', '.join(sorted({type(v).__name__ for v in items}))})")
+    return tuple(int(v) for v in items)
+
+
 def as_pair(value: "int | Sequence[int]", name: str) -> tuple[int, int]:
     """``3`` -> ``(3, 3)``; ``(2, 3)`` stays; anything else is a clear error."""
     if type(value) is int and value >= 1:  # hot path: a plain positive int
         return (value, value)
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
-    if isinstance(value, int):
-        pair = (value, value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        pair = (int(value), int(value))
     else:
-        try:
-            pair = tuple(int(v) for v in value)
-        except TypeError:
-            raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+        pair = _integers(value, name, "an int or a pair of ints")
         if len(pair) != 2:
             raise ValueError(f"{name} must have 2 values (height, width), got {value!r}")
     if any(v < 1 for v in pair) and name != "padding":
         raise ValueError(f"{name} must be positive, got {value!r}")
     return pair  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def naming(op: str) -> Iterator[None]:
+    """Prefix the errors of the geometry helpers above with ``op``; a wrong type stays a TypeError
+    (``ArgumentTypeError``, also a ValueError as the ops raised before)."""
+    try:
+        yield
+    except TypeError as exc:
+        raise ArgumentTypeError(f"{op}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{op}: {exc}") from None
 
 
 def is_plain(value: object) -> bool:
@@ -101,11 +125,11 @@ def resolve_padding(
             total = max((out_size - 1) * s + effective - size, 0)
             out += [total // 2, total - total // 2]
         return (out[0], out[1], out[2], out[3])
-    if isinstance(padding, int) and not isinstance(padding, bool):
+    if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
         if padding < 0:
             raise ValueError(f"padding must be >= 0, got {padding}")
-        return (padding, padding, padding, padding)
-    values = tuple(int(v) for v in padding)
+        return (int(padding),) * 4
+    values = _integers(padding, "padding", "'valid', 'same', an int, a pair or a 4-tuple of ints")
     if any(v < 0 for v in values):
         raise ValueError(f"padding must be >= 0, got {padding!r}")
     if len(values) == 2:

@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ._dispatch import as_array, check_float, check_out, check_same_dtype, finish, route, to_compute
 from ._host_memory import tune_malloc_once
-from ._params import ConvParams, as_pair, check_layout, is_plain, resolve_padding
+from ._params import ConvParams, as_pair, check_layout, is_plain, naming, resolve_padding
 from .activation import _forward as _activation_forward, resolve_activation
 
 __all__ = [
@@ -127,12 +127,10 @@ def _conv_params(op: str, x_shape: Sequence[int], w_shape: Sequence[int], *, str
         raise ValueError(
             f"{op}: w has {k} output channels, which groups={groups} does not divide (w shape {tuple(w_shape)})"
         )
-    stride_p = as_pair(stride, "stride")
-    dilation_p = as_pair(dilation, "dilation")
-    try:
+    with naming(op):
+        stride_p = as_pair(stride, "stride")
+        dilation_p = as_pair(dilation, "dilation")
         pad = resolve_padding(padding, (h, w), (r, s), stride_p, dilation_p)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{op}: {exc}") from None
     params = ConvParams(stride=stride_p, pad=pad, dilation=dilation_p, groups=groups)
     oh, ow = params.output_hw((h, w), (r, s))
     if oh < 1 or ow < 1:

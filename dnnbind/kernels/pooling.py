@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ._dispatch import as_array, check_float, check_out, finish, route, to_compute
 from ._host_memory import tune_malloc_once
-from ._params import PoolParams, as_pair, check_layout, is_plain, resolve_padding
+from ._params import PoolParams, as_pair, check_layout, is_plain, naming, resolve_padding
 
 __all__ = [
     "POOL_MODES",
@@ -64,16 +64,14 @@ def _pool_params(op: str, x_shape: Sequence[int], *, mode: str, window: Any, str
     name = _MODE_ALIASES.get(str(mode).lower(), str(mode).lower())
     if name not in POOL_MODES:
         raise ValueError(f"{op}: mode must be one of {', '.join(POOL_MODES)}, got {mode!r}")
-    window_p = as_pair(window, "window")
-    stride_p = window_p if stride is None else as_pair(stride, "stride")
     if layout == "NCHW":
         n, c, h, w = x_shape
     else:
         n, h, w, c = x_shape
-    try:
+    with naming(op):
+        window_p = as_pair(window, "window")
+        stride_p = window_p if stride is None else as_pair(stride, "stride")
         pad = resolve_padding(padding, (h, w), window_p, stride_p)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{op}: {exc}") from None
     if pad[0] >= window_p[0] or pad[1] >= window_p[0] or pad[2] >= window_p[1] or pad[3] >= window_p[1]:
         raise ValueError(f"{op}: padding {pad} must be smaller than the window {window_p} on each side")
     params = PoolParams(mode=name, window=window_p, stride=stride_p, pad=pad)

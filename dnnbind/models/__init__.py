@@ -36,14 +36,17 @@ def model_from_config(config: dict, *, max_weight_bytes: int | None = None) -> M
     return cls.from_config(config.get("config"), max_weight_bytes=max_weight_bytes)
 
 
-def load_model(filepath: "str | os.PathLike", compile: bool = True, *, max_weight_bytes: int | None = None) -> Any:
+def load_model(filepath: "str | os.PathLike", compile: bool = True, *, max_weight_bytes: int | None = None,
+               limits: "saving_lib.ReadLimits | dict | None" = None) -> Any:
     """Rebuild a model saved by ``model.save`` or by Keras 3: architecture, weights, compile settings and
     (dnnbind's own formats) optimizer state. Also ``dnnbind.saving.load_model`` and ``dnnbind.load_model``.
 
     The file's kind is read from its contents (a ``.keras`` zip, a ``.dnnbind`` zip or a checkpoint
     directory); everything is checked before it is used, the weights' total size against
     ``max_weight_bytes`` (default: the machine's physical memory) before any is allocated
-    (:func:`dnnbind.saving_lib.load_model` says how). Raises :class:`dnnbind.saving.SavingError` (or
-    ``AllocationTooLargeError``).
+    (:func:`dnnbind.saving_lib.load_model` says how), and every file is read within ``limits``
+    (:class:`dnnbind.saving.ReadLimits`; default: the ``DNNBIND_READ_*`` environment, else the built-in
+    limits). Raises :class:`dnnbind.saving.SavingError` (or ``ReadLimitError``, ``AllocationTooLargeError``).
     """
-    return saving_lib.load_model(filepath, model_from_config, compile, max_weight_bytes=max_weight_bytes)
+    return saving_lib.load_model(filepath, model_from_config, compile, max_weight_bytes=max_weight_bytes,
+                                 limits=limits)

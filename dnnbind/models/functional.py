@@ -70,6 +70,11 @@ class Functional(Model):
         if len({id(t) for t in in_tensors}) != len(in_tensors):
             raise ValueError("Functional: an input tensor is listed twice in inputs")
         nodes = self._topological_nodes(in_tensors, out_tensors)
+        layers: list[Layer] = [t._keras_history[0] for t in in_tensors]
+        for node in nodes:
+            if not any(node.layer is layer for layer in layers):
+                layers.append(node.layer)
+        self._refuse_duplicate_names(layers)
         self._init_model(name if name is not None else unique_name("functional"), trainable)
         self.__dict__["inputs"] = in_tensors
         self.__dict__["outputs"] = out_tensors
@@ -77,10 +82,6 @@ class Functional(Model):
         self._output_keys = out_keys
         self._single_output = not isinstance(outputs, (list, tuple, dict))
         self._nodes = nodes
-        layers: list[Layer] = [t._keras_history[0] for t in in_tensors]
-        for node in nodes:
-            if not any(node.layer is layer for layer in layers):
-                layers.append(node.layer)
         self._graph_layers = layers
         consumers: dict[int, int] = {}
         for node in nodes:
@@ -102,6 +103,18 @@ class Functional(Model):
             elif layer._device != dev:
                 layer.to(dev)
         self.built = True
+
+    @staticmethod
+    def _refuse_duplicate_names(layers: list[Layer]) -> None:
+        """Keras 3's rule (``ops/function.py``: map_graph): every layer of the graph, Input layers
+        included, has its own name, which its saved config refers to it by."""
+        names = [layer.name for layer in layers]
+        for name in names:
+            if names.count(name) != 1:
+                kinds = ", ".join(type(layer).__name__ for layer in layers if layer.name == name)
+                raise ValueError(f'The name "{name}" is used {names.count(name)} times in the model ({kinds}). All '
+                                 "operation names should be unique. Give each layer its own name= (or none: an "
+                                 "automatic name is unique), so the model can be saved and loaded again.")
 
     @staticmethod
     def _topological_nodes(inputs: list[KerasTensor], outputs: list[KerasTensor]) -> list[Node]:

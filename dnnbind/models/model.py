@@ -31,7 +31,7 @@ from .. import saving_lib
 from ..autodiff.tensor import Tensor
 from ..backend import Device
 from ..layers.base import Layer, _snake_case, is_symbolic, unique_name
-from ..layers.core import _QuantizableMixin
+from ..layers.core import _QuantizableMixin, check_calibration
 from ..layers.graph import InputLayer, KerasTensor
 from ..trainers.trainer import LossScale, Trainer
 
@@ -407,10 +407,12 @@ class Model(Trainer, Layer):
         if not targets:
             raise ValueError(f"{owner}: no layer to quantize in {mode!r} (Dense layers quantize in every mode, Conv2D "
                              "in int8 and float8)" + (f"; filters={filters!r} matched none" if filters else ""))
+        calibrated = [t for t in targets if t._quantizes_inputs]
         if calibration_data is not None:
-            self._calibrate([t for t in targets if t._quantizes_inputs], calibration_data, calibration_steps,
-                            batch_size)
+            self._calibrate(calibrated, calibration_data, calibration_steps, batch_size)
         try:
+            if calibration_data is not None:
+                check_calibration(calibrated, owner)  # before the first layer changes
             for layer in targets:
                 amax = layer.__dict__.pop("_calibrated_amax", None)
                 layer.quantize(mode, group_size=group_size)
@@ -439,7 +441,7 @@ class Model(Trainer, Layer):
         its input; leaves ``_calibrated_amax`` on each."""
         saved_jit = self._jit_compile
         for layer in layers:
-            layer._calibration_amax = 0.0
+            layer._calibration_amax, layer._calibration_rows = 0.0, 0
         try:
             self._jit_compile = False  # the layers read max|x| back to the host, which a graph cannot
             self.predict(data, batch_size=batch_size, steps=steps, verbose=0)

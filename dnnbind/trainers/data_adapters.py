@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .. import backend, kernels
+from .. import _validate, backend, kernels
 from ..backend import Device
 from ..distribution.planning import shard_length, shard_order
 from ..utils import PyDataset
@@ -320,13 +320,21 @@ class PyDatasetAdapter:
 
 
 def _py_dataset_length(dataset: Any, owner: str) -> int:
+    name = type(dataset).__name__
+    length = getattr(type(dataset), "__len__", None)
     try:
-        n = len(dataset)
-    except (TypeError, NotImplementedError):
+        n = length(dataset) if length is not None else None
+    except NotImplementedError:
+        n = None
+    if n is None:
         raise ValueError(f"{owner}: a PyDataset must define __len__ (the number of batches per epoch), "
-                         f"{type(dataset).__name__} does not") from None
+                         f"{name} does not")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise _validate.ArgumentTypeError(f"{owner}: {name}.__len__() must return the number of batches per epoch "
+                                          f"as an int, got {n!r} ({type(n).__name__}); return an int, e.g. "
+                                          "math.ceil(samples / batch_size)")
     if n < 0:
-        raise ValueError(f"{owner}: len() of the PyDataset must be >= 0, got {n}")
+        raise ValueError(f"{owner}: {name}.__len__() must return the number of batches per epoch, >= 0, got {n}")
     return int(n)
 
 
