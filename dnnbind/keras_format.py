@@ -57,26 +57,49 @@ keras_snake_case = _snake_case  # Keras's to_snake_case, which also names dnnbin
 
 
 def keras_weight_order(layer: Layer) -> list[Weight]:
-    """A layer's weights in the order Keras numbers them: those created trainable, then the others
-    (each in creation order). Freezing a layer does not change it."""
-    created = list(layer._weights)
+    """A layer's own weights in the order Keras numbers them: those created trainable, then the others
+    (each in creation order; variables assigned as attributes after them). Freezing a layer does not change
+    it. A sublayer's weights are its own (see :func:`variable_paths`)."""
+    created = list(layer._weights) + layer._tracked_variables()
     return [w for w in created if w.trainable] + [w for w in created if not w.trainable]
+
+
+def _counted(used: dict, base: str) -> str:
+    count = used.get(base)
+    used[base] = 0 if count is None else count + 1
+    return base if count is None else f"{base}_{count + 1}"
 
 
 def variable_paths(model: Any) -> Iterator[tuple[str, Any, list[Weight]]]:
     """``(group path, layer, weights in Keras order)`` for every layer of ``model``, weightless ones too,
     in model order: ``("layers/conv2d", conv, [kernel, bias])``. Weight ``i`` is keyed ``<path>/vars/<i>``.
-    A layer that is itself a model (it has ``layers``) is walked below its own path, as Keras does."""
+    As Keras 3's ``saving_lib`` walks them: a model's layers under ``layers/<snake_case class>[_<n>]``, a
+    layer's sublayers under ``<its path>/<attribute name>`` (a list attribute: ``<attribute>/<snake_case>``),
+    a nested model's layers below its own path."""
     used: dict[str, int] = {}
     for layer in model.layers:
-        base = keras_snake_case(type(layer).__name__)
-        count = used.get(base)
-        used[base] = 0 if count is None else count + 1
-        path = f"layers/{base}" if count is None else f"layers/{base}_{count + 1}"
-        yield path, layer, (keras_weight_order(layer) if isinstance(layer, Layer) else [])
-        if not isinstance(layer, Layer) and isinstance(getattr(layer, "layers", None), list):
-            for sub_path, sub, weights in variable_paths(layer):
-                yield f"{path}/{sub_path}", sub, weights
+        path = f"layers/{_counted(used, keras_snake_case(type(layer).__name__))}"
+        yield from _layer_paths(layer, path)
+
+
+def _layer_paths(layer: Any, path: str) -> Iterator[tuple[str, Any, list[Weight]]]:
+    if not isinstance(layer, Layer):
+        yield path, layer, []
+        return
+    yield path, layer, keras_weight_order(layer)
+    if hasattr(layer, "_direct_layers"):  # a model: its layers below its path
+        for sub_path, sub, weights in variable_paths(layer):
+            yield f"{path}/{sub_path}", sub, weights
+        return
+    d = layer.__dict__
+    for attr in d.get("_tracked", {}):
+        value = d.get(attr)
+        if isinstance(value, Layer):
+            yield from _layer_paths(value, f"{path}/{attr}")
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Layer) for v in value):
+            used: dict[str, int] = {}
+            for v in value:
+                yield from _layer_paths(v, f"{path}/{attr}/{_counted(used, keras_snake_case(type(v).__name__))}")
 
 
 # ----- dnnbind -> Keras -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ model: the loss then sees the logits.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -203,8 +204,6 @@ class Loss:
 
 
 def _snake(name: str) -> str:
-    import re
-
     name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 

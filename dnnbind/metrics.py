@@ -7,11 +7,14 @@ is read back until :meth:`Metric.result` is called (the progress bar, the end of
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
 from . import backend, kernels
+from .autodiff.tensor import Tensor
+from .autodiff.variable import Variable
 
 __all__ = [
     "Metric",
@@ -29,14 +32,57 @@ __all__ = [
 _F32 = np.dtype(np.float32)
 
 
-class Metric:
-    """Base class: ``update_state(y_true, y_pred)``, ``result() -> float``, ``reset_state()``."""
+def _raw(value: Any) -> Any:
+    """A tensor's array (dnnbind's metrics accumulate raw arrays with kernels); anything else as it is."""
+    return value.data if isinstance(value, Tensor) else value
 
-    def __init__(self, name: str | None = None) -> None:
-        self.name = name or _CLASS_TO_NAME.get(type(self).__name__, type(self).__name__.lower())
+
+def _takes_tensors(update: Any) -> Any:
+    """``update_state`` of one of dnnbind's metrics, taking tensors too (unwrapped to their arrays)."""
+    def wrapper(self, *args: Any, **kwargs: Any) -> Any:
+        return update(self, *[_raw(a) for a in args], **{k: _raw(v) for k, v in kwargs.items()})
+    wrapper.__doc__ = update.__doc__
+    wrapper.__name__ = update.__name__
+    wrapper.__module__ = update.__module__
+    return wrapper
+
+
+class Metric:
+    """Base class (Keras 3's ``keras.metrics.Metric``): ``update_state(...)``, ``result()``, ``reset_state()``.
+
+    dnnbind's own metrics keep a device total and a host count (``result()`` is a 0-d float32 tensor: total /
+    count, computed on the device). A user's metric creates its state with :meth:`add_variable` (or
+    ``add_weight``), updates it in ``keras.ops`` (``self.total.assign_add(...)``) and returns a tensor from
+    ``result``; ``reset_state`` sets every variable back to its initial value."""
+
+    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
+        self.name = name or _CLASS_TO_NAME.get(type(self).__name__, _snake(type(self).__name__))
         self._total = None
         self._count = 0.0
         self._device = None
+        self._dtype = dtype
+        self._variables: list = []
+        self._initial: list = []
+
+    # ----- Keras's variable API for user metrics ---------------------------------------------------
+    def add_variable(self, shape: Any = (), initializer: Any = "zeros", dtype: Any = None, aggregation: str = "sum",
+                     name: "str | None" = None) -> Any:
+        """A state variable of the metric (Keras 3's ``Metric.add_variable``), on the default device."""
+        v = Variable(initializer, shape=tuple(shape) if shape is not None else (), dtype=dtype or "float32",
+                     trainable=False, name=name or f"{self.name}_variable_{len(self._variables)}")
+        self._variables.append(v)
+        self._initial.append(np.asarray(v.numpy()))
+        return v
+
+    add_weight = add_variable
+
+    @property
+    def variables(self) -> list:
+        return list(self._variables)
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype or "float32"
 
     def _accumulator(self, like: Any) -> Any:
         dev = backend.device_of(like)
@@ -47,6 +93,7 @@ class Metric:
 
     def _add(self, value: Any, like: Any, weight: float = 1.0) -> None:
         """total += weight * value, on the device."""
+        value, like = _raw(value), _raw(like)
         acc = self._accumulator(like)
         if value.dtype != _F32:
             value = kernels.cast(value, _F32)
@@ -58,12 +105,15 @@ class Metric:
         if self._total is not None:
             kernels.fill(self._total, 0.0)
         self._count = 0.0
+        for v, init in zip(self._variables, self._initial):
+            v.assign(init)
 
-    def result(self) -> float:
-        """The metric so far (reads the device total: a synchronising transfer)."""
+    def result(self) -> Any:
+        """The metric so far: a 0-d float32 tensor, computed on the device (no host read until one is asked
+        for: ``float(m.result())``)."""
         if self._count == 0 or self._total is None:
-            return 0.0
-        return float(backend.to_numpy(self._total)) / self._count
+            return Tensor(np.zeros((), _F32)) if self._total is None else Tensor(kernels.scale(self._total, 0.0))
+        return Tensor(kernels.scale(self._total, 1.0 / self._count))
 
     def update_state(self, y_true: Any, y_pred: Any) -> None:
         raise NotImplementedError
@@ -195,12 +245,17 @@ class Accuracy(Metric):
         self._impl.update_state(y_true, y_pred)
 
     def result(self):
-        return 0.0 if self._impl is None else self._impl.result()
+        return super().result() if self._impl is None else self._impl.result()
 
     def reset_state(self):
         if self._impl is not None:
             self._impl.reset_state()
 
+
+for _cls in (Mean, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, TopKCategoricalAccuracy,
+             SparseTopKCategoricalAccuracy, Accuracy):
+    if "update_state" in _cls.__dict__:
+        _cls.update_state = _takes_tensors(_cls.__dict__["update_state"])
 
 _BY_NAME: dict[str, type] = {
     "accuracy": Accuracy,
@@ -213,6 +268,11 @@ _BY_NAME: dict[str, type] = {
 _ALIASES = {"acc": "accuracy"}
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
 _CLASS_TO_NAME["Mean"] = "mean"
+
+
+def _snake(name: str) -> str:
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
 def known_names() -> list[str]:

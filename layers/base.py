@@ -317,7 +317,7 @@ class Layer:
             raise _validate.ArgumentTypeError(f"{type(self).__name__}: name must be a str, got {name!r}")
         self.name = name if name is not None else unique_name(_snake_case(type(self).__name__))
         owner = f"{type(self).__name__} '{self.name}'"
-        self.trainable = _validate.boolean(trainable, "trainable", owner)
+        self.__dict__["_trainable"] = _validate.boolean(trainable, "trainable", owner)
         self.autocast = _validate.boolean(autocast, "autocast", owner)
         if isinstance(dtype, Policy):
             self.dtype_policy = dtype
@@ -395,6 +395,22 @@ class Layer:
                 if isinstance(v, Variable) and id(v) not in own and not any(v is o for o in out):
                     out.append(v)
         return out
+
+    @property
+    def trainable(self) -> bool:
+        return self.__dict__.get("_trainable", True)
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        """Keras 3: setting ``trainable`` sets it on every layer inside (a frozen model freezes its layers)."""
+        value = bool(value)
+        self.__dict__["_trainable"] = value
+        for layer in self._inner_layers():
+            layer.trainable = value
+
+    def _inner_layers(self) -> list:
+        """The layers ``trainable`` propagates to (tracked sublayers; a model's own layers)."""
+        return self._sublayers()
 
     # ----- device and dtypes ---------------------------------------------------------------
     @property

@@ -386,6 +386,11 @@ def _encode_arguments(value: Any) -> Any:
         return value.item()
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, slice):
+        return {"__slice__": [_encode_arguments(value.start), _encode_arguments(value.stop),
+                              _encode_arguments(value.step)]}
+    if value is Ellipsis:
+        return {"__ellipsis__": True}
     if isinstance(value, np.ndarray):
         return {"__array__": value.tolist(), "dtype": str(value.dtype)}
     raise TypeError(f"an op argument of type {type(value).__name__} cannot be saved in a model config")
@@ -399,6 +404,10 @@ def _decode_arguments(value: Any) -> Any:
             return {k: _decode_arguments(v) for k, v in value["__dict__"].items()}
         if "__array__" in value:
             return np.asarray(value["__array__"], dtype=value.get("dtype"))
+        if "__slice__" in value:
+            return slice(*value["__slice__"])
+        if "__ellipsis__" in value:
+            return Ellipsis
     if isinstance(value, list):
         return [_decode_arguments(v) for v in value]
     return value

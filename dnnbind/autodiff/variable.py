@@ -138,6 +138,9 @@ class Variable:
             raw = value
         if isinstance(raw, Variable):
             raw = raw.value if raw._to_keras is None else raw.numpy()
+        if hasattr(raw, "shape") and tuple(raw.shape) != self.shape and int(np.prod(raw.shape)) == 1 and \
+                int(np.prod(self.shape)) == 1:
+            raw = raw.reshape(*self.shape) if self.shape else raw.reshape(())
         if backend.is_device_array(raw) and backend.is_device_array(self.value):
             if tuple(raw.shape) != self.shape:
                 raise ValueError(f"{self._owner()}: weight '{self.name}' expects shape {self.shape}, got "

@@ -168,9 +168,15 @@ class LayerChain:
             y, _ = self.forward(raw, training, logits)
             return Tensor(y)
         states = [(layer, layer._call_state()) for layer in self.layers]
+        previous = self.__dict__.get("_last_saved")
+        if previous is not None and not previous["done"]:
+            # the chain applied again before the previous application's backward (a shared model): what the
+            # previous forward left on each layer is put back for that backward
+            previous["state"] = [before for _, before in states]
         run_training = training or all(layer._training_free for layer in self.layers)
         y, plan = self.forward(raw, run_training, logits)
         saved = {"state": None, "done": False}
+        self._last_saved = saved
         for layer, before in states:
             _pending().append((layer, before, saved))
         position = {id(w): i + 1 for i, (_, w) in enumerate(weights)}
@@ -190,6 +196,9 @@ class LayerChain:
                         if emit is not None:
                             emit(k, g)
 
+            if saved["state"] is not None:
+                for layer, state in zip(self.layers, saved["state"]):
+                    layer._restore_call_state(state)
             for layer in self.layers:
                 layer.grads = {}
             dx = self.backward(dy.data, plan, need_dx, finished)

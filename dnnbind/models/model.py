@@ -86,6 +86,9 @@ class Model(Trainer, Layer):
         """The layers this model applies directly (subclassed: the tracked ones)."""
         return self._sublayers()
 
+    def _inner_layers(self) -> list:
+        return self.__dict__.get("_layers") or self.__dict__.get("_graph_layers") or self._sublayers()
+
     def _flat_layers(self) -> list[Layer]:
         """Every layer holding weights or state a step uses, nested models and layers flattened, each once."""
         out: list[Layer] = []
@@ -345,7 +348,7 @@ class Model(Trainer, Layer):
 
     def get_weights(self) -> list[np.ndarray]:
         """Every layer's weights in Keras layouts, layer by layer."""
-        return [arr for layer in self._flat_layers() for arr in layer.get_weights()]
+        return [w.numpy() for w in self.weights]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Set every layer's weights (the list :meth:`get_weights` returns). The count and every array's

@@ -124,8 +124,18 @@ class Sequential(Model):
                 layer._device = dev
             elif layer._device != dev:
                 layer.to(dev)
-            layer._ensure_built(shape)
-            shape = tuple(layer.output_shape)
+            if layer._is_legacy():
+                layer._ensure_built(shape)
+                shape = tuple(layer.output_shape)
+            else:  # a user's layer or a model: built from a symbolic input, its output shape found by running it
+                kt = KerasTensor((None, *shape), layer._effective_compute_dtype_name())
+                if not layer.built:
+                    layer._build_from_call((kt,), {})
+                out = layer.compute_output_shape((None, *shape))
+                if not isinstance(out, tuple) or any(s is None for s in out[1:]):
+                    raise ValueError(f"Sequential '{self.name}': layer '{layer.name}' gives outputs of shape {out}; a "
+                                     "Sequential needs one output of known shape per layer")
+                shape = tuple(out[1:])
         self._built_input_shape = input_shape
         self._output_shape = shape
         self.built = True

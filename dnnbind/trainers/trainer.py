@@ -127,6 +127,15 @@ class _NoLoss:
         return np.ascontiguousarray(arr, dtype=np.float32) if arr.dtype.kind == "f" else np.ascontiguousarray(arr)
 
 
+def _as_float(value: Any) -> float:
+    """A log value (a tensor, a raw 0-d array, a number) as a Python float (a host read)."""
+    if isinstance(value, Tensor):
+        value = value.data
+    if backend.is_device_array(value):
+        value = backend.to_numpy(value)
+    return float(np.asarray(value).reshape(-1)[0]) if np.size(value) else 0.0
+
+
 def _batch_of(x: Any) -> int:
     first = x[0] if isinstance(x, (list, tuple)) else (next(iter(x.values())) if isinstance(x, dict) else x)
     return int(first.shape[0]) if hasattr(first, "shape") and len(first.shape) else 1
@@ -434,7 +443,11 @@ class Trainer:
         """``(object, attribute)`` of the host-side numbers a step advances in Python: each metric's
         sample count and the optimizer's update count (a graph replay advances them by hand)."""
         pairs = []
-        for m in self._all_metrics():
+        seen: set = set()
+        for m in list(self._all_metrics()) + list(self.metrics):
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
             pairs.append((m, "_count"))
             impl = getattr(m, "_impl", None)  # Accuracy counts in the concrete metric it resolved to
             if impl is not None:
@@ -540,14 +553,27 @@ class Trainer:
         return head + [t for t in self._output_loss_trackers if t is not None] + list(self._metrics)
 
     def reset_metrics(self) -> None:
-        for m in self._all_metrics():
-            m.reset_state()
+        """Reset every metric (``self.metrics``: a subclass that overrides the property resets its own)."""
+        seen: set = set()
+        for m in list(self._all_metrics()) + list(self.metrics):
+            if id(m) not in seen:
+                seen.add(id(m))
+                m.reset_state()
+        self.__dict__["_custom_logs"] = None
+
+    def _log_sources(self) -> dict:
+        """Name -> a zero-argument function giving the value (read from the device only when called): the
+        dict a user's ``train_step``/``test_step`` returned, else every metric's result."""
+        custom = self.__dict__.get("_custom_logs")
+        if custom is not None:
+            return {k: (lambda v=v: _as_float(v)) for k, v in custom.items()}
+        return {m.name: (lambda m=m: _as_float(m.result())) for m in self._all_metrics()}
 
     def _logs(self, prefix: str = "") -> dict[str, float]:
-        return {prefix + m.name: m.result() for m in self._all_metrics()}
+        return {prefix + k: fn() for k, fn in self._log_sources().items()}
 
     def _lazy_logs(self) -> callbacks_module.LazyLogs:
-        return callbacks_module.LazyLogs({m.name: m.result for m in self._all_metrics()})
+        return callbacks_module.LazyLogs(self._log_sources())
 
     def _require_compiled(self, what: str) -> None:
         if not self.compiled:
@@ -558,7 +584,8 @@ class Trainer:
         """``x`` as float32 host arrays of the model's input shapes, one per input (building the model
         from them if needed). ``finite``: refuse NaN/inf (training and evaluation; predict accepts
         them, as Keras); ``allow_empty``: accept zero samples (predict returns an empty result)."""
-        self._require_layers(what)
+        if not self._call_optional():
+            self._require_layers(what)
         owner = self._owner
         if backend.is_device_array(x):
             raise TypeError(f"{owner}: {what} takes NumPy arrays; got a DeviceArray "
@@ -592,7 +619,7 @@ class Trainer:
                                  f"{', '.join(map(str, expected[0]))}), got {tuple(arrays[0].shape)}")
             raise ValueError(f"{owner}: {what} expects inputs of shapes {[(None, *e) for e in expected]} "
                              f"({', '.join(self._input_names())}), got {[tuple(a.shape) for a in arrays]}")
-        if not self.built:
+        if not self.built and not self._call_optional():
             self._build_for(samples)
         if finite:
             # after the cast: float64 values beyond float32's range have become inf
@@ -609,9 +636,28 @@ class Trainer:
         return [None if loss is None else self._check_y_one(i, item, n, what)
                 for i, (item, loss) in enumerate(zip(items, self._losses))]
 
-    def _check_xy(self, x: Any, y: Any, what: str) -> tuple[list, list]:
+    def _targets_optional(self) -> bool:
+        """Whether a step can do without targets: a custom ``train_step``/``test_step``, or no compiled loss
+        (the loss comes from ``add_loss``)."""
+        return (type(self).train_step is not Trainer.train_step or type(self).test_step is not Trainer.test_step
+                or all(isinstance(loss, _NoLoss) for loss in self._losses))
+
+    def _call_optional(self) -> bool:
+        """A model with a custom ``train_step`` may have no ``call`` (keras.io's GANs): nothing to build."""
+        return type(self).train_step is not Trainer.train_step and getattr(type(self), "call", None) is \
+            getattr(self._model_base(), "call", None)
+
+    def _model_base(self) -> type:
+        for cls in type(self).__mro__:
+            if cls.__name__ == "Model" and cls.__module__.startswith("dnnbind."):
+                return cls
+        return type(self)
+
+    def _check_xy(self, x: Any, y: Any, what: str) -> tuple[list, "list | None"]:
         """``(xs, ys)`` checked for training or evaluation: finite, same length, labels in the losses' forms."""
         if y is None:
+            if self._targets_optional():
+                return self._check_x(x, what), None
             raise ValueError(f"{self._owner}: {what} needs targets y")
         xs = self._check_x(x, what)
         return xs, self._check_y(y, len(xs[0]), what)
@@ -1136,7 +1182,8 @@ class Trainer:
         """
         owner = f"{self._owner}: fit"
         self._require_compiled("fit")
-        self._require_layers("fit")
+        if not self._call_optional():
+            self._require_layers("fit")
         batch_size = _validate.optional_positive_int(batch_size, "batch_size", owner)
         epochs = _validate.non_negative_int(epochs, "epochs", owner)
         initial_epoch = _validate.non_negative_int(initial_epoch, "initial_epoch", owner)
@@ -1254,7 +1301,7 @@ class Trainer:
                 if replica is not None:
                     replica.reduce_metrics(self._all_metrics())  # every rank's History is global
                 logs = self._logs()
-                if not math.isfinite(logs["loss"]):
+                if "loss" in logs and not math.isfinite(logs["loss"]):
                     warnings.warn(f"{self._owner}: epoch {epoch + 1}: the loss is {logs['loss']} "
                                   "(NaN or inf); lower the learning rate or check the data "
                                   "(callbacks.TerminateOnNaN stops training on it)", RuntimeWarning, stacklevel=2)
@@ -1517,9 +1564,11 @@ class Trainer:
         return out
 
     @staticmethod
-    def _step_targets(ys: list, ws: "list | None") -> list:
+    def _step_targets(ys: "list | None", ws: "list | None") -> "list | None":
         """What a step takes as ``y``: the targets of the outputs with a loss, then (when weighted) one
         weight array per such output, so graph steps upload the weights into static buffers too."""
+        if ys is None:
+            return None
         present = [t for t in ys if t is not None]
         if ws is None:
             return present
@@ -1529,7 +1578,7 @@ class Trainer:
         if return_dict:
             # lazy: each value is read from the device only when looked up
             return self._lazy_logs()
-        values = [m.result() for m in self._all_metrics()]
+        values = list(self._logs().values())
         return values[0] if len(values) == 1 else values
 
     def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None, class_weight: Any = None,
@@ -1540,9 +1589,9 @@ class Trainer:
         with device data); ``class_weight``: ``{class: weight}`` read from host labels. The loss is
         ``sum_i w_i l_i / N`` (Keras 3), as in :meth:`fit`.
 
-        As Keras 3, the returned loss/metrics are running averages since the last
-        :meth:`reset_metrics` (or ``fit``/``evaluate``); ``return_dict=True`` returns a lazy mapping
-        whose values are read from the device only when looked up (no per-step synchronisation).
+        As Keras 3, the metrics are reset first, so the returned loss/metrics are this batch's;
+        ``return_dict=True`` returns a lazy mapping whose values are read from the device only when looked
+        up (no per-step synchronisation).
         """
         self._require_compiled("train_on_batch")
         owner = f"{self._owner}: train_on_batch"
@@ -1554,6 +1603,7 @@ class Trainer:
         xb, yb = self._device_batch(x, y, "train_on_batch", sample_weight, class_weight)
         # each rank passes its own batch (as with DDP); gradients are averaged over the ranks
         self._join_replicas(replica, always=False)
+        self.reset_metrics()
         self._step("train", xb, yb)
         if replica is not None:
             replica.after_step()
@@ -1562,12 +1612,13 @@ class Trainer:
         return self._batch_result(return_dict)
 
     def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None, return_dict: bool = False):
-        """Loss (and metrics) of one batch without updating weights (running averages, as Keras 3)."""
+        """Loss (and metrics) of one batch without updating weights (the metrics are reset first, as Keras 3)."""
         self._require_compiled("test_on_batch")
         return_dict = _validate.boolean(return_dict, "return_dict", f"{self._owner}: test_on_batch")
         if y is None:
             raise ValueError(f"{self._owner}: test_on_batch needs targets y")
         xb, yb = self._device_batch(x, y, "test_on_batch", sample_weight)
+        self.reset_metrics()
         self._step("test", xb, yb)
         return self._batch_result(return_dict)
 
