@@ -29,7 +29,7 @@ from .tape import active_tape
 __all__ = ["Layer", "Weight", "InputLayer", "Input", "KerasTensor", "Node", "ActivationFn", "register", "deserialize",
            "get_layer_class", "is_symbolic"]
 
-_name_counts: dict[str, int] = {}
+_name_counts: dict[str, int] = backend.object_name_uids  # Keras's one table of object names (clear_session)
 _REGISTRY: dict[str, type] = {}
 
 
@@ -59,9 +59,7 @@ def _snake_case(name: str) -> str:
 
 def unique_name(base: str) -> str:
     """Keras naming: the first ``dense``, then ``dense_1``, ``dense_2``..."""
-    count = _name_counts.get(base, 0)
-    _name_counts[base] = count + 1
-    return base if count == 0 else f"{base}_{count}"
+    return backend.uniquify(base)
 
 
 def split_batch(shape: Sequence[Any]) -> tuple[bool, tuple[int, ...]]:
