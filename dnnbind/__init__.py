@@ -37,7 +37,7 @@ _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
     "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
     "saving", "backend", "errors", "trainers", "kernels",
-    "config",
+    "random", "config",
 }
 
 # name -> (module, attribute)
