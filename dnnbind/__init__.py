@@ -37,7 +37,7 @@ _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
     "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
     "saving", "backend", "errors", "trainers", "kernels",
-    "random", "config",
+    "random", "activations", "regularizers", "constraints", "config",
 }
 
 # name -> (module, attribute)
@@ -54,6 +54,7 @@ _LAZY = {
     "load_model": ("dnnbind.models", "load_model"),
     "save_model": ("dnnbind.models", "save_model"),
     "doctor": ("dnnbind.doctor", "doctor"),
+    "Regularizer": ("dnnbind.regularizers", "Regularizer"),
 }
 
 __all__ = [
