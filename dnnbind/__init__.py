@@ -37,6 +37,7 @@ _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
     "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
     "saving", "backend", "errors", "trainers", "kernels", "autodiff",
+    "random", "activations", "regularizers", "constraints", "config",
 }
 
 # name -> (module, attribute)
@@ -57,6 +58,7 @@ _LAZY = {
     "load_model": ("dnnbind.models", "load_model"),
     "save_model": ("dnnbind.models", "save_model"),
     "doctor": ("dnnbind.doctor", "doctor"),
+    "Regularizer": ("dnnbind.regularizers", "Regularizer"),
 }
 
 __all__ = [

@@ -12,20 +12,29 @@ silently: :func:`asarray` and :func:`to_numpy` are the explicit transfers.
 :class:`Device` (``dnnbind.Device``) says where computation runs; the GPU itself, with its
 properties, is :class:`dnnbind.cuda.CudaDevice`.
 
+It is also ``keras.backend``: the Keras settings (``floatx``, ``epsilon``, ``image_data_format``,
+``backend()``), Keras's dtype rules (``standardize_dtype``, ``result_type``, ``is_float_dtype``,
+``is_int_dtype``; :mod:`dnnbind.ops` uses these), ``is_keras_tensor``, ``get_uid`` and ``clear_session``.
+
 A shared leaf below :mod:`dnnbind.kernels`: it imports :mod:`dnnbind.cuda` only inside the functions
 that need a GPU, because ``import dnnbind`` (which imports this module) must not load
-cuda.bindings for a NumPy-only user, and must work where it is broken.
+cuda.bindings for a NumPy-only user, and must work where it is broken. Beyond that it imports only
+:mod:`dnnbind._validate`, :mod:`dnnbind.errors` and :mod:`dnnbind.mixed_precision` (leaves): the rooms
+above that keep global state ``clear_session`` resets register with :func:`on_clear_session`.
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ._validate import normalize_dtype
+from . import mixed_precision
+from ._validate import BFLOAT16, normalize_dtype
 from .errors import DnnbindError, NoDeviceError
 
 __all__ = [
@@ -255,6 +264,7 @@ def image_data_format() -> str:
 
 def set_image_data_format(data_format: str) -> None:
     global _image_data_format
+    data_format = str(data_format).lower()  # as Keras
     if data_format not in ("channels_last", "channels_first"):
         raise ValueError(f"set_image_data_format: data_format must be 'channels_last' or 'channels_first', got "
                          f"{data_format!r}")
@@ -268,3 +278,201 @@ def backend() -> str:
 
 __all__ += ["floatx", "set_floatx", "epsilon", "set_epsilon", "image_data_format", "set_image_data_format",
             "backend"]
+
+
+# ----- Keras's dtype rules (keras.backend: standardize_dtype, result_type, is_float_dtype, is_int_dtype) ------
+# Pure dtype logic, kept in this leaf so that keras.backend needs no room above it; dnnbind.ops uses them.
+def standardize_dtype(dtype: Any) -> str:
+    """A dtype as Keras names it (``"float32"``, ``"bfloat16"``, ``"int32"``, ``"bool"``...)."""
+    if dtype is None:
+        return floatx()
+    if dtype is int:
+        return "int32"
+    if dtype is float:
+        return floatx()
+    if dtype is bool:
+        return "bool"
+    if isinstance(dtype, str):
+        if dtype in ("bfloat16", "bf16"):
+            return "bfloat16"
+        if dtype == "float":
+            return floatx()
+        if dtype == "int":
+            return "int32"
+    if hasattr(dtype, "dtype") and not isinstance(dtype, (type, np.dtype)):
+        dtype = dtype.dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"invalid dtype {dtype!r}") from None
+    if dt == BFLOAT16:
+        return "bfloat16"
+    return dt.name
+
+
+_lattice = {
+    "bool": ["int"], "uint8": ["int16", "uint16"], "uint16": ["int32", "uint32"], "uint32": ["int64", "uint64"],
+    "uint64": ["float"], "int": ["uint8", "int8", "complex64"], "int8": ["int16"], "int16": ["int32"],
+    "int32": ["int64"], "int64": ["float"], "float": ["bfloat16", "float16"], "bfloat16": ["float32"],
+    "float16": ["float32"], "float32": ["float64", "complex64"], "float64": ["complex128"],
+    "complex64": ["complex128"], "complex128": [],
+}
+
+
+def _upper_bounds() -> dict[str, set]:
+    ub = {n: {n} for n in _lattice}
+    changed = True
+    while changed:
+        changed = False
+        for n in _lattice:
+            new = set().union(*(set(_lattice[b]) for b in ub[n])) | ub[n]
+            if new != ub[n]:
+                ub[n], changed = new, True
+    return ub
+
+
+_UB = _upper_bounds()
+
+
+@functools.lru_cache(maxsize=1024)
+def _lub(nodes: frozenset) -> str:
+    bounds = [_UB[n] for n in nodes]
+    cub = set.intersection(*bounds)
+    lub = (cub & set(nodes)) or {c for c in cub if cub.issubset(_UB[c])}
+    if len(lub) != 1:
+        raise ValueError(f"dtypes {sorted(nodes)} have no implicit promotion path; cast the inputs explicitly")
+    return lub.pop()
+
+
+def _weak_kind(name: str) -> str:
+    if name == "bool":
+        return "bool"
+    if "complex" in name:
+        return "complex64"
+    return "float" if ("float" in name) else "int"
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_type_key(key: tuple, default_float: str) -> str:
+    names = [k[0] for k in key]
+    weak = [k[1] for k in key]
+    if len(key) == 1:
+        out, out_weak = names[0], weak[0]
+    elif len(set(names)) == 1 and not all(weak):
+        out, out_weak = names[0], False
+    elif all(weak):
+        out, out_weak = _lub(frozenset(names)), True
+    else:
+        out = _lub(frozenset(_weak_kind(n) if w else n for n, w in zip(names, weak)))
+        out_weak = out in ("int", "float")
+    out_weak = out != "bool" and out_weak
+    if out_weak or out in ("int", "float"):
+        kind = out[:1] if out != "bfloat16" else "f"
+        if kind == "b":
+            return "bool"
+        if kind == "i":
+            return "int32"
+        if kind == "u":
+            return "uint32"
+        if kind == "c":
+            return "complex64"
+        return default_float
+    return out
+
+
+def _dtype_key(value: Any) -> tuple:
+    if value is None:
+        return (floatx(), True)
+    if isinstance(value, bool):
+        return ("bool", True)
+    if isinstance(value, int):
+        return ("int32", True)
+    if isinstance(value, float):
+        return ("float32", True)
+    if isinstance(value, complex):
+        return ("complex64", True)
+    if value is int:
+        return ("int32", True)
+    if value is float:
+        return ("float32", True)
+    if value is bool:
+        return ("bool", True)
+    if hasattr(value, "dtype") and not isinstance(value, (type, str)):  # tensors, variables, arrays
+        return (standardize_dtype(value.dtype), False)
+    return (standardize_dtype(value), False)
+
+
+def result_type(*values: Any) -> str:
+    """Keras's ``result_type`` (``keras.backend.result_type``) of tensors, arrays, dtypes and Python numbers
+    (weak: ``result_type("float16", 1.0) == "float16"``), keeping 64-bit types (DESIGN, "dtypes"); no
+    argument: the floatx."""
+    if not values:
+        return floatx()
+    return _result_type_key(tuple(_dtype_key(v) for v in values), floatx())
+
+
+def is_float_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is a float type (``keras.backend.is_float_dtype``: float16/32/64, bfloat16)."""
+    return standardize_dtype(dtype).startswith(("float", "bfloat"))
+
+
+def is_int_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is a signed or unsigned integer type (``keras.backend.is_int_dtype``)."""
+    return standardize_dtype(dtype).startswith(("int", "uint"))
+
+
+def is_keras_tensor(x: Any) -> bool:
+    """Whether ``x`` is a symbolic tensor (``keras.Input`` and what layers make from it): an object with
+    a ``_keras_history``, the mark ``dnnbind.layers.base.KerasTensor`` carries and the ops dispatch on."""
+    return hasattr(x, "_keras_history")
+
+
+# ----- Keras's global state: object names (keras.backend.get_uid) and clear_session --------------------------
+#: prefix -> how many objects took it (Keras's ``object_name_uids``): layer names ("dense", "dense_1", ...)
+#: and seed generator names come from here, and :func:`get_uid` counts on the same table, as in Keras.
+object_name_uids: dict[str, int] = {}
+_session_resets: list[Callable[[], None]] = []
+
+
+def uniquify(prefix: str) -> str:
+    """The next name for ``prefix``, as Keras names objects: ``prefix``, then ``prefix_1``, ``prefix_2``..."""
+    count = object_name_uids.get(prefix, 0)
+    object_name_uids[prefix] = count + 1
+    return prefix if count == 0 else f"{prefix}_{count}"
+
+
+def get_uid(prefix: str = "") -> int:
+    """``keras.backend.get_uid``: one more object took ``prefix``; returns how many have (1 for the first)."""
+    object_name_uids[prefix] = object_name_uids.get(prefix, 0) + 1
+    return object_name_uids[prefix]
+
+
+def on_clear_session(reset: Callable[[], None]) -> Callable[[], None]:
+    """Register ``reset`` to run in :func:`clear_session`: how a room above this leaf (``random``'s global
+    seed generator, ``config``'s switches) forgets its global state without this module importing it."""
+    if reset not in _session_resets:
+        _session_resets.append(reset)
+    return reset
+
+
+def clear_session(free_memory: bool = True) -> None:
+    """``keras.backend.clear_session``: forget the global state Keras keeps, as Keras 3 does.
+
+    Object names start again (the next ``Dense`` is ``dense``), :func:`get_uid` counts from 0, the global
+    dtype policy is the floatx's again, and the rooms that registered with :func:`on_clear_session` reset:
+    ``keras.random``'s global seed generator is made anew on its next use (from
+    ``dnnbind.utils.draw_seed``), and ``keras.config``'s interactive-logging, traceback-filtering,
+    flash-attention and unsafe-deserialization switches return to their defaults. ``floatx``,
+    ``epsilon``, ``image_data_format`` and ``max_epochs`` are settings and stay, as in Keras.
+    ``free_memory``: run Python's garbage collector afterwards.
+    """
+    object_name_uids.clear()
+    mixed_precision.set_global_policy(floatx())
+    for reset in list(_session_resets):
+        reset()
+    if free_memory:
+        gc.collect()
+
+
+__all__ += ["standardize_dtype", "result_type", "is_float_dtype", "is_int_dtype", "is_keras_tensor", "get_uid",
+            "clear_session"]

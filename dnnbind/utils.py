@@ -26,6 +26,7 @@ __all__ = ["to_categorical", "set_random_seed", "draw_seed", "PyDataset", "Seque
 _SEED_LIMIT = 2**32  # what np.random.seed accepts
 _seed_lock = threading.Lock()
 _seed_generator = np.random.default_rng()  # fresh entropy until set_random_seed
+_seed_epoch = 0  # set_random_seed calls so far: dnnbind.random remakes its global SeedGenerator when it moves
 
 
 def to_categorical(y, num_classes: int | None = None, dtype="float32") -> np.ndarray:
@@ -61,19 +62,29 @@ def set_random_seed(seed: int) -> None:
 
     After it, every seed that dnnbind draws for an unseeded initialiser, dropout layer or state,
     ``random_crop_flip`` call or ``fit`` shuffle comes from a stream fixed by ``seed``
-    (see the module docstring). ``seed``: an int in ``[0, 2**32)``.
+    (see the module docstring), and so does ``keras.random``'s global ``SeedGenerator`` (what
+    ``keras.random.normal(shape)`` and the others use without a seed), which is made anew.
+    ``seed``: an int in ``[0, 2**32)``.
     """
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"set_random_seed: seed must be an int, got {type(seed).__name__} {seed!r}")
     seed = int(seed)
     if not 0 <= seed < _SEED_LIMIT:
         raise ValueError(f"set_random_seed: seed must be in [0, 2**32), got {seed}")
-    global _seed_generator
+    global _seed_generator, _seed_epoch
     random.seed(seed)
     np.random.seed(seed)
     with _seed_lock:
         # its own stream (a PCG64 from the seed), distinct from NumPy's global MT19937 one
         _seed_generator = np.random.default_rng(seed)
+        _seed_epoch += 1
+
+
+def seed_epoch() -> int:
+    """How many times :func:`set_random_seed` has run: ``keras.random``'s global ``SeedGenerator`` is made
+    anew (its seed drawn with :func:`draw_seed`) on its first use after this changes, as Keras resets
+    its global seed generator in ``set_random_seed``."""
+    return _seed_epoch
 
 
 def draw_seed() -> int:

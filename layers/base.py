@@ -45,7 +45,7 @@ from dnnbind.ops import _core as _ops_core
 __all__ = ["Layer", "Weight", "ActivationFn", "register", "deserialize", "get_layer_class", "is_symbolic",
            "unique_name", "split_batch", "cast_generation", "release_pending_state", "pending_mark", "applied_twice"]
 
-_name_counts: dict[str, int] = {}
+_name_counts: dict[str, int] = backend.object_name_uids  # Keras's one table of object names (clear_session)
 _REGISTRY: dict[str, type] = {}
 
 
@@ -75,9 +75,7 @@ def _snake_case(name: str) -> str:
 
 def unique_name(base: str) -> str:
     """Keras naming: the first ``dense``, then ``dense_1``, ``dense_2``..."""
-    count = _name_counts.get(base, 0)
-    _name_counts[base] = count + 1
-    return base if count == 0 else f"{base}_{count}"
+    return backend.uniquify(base)
 
 
 def split_batch(shape: Sequence[Any]) -> tuple[bool, tuple[int, ...]]:

@@ -132,7 +132,8 @@ def test_deferred_imports_hide_no_cycle_but_the_documented_one():
 @pytest.mark.parametrize("first", ["dnnbind.saving", "dnnbind.models", "dnnbind.saving_lib", "dnnbind.callbacks",
                                    "dnnbind.cuda.interop", "dnnbind.cuda.array", "dnnbind.cuda._dlpack",
                                    "dnnbind.backend", "dnnbind.kernels", "dnnbind.cudnn", "dnnbind.cublas",
-                                   "dnnbind.kernels._cuda._common", "dnnbind.layers", "dnnbind.doctor"])
+                                   "dnnbind.kernels._cuda._common", "dnnbind.layers", "dnnbind.doctor",
+                                   "dnnbind.random", "dnnbind.config"])
 def test_each_room_imports_first_in_a_fresh_interpreter(first):
     code = f"import {first}, dnnbind.saving, dnnbind.models; print(dnnbind.saving.load_model is dnnbind.load_model)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)

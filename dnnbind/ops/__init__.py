@@ -61,3 +61,6 @@ def __getattr__(name: str) -> Any:
                       DeprecationWarning, stacklevel=2)
         return getattr(_kernels, name)
     raise AttributeError(f"module 'dnnbind.ops' has no attribute {name!r}")
+
+# Keras's sub-namespaces (keras.ops.numpy, .nn, ...), after every family has registered its ops
+from . import core, image, linalg, math, nn, numpy  # noqa: E402,F401

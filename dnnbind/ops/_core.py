@@ -1,11 +1,11 @@
 """The machinery every ``keras.ops`` function shares: dtypes, conversion to tensors, recording, and
 the symbolic (functional-API) dispatch.
 
-**dtypes.** :func:`result_type` is Keras 3's type-promotion lattice (``keras.backend.result_type``) with
-one difference, stated in DESIGN: 64-bit types stay 64-bit (Keras's JAX, torch and NumPy backends
-narrow float64/int64 results to 32 bits; its TensorFlow backend keeps them, as dnnbind does, so float64
-gradient checks are possible). Python numbers are *weak*: ``x * 2.0`` keeps ``x``'s dtype; a Python
-int alone is int32, a float the ``floatx``.
+**dtypes.** :func:`result_type` is Keras 3's type-promotion lattice (``keras.backend.result_type``,
+defined in :mod:`dnnbind.backend` and re-exported here) with one difference, stated in DESIGN: 64-bit
+types stay 64-bit (Keras's JAX, torch and NumPy backends narrow float64/int64 results to 32 bits; its
+TensorFlow backend keeps them, as dnnbind does, so float64 gradient checks are possible). Python numbers
+are *weak*: ``x * 2.0`` keeps ``x``'s dtype; a Python int alone is int32, a float the ``floatx``.
 
 **Conversion.** :func:`tensor` turns an op's argument into a :class:`~dnnbind.autodiff.Tensor`: a tensor
 as it is; a variable read as one (:func:`read_variable`: its Keras layout, autocast to the compute
@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import backend, kernels
+from ..backend import result_type, standardize_dtype
 from .._validate import BFLOAT16
 from ..autodiff import engine
 from ..autodiff.engine import recording
@@ -43,36 +44,11 @@ __all__ = ["Tensor", "keras_op", "REGISTRY", "tensor", "tensors", "convert_to_te
            "autocast_scope", "is_float", "set_symbolic_handler", "raw", "np_dtype", "floatx", "device_of_args"]
 
 _BOOL = np.dtype(np.bool_)
-_FLOATS = ("bfloat16", "float16", "float32", "float64")
 
 
 # ------------------------------------------------------------------------------------------ dtypes
-def standardize_dtype(dtype: Any) -> str:
-    """A dtype as Keras names it (``"float32"``, ``"bfloat16"``, ``"int32"``, ``"bool"``...)."""
-    if dtype is None:
-        return backend.floatx()
-    if dtype is int:
-        return "int32"
-    if dtype is float:
-        return backend.floatx()
-    if dtype is bool:
-        return "bool"
-    if isinstance(dtype, str):
-        if dtype in ("bfloat16", "bf16"):
-            return "bfloat16"
-        if dtype == "float":
-            return backend.floatx()
-        if dtype == "int":
-            return "int32"
-    if hasattr(dtype, "dtype") and not isinstance(dtype, (type, np.dtype)):
-        dtype = dtype.dtype
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"invalid dtype {dtype!r}") from None
-    if dt == BFLOAT16:
-        return "bfloat16"
-    return dt.name
+# standardize_dtype and result_type (Keras's promotion lattice) live in dnnbind.backend, which is
+# keras.backend and sits below kernels; they are re-exported here for the op families
 
 
 def np_dtype(dtype: Any) -> np.dtype:
@@ -83,105 +59,6 @@ def np_dtype(dtype: Any) -> np.dtype:
 
 def floatx() -> np.dtype:
     return np_dtype(backend.floatx())
-
-
-_lattice = {
-    "bool": ["int"], "uint8": ["int16", "uint16"], "uint16": ["int32", "uint32"], "uint32": ["int64", "uint64"],
-    "uint64": ["float"], "int": ["uint8", "int8", "complex64"], "int8": ["int16"], "int16": ["int32"],
-    "int32": ["int64"], "int64": ["float"], "float": ["bfloat16", "float16"], "bfloat16": ["float32"],
-    "float16": ["float32"], "float32": ["float64", "complex64"], "float64": ["complex128"],
-    "complex64": ["complex128"], "complex128": [],
-}
-
-
-def _upper_bounds() -> dict[str, set]:
-    ub = {n: {n} for n in _lattice}
-    changed = True
-    while changed:
-        changed = False
-        for n in _lattice:
-            new = set().union(*(set(_lattice[b]) for b in ub[n])) | ub[n]
-            if new != ub[n]:
-                ub[n], changed = new, True
-    return ub
-
-
-_UB = _upper_bounds()
-
-
-@functools.lru_cache(maxsize=1024)
-def _lub(nodes: frozenset) -> str:
-    bounds = [_UB[n] for n in nodes]
-    cub = set.intersection(*bounds)
-    lub = (cub & set(nodes)) or {c for c in cub if cub.issubset(_UB[c])}
-    if len(lub) != 1:
-        raise ValueError(f"dtypes {sorted(nodes)} have no implicit promotion path; cast the inputs explicitly")
-    return lub.pop()
-
-
-def _weak_kind(name: str) -> str:
-    if name == "bool":
-        return "bool"
-    if "complex" in name:
-        return "complex64"
-    return "float" if ("float" in name) else "int"
-
-
-@functools.lru_cache(maxsize=4096)
-def _result_type_key(key: tuple) -> str:
-    names = [k[0] for k in key]
-    weak = [k[1] for k in key]
-    if len(key) == 1:
-        out, out_weak = names[0], weak[0]
-    elif len(set(names)) == 1 and not all(weak):
-        out, out_weak = names[0], False
-    elif all(weak):
-        out, out_weak = _lub(frozenset(names)), True
-    else:
-        out = _lub(frozenset(_weak_kind(n) if w else n for n, w in zip(names, weak)))
-        out_weak = out in ("int", "float")
-    out_weak = out != "bool" and out_weak
-    if out_weak or out in ("int", "float"):
-        kind = out[:1] if out != "bfloat16" else "f"
-        if kind == "b":
-            return "bool"
-        if kind == "i":
-            return "int32"
-        if kind == "u":
-            return "uint32"
-        if kind == "c":
-            return "complex64"
-        return backend.floatx()
-    return out
-
-
-def _dtype_key(value: Any) -> tuple:
-    if value is None:
-        return (backend.floatx(), True)
-    if isinstance(value, bool):
-        return ("bool", True)
-    if isinstance(value, int):
-        return ("int32", True)
-    if isinstance(value, float):
-        return ("float32", True)
-    if isinstance(value, complex):
-        return ("complex64", True)
-    if value is int:
-        return ("int32", True)
-    if value is float:
-        return ("float32", True)
-    if value is bool:
-        return ("bool", True)
-    if isinstance(value, (Tensor, Variable)) or hasattr(value, "dtype") and not isinstance(value, (type, str)):
-        return (standardize_dtype(value.dtype), False)
-    return (standardize_dtype(value), False)
-
-
-def result_type(*values: Any) -> str:
-    """Keras's ``result_type`` of tensors, arrays, dtypes and Python numbers (weak), keeping 64-bit types."""
-    if not values:
-        return backend.floatx()
-    return _result_type_key(tuple(_dtype_key(v) for v in values))
 
 
 def dtype_of(x: Any) -> np.dtype:
