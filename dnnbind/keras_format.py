@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from . import initializers as _init
+from . import activations as _activations
 from .layers.base import Layer, Weight, _snake_case, get_layer_class
 from .mixed_precision import Policy
 
@@ -37,15 +38,12 @@ KERAS_FORMAT_VERSION = "3.0.0"
 # matters when another key has a value already refused (renorm_momentum without renorm).
 _ANY = object()
 _KERAS_ONLY_KEYS: dict[str, Any] = {
-    "kernel_regularizer": None, "bias_regularizer": None, "activity_regularizer": None,
-    "beta_regularizer": None, "gamma_regularizer": None,
-    "kernel_constraint": None, "bias_constraint": None, "beta_constraint": None, "gamma_constraint": None,
     "quantization_config": None, "lora_rank": None, "lora_alpha": _ANY,
     "renorm": False, "renorm_clipping": None, "renorm_momentum": _ANY,
     "autocast": True, "sparse": False, "ragged": False, "optional": False,
 }
-_KERAS_ACTIVATIONS = ("linear", "relu", "relu6", "sigmoid", "tanh", "elu", "gelu", "swish", "silu", "leaky_relu",
-                      "softplus", "softmax", "log_softmax")
+# every name keras.activations knows (dnnbind.activations has them all)
+_KERAS_ACTIVATIONS = tuple(sorted(_activations.ALL_OBJECTS_DICT))
 _OPTIMIZER_KERAS_ONLY: dict[str, Any] = {
     "clipnorm": None, "global_clipnorm": None, "clipvalue": None, "use_ema": False, "ema_momentum": _ANY,
     "ema_overwrite_frequency": _ANY, "loss_scale_factor": None, "gradient_accumulation_steps": None,
@@ -136,7 +134,8 @@ def _layer_to_keras(entry: dict, where: str) -> dict:
     for key, value in list(config.items()):
         if key.endswith("_initializer"):
             config[key] = _initializer_to_keras(value, f"{where}: {key}")
-    if "activation" in config and config["activation"] not in _KERAS_ACTIVATIONS:
+    if "activation" in config and isinstance(config["activation"], str) and \
+            config["activation"] not in _KERAS_ACTIVATIONS:
         raise ValueError(f"{where}: activation {config['activation']!r} has no Keras name "
                          f"(Keras knows {', '.join(_KERAS_ACTIVATIONS)})")
     if "data_format" in config and config["data_format"] is None:
@@ -283,8 +282,8 @@ def _initializer_from_keras(value: Any, where: str) -> Any:
 def _activation_from_keras(value: Any, where: str) -> Any:
     if isinstance(value, dict) and value.get("class_name") == "function" and isinstance(value.get("config"), str):
         value = value["config"]
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"{where}: activation must be a Keras activation name, got {str(value)[:200]}")
+    if value is not None and not isinstance(value, (str, dict)):
+        raise ValueError(f"{where}: activation must be a Keras activation name or object, got {str(value)[:200]}")
     return value
 
 

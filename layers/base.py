@@ -33,7 +33,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dnnbind import _validate, backend, kernels
+from dnnbind import activations as _activations
+from dnnbind import constraints as _constraints
 from dnnbind import initializers as _init
+from dnnbind import regularizers as _regularizers
 from dnnbind import ops as _ops
 from dnnbind.autodiff import engine as _engine
 from dnnbind.autodiff.tensor import Tensor
@@ -308,6 +311,10 @@ class Layer:
         object.__setattr__(self, "_tracked", self.__dict__.get("_tracked", {}))
         batch_input_shape = kwargs.pop("batch_input_shape", None)
         input_dim = kwargs.pop("input_dim", None)
+        # Keras's per-weight penalties and constraints (kernel_regularizer, bias_constraint, gamma_regularizer,
+        # depthwise_regularizer...): attached to the weight of that name when it is made (_add_weight)
+        policies = {k: kwargs.pop(k) for k in [k for k in kwargs if k.endswith(("_regularizer", "_constraint"))
+                                                and k != "activity_regularizer"]}
         kwargs.pop("batch_size", None) if type(self).__name__ != "InputLayer" else None
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
@@ -342,6 +349,8 @@ class Layer:
         self.activity_regularizer = None
         if activity_regularizer is not None:
             self.activity_regularizer = _regularizer(activity_regularizer)
+        self._weight_policies: dict = {}
+        self._set_weight_policies(**policies)
         self.supports_masking = False
 
     # ----- attribute tracking -------------------------------------------------------------------
@@ -497,6 +506,25 @@ class Layer:
         return g
 
     # ----- weights --------------------------------------------------------------------------
+    def _set_weight_policies(self, **arguments: Any) -> None:
+        """Keep ``<weight>_regularizer`` / ``<weight>_constraint`` arguments (resolved, checked now)."""
+        for key, value in arguments.items():
+            if value is None:
+                self._weight_policies.pop(key, None)
+                continue
+            self._weight_policies[key] = _regularizer(value) if key.endswith("_regularizer") else _constraint(value)
+
+    def _policy_for(self, weight_name: str, kind: str) -> Any:
+        """The regularizer or constraint (``kind``) the arguments give the weight ``weight_name``
+        (``kernel_regularizer`` for ``kernel``, ``depthwise_regularizer`` for ``depthwise_kernel``)."""
+        policies = self.__dict__.get("_weight_policies")
+        if not policies:
+            return None
+        hit = policies.get(f"{weight_name}_{kind}")
+        if hit is None and weight_name.endswith("_kernel"):
+            hit = policies.get(f"{weight_name[:-len('_kernel')]}_{kind}")
+        return hit
+
     def add_weight(self, shape: Sequence[int] | None = None, initializer: Any = None, dtype: Any = None,
                    trainable: bool = True, autocast: bool = True, regularizer: Any = None, constraint: Any = None,
                    aggregation: str = "none", overwrite_with_gradient: bool = False,
@@ -541,6 +569,8 @@ class Layer:
         host = np.asarray(init(shape, dtype=vdtype), dtype=vdtype)
         internal = np.ascontiguousarray(to_internal(host) if to_internal else host)
         w = Weight(self, name, shape, backend.asarray(internal, device=self.device), trainable, to_internal, to_keras)
+        w.regularizer = self._policy_for(name, "regularizer")
+        w.constraint = self._policy_for(name, "constraint")
         self._weights.append(w)
         return w
 
@@ -650,6 +680,14 @@ class Layer:
         for layer in self._sublayers():
             out.extend(layer.losses)
         return out
+
+    def _has_losses(self) -> bool:
+        """Whether :attr:`losses` would give anything (cheap: nothing is computed)."""
+        if self.__dict__.get("_own_losses") or self.activity_regularizer is not None:
+            return True
+        if any(w.regularizer is not None for w in self._weights):
+            return True
+        return any(layer._has_losses() for layer in self._sublayers())
 
     # ----- build / call ---------------------------------------------------------------------
     def build(self, input_shape: Sequence[int]) -> None:
@@ -907,6 +945,11 @@ class Layer:
                 t = _ops.cast(t, want)
         return t
 
+    def _post_activation(self) -> "Callable | None":
+        """An activation applied in ``keras.ops`` after the hand-written forward (one with no kernel of its
+        own: see :class:`ActivationFn`), or None."""
+        return None
+
     # ----- dnnbind's own layers: one recorded node per call ------------------------------------------
     def _raw_input(self, x: Any) -> "tuple[Any, Tensor | None]":
         """``(raw array, the tensor it came from or None)`` for one input of a hand-written forward."""
@@ -922,6 +965,18 @@ class Layer:
         return x, None
 
     def _legacy_apply(self, inputs: Any, training: bool, logits: bool = False) -> Any:
+        """Run the hand-written forward on ``inputs`` (then its ``keras.ops`` activation, if it has one, and its
+        activity regularizer's loss in training)."""
+        out = self._legacy_node(inputs, training, logits)
+        post = self._post_activation()
+        if post is not None and not logits:
+            out = post(out)
+        if self.activity_regularizer is not None and training:
+            n = float(out.shape[0]) if out.ndim else 1.0
+            self.add_loss(_ops.divide(self.activity_regularizer(out), n))
+        return out
+
+    def _legacy_node(self, inputs: Any, training: bool, logits: bool = False) -> Any:
         """Run the hand-written forward on ``inputs``; while a tape records and something needs a gradient,
         record one node whose VJP is the hand-written backward (state per application, as a shared layer
         needs: the previous application's state is snapshot before this forward overwrites it)."""
@@ -992,6 +1047,11 @@ class Layer:
         config = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype_policy.name}
         if self._declared_input_shape is not None:
             config["input_shape"] = list(self._declared_input_shape)
+        for key, value in self.__dict__.get("_weight_policies", {}).items():
+            config[key] = (_regularizers.serialize(value) if key.endswith("_regularizer")
+                           else _constraints.serialize(value))
+        if self.activity_regularizer is not None:
+            config["activity_regularizer"] = _regularizers.serialize(self.activity_regularizer)
         return config
 
     @classmethod
@@ -1032,34 +1092,22 @@ def _shape_structure(value: Any) -> Any:
 
 
 def _regularizer(value: Any) -> Any:
-    """A regularizer from a name, config or callable (``dnnbind.regularizers.get`` once that room exists)."""
-    get = _graph_hooks.regularizer_get
-    if get is not None:
-        return get(value)
-    if callable(value):
-        return value
-    raise ValueError(f"unknown regularizer {value!r}")
+    """A regularizer from a name, a Keras config dict, an instance or a callable (``regularizers.get``)."""
+    return _regularizers.get(value)
 
 
 def _constraint(value: Any) -> Any:
-    get = _graph_hooks.constraint_get
-    if get is not None:
-        return get(value)
-    if callable(value):
-        return value
-    raise ValueError(f"unknown constraint {value!r}")
+    """A constraint from a name, a Keras config dict, an instance or a callable (``constraints.get``)."""
+    return _constraints.get(value)
 
 
 class _GraphHooks:
-    """Functions of the rooms above this file that a Layer call needs (installed on import: ``.graph``
-    installs the symbolic ones; ``dnnbind.regularizers``/``constraints`` their ``get``)."""
+    """Functions of ``.graph`` (above this file) that a Layer call needs, installed when it is imported."""
 
     symbolic_call: Callable = None  # type: ignore[assignment]
     output_spec: Callable = None  # type: ignore[assignment]
     spec_from_shape: Callable = None  # type: ignore[assignment]
     shape_structure: Callable = None  # type: ignore[assignment]
-    regularizer_get: "Callable | None" = None
-    constraint_get: "Callable | None" = None
 
 
 _graph_hooks = _GraphHooks()
@@ -1095,17 +1143,38 @@ class ActivationFn:
     Keeps what its backward needs from the last forward.
     """
 
-    def __init__(self, identifier: "str | None", alpha: float | None = None, owner: str = "") -> None:
+    def __init__(self, identifier: Any, alpha: float | None = None, owner: str = "") -> None:
+        #: a Keras activation with no kernel of dnnbind's (``"selu"``, ``"mish"``, a user's function): the layer
+        #: applies it with ``keras.ops`` after its hand-written forward (recorded on the tape)
+        self.post: "Callable | None" = None
+        if callable(identifier) and not isinstance(identifier, str):
+            name = getattr(identifier, "__name__", None)
+            if name in _ACTIVATIONS and _activations.ALL_OBJECTS_DICT.get(name) is identifier:
+                identifier = name  # keras.activations.relu given as a function: its kernel path
+            else:
+                self.post = identifier
+                identifier = None
+        elif isinstance(identifier, dict):
+            self.post = _activations.get(identifier)
+            identifier = None
         key = "linear" if identifier is None else str(identifier).lower()
         if key not in _ACTIVATIONS:
-            raise ValueError(
-                f"{owner + ': ' if owner else ''}unknown activation {identifier!r}; known: "
-                f"{', '.join(activation_names())}"
-            )
+            fn = _activations.ALL_OBJECTS_DICT.get(key)
+            if fn is None:
+                raise ValueError(
+                    f"{owner + ': ' if owner else ''}unknown activation {identifier!r}; known: "
+                    f"{', '.join(sorted(set(activation_names()) | set(_activations.ALL_OBJECTS_DICT)))}")
+            self.post = fn
+            key = "linear"
         self.name = key
         self.kind, default_alpha = _ACTIVATIONS[key]
         self.alpha = default_alpha if alpha is None else float(alpha)
         self._x = self._y = None
+
+    @property
+    def config(self) -> Any:
+        """What a layer's config holds for this activation: its Keras name, or ``activations.serialize``'s."""
+        return self.name if self.post is None else _activations.serialize(self.post)
 
     @property
     def is_identity(self) -> bool:

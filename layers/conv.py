@@ -12,7 +12,7 @@ from dnnbind import _validate, kernels
 from dnnbind import initializers as _init
 from dnnbind.kernels._params import ConvParams, resolve_padding
 
-from .base import Layer, register, split_batch
+from .base import Layer, _regularizer, register, split_batch
 from .core import _ActivationMixin, _QuantizableMixin
 
 __all__ = ["Conv2D", "Convolution2D", "DepthwiseConv2D", "SeparableConv2D", "SeparableConvolution2D", "Conv1D",
@@ -49,14 +49,6 @@ def _depthwise_layout(layout: str, kh: int, kw: int, channels: int, multiplier: 
                 (lambda a: a[:, :, :, 0].transpose(1, 2, 0).reshape(kh, kw, channels, multiplier)))
     return ((lambda a: a.reshape(kh, kw, k).transpose(2, 0, 1)[:, None]),
             (lambda a: a[:, 0].transpose(1, 2, 0).reshape(kh, kw, channels, multiplier)))
-
-
-def check_unsupported_none(owner: str, **arguments: Any) -> None:
-    """Keras regularizer/constraint arguments are accepted as None only (dnnbind has neither yet)."""
-    for name, value in arguments.items():
-        if value is not None:
-            raise NotImplementedError(f"{owner}: {name} is not supported (dnnbind has no regularizers or "
-                                      f"constraints yet); pass None, got {value!r}")
 
 
 def check_image_shape(shape: tuple[int, ...], owner: str, data_format: str) -> None:
@@ -262,7 +254,7 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         return {**super().get_config(), "filters": self.filters, "kernel_size": list(self.kernel_size),
                 "strides": list(self.strides), "padding": self.padding, "data_format": self.data_format,
                 "dilation_rate": list(self.dilation_rate), "groups": self.groups,
-                "activation": self.activation.name, "use_bias": self.use_bias,
+                "activation": self.activation.config, "use_bias": self.use_bias,
                 "kernel_initializer": _init.serialize(self.kernel_initializer),
                 "bias_initializer": _init.serialize(self.bias_initializer), **self._quantization_config()}
 
@@ -293,9 +285,10 @@ class DepthwiseConv2D(Conv2D):
                          kernel_initializer=depthwise_initializer, bias_initializer=bias_initializer, **kwargs)
         owner = f"DepthwiseConv2D '{self.name}'"
         self.depth_multiplier = _validate.positive_int(depth_multiplier, "depth_multiplier", owner)
-        check_unsupported_none(owner, depthwise_regularizer=depthwise_regularizer, bias_regularizer=bias_regularizer,
-                               activity_regularizer=activity_regularizer, depthwise_constraint=depthwise_constraint,
-                               bias_constraint=bias_constraint)
+        self._set_weight_policies(depthwise_regularizer=depthwise_regularizer, bias_regularizer=bias_regularizer,
+                                  depthwise_constraint=depthwise_constraint, bias_constraint=bias_constraint)
+        if activity_regularizer is not None:
+            self.activity_regularizer = _regularizer(activity_regularizer)
         self.filters = None  # in * depth_multiplier, known at build
 
     @property
@@ -324,7 +317,7 @@ class DepthwiseConv2D(Conv2D):
     def get_config(self):
         return {**Layer.get_config(self), "kernel_size": list(self.kernel_size), "strides": list(self.strides),
                 "padding": self.padding, "depth_multiplier": self.depth_multiplier, "data_format": self.data_format,
-                "dilation_rate": list(self.dilation_rate), "activation": self.activation.name,
+                "dilation_rate": list(self.dilation_rate), "activation": self.activation.config,
                 "use_bias": self.use_bias, "depthwise_initializer": _init.serialize(self.kernel_initializer),
                 "bias_initializer": _init.serialize(self.bias_initializer)}
 
@@ -355,10 +348,11 @@ class SeparableConv2D(Conv2D):
         owner = f"SeparableConv2D '{self.name}'"
         self.depth_multiplier = _validate.positive_int(depth_multiplier, "depth_multiplier", owner)
         self.depthwise_initializer = _init.get(depthwise_initializer)
-        check_unsupported_none(owner, depthwise_regularizer=depthwise_regularizer,
-                               pointwise_regularizer=pointwise_regularizer, bias_regularizer=bias_regularizer,
-                               activity_regularizer=activity_regularizer, depthwise_constraint=depthwise_constraint,
-                               pointwise_constraint=pointwise_constraint, bias_constraint=bias_constraint)
+        self._set_weight_policies(depthwise_regularizer=depthwise_regularizer, pointwise_regularizer=pointwise_regularizer,
+                                  bias_regularizer=bias_regularizer, depthwise_constraint=depthwise_constraint,
+                                  pointwise_constraint=pointwise_constraint, bias_constraint=bias_constraint)
+        if activity_regularizer is not None:
+            self.activity_regularizer = _regularizer(activity_regularizer)
 
     @property
     def pointwise_initializer(self):
@@ -460,9 +454,10 @@ class Conv1D(Conv2D):
                          data_format=data_format, dilation_rate=(d, 1), groups=groups, activation=activation,
                          use_bias=use_bias, kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
                          **kwargs)
-        check_unsupported_none(f"Conv1D '{self.name}'", kernel_regularizer=kernel_regularizer,
-                               bias_regularizer=bias_regularizer, activity_regularizer=activity_regularizer,
-                               kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
+        self._set_weight_policies(kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+                                  kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
+        if activity_regularizer is not None:
+            self.activity_regularizer = _regularizer(activity_regularizer)
         self.padding = mode
 
     def _params_for(self, h: int, w: int) -> ConvParams:

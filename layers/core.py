@@ -28,6 +28,9 @@ class _ActivationMixin:
         self.activation = ActivationFn(activation, owner=f"{type(self).__name__} '{self.name}'")
         self._skipped_softmax = False
 
+    def _post_activation(self) -> Any:
+        return self.activation.post
+
     @property
     def has_final_softmax(self) -> bool:
         return self.activation.is_softmax
@@ -441,7 +444,7 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
         return dx
 
     def get_config(self):
-        return {**super().get_config(), "units": self.units, "activation": self.activation.name,
+        return {**super().get_config(), "units": self.units, "activation": self.activation.config,
                 "use_bias": self.use_bias, "kernel_initializer": _init.serialize(self.kernel_initializer),
                 "bias_initializer": _init.serialize(self.bias_initializer), **self._quantization_config()}
 
@@ -537,6 +540,9 @@ class _ActivationLayerBase(Layer):
             self._skipped = False
         return self._act
 
+    def _post_activation(self) -> Any:
+        return self._fn().post
+
     @property
     def has_final_softmax(self) -> bool:
         return self._fn().is_softmax
@@ -567,7 +573,7 @@ class Activation(_ActivationLayerBase):
         return ActivationFn(self.activation)
 
     def get_config(self):
-        return {**super().get_config(), "activation": self._act.name}
+        return {**super().get_config(), "activation": self._act.config}
 
 
 @register

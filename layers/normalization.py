@@ -14,7 +14,6 @@ from dnnbind import distribution as _distribution
 from dnnbind import initializers as _init
 
 from .base import Layer, register, split_batch
-from .conv import check_unsupported_none
 from .sync_batchnorm import sync_batchnorm_backward, sync_batchnorm_forward
 
 __all__ = ["BatchNormalization", "SyncBatchNormalization", "LayerNormalization"]
@@ -276,8 +275,8 @@ class LayerNormalization(Layer):
         if _validate.boolean(rms_scaling, "rms_scaling", owner):
             raise NotImplementedError(f"{owner}: rms_scaling=True is not supported")
         self.rms_scaling = False
-        check_unsupported_none(owner, beta_regularizer=beta_regularizer, gamma_regularizer=gamma_regularizer,
-                               beta_constraint=beta_constraint, gamma_constraint=gamma_constraint)
+        self._set_weight_policies(beta_regularizer=beta_regularizer, gamma_regularizer=gamma_regularizer,
+                                  beta_constraint=beta_constraint, gamma_constraint=gamma_constraint)
         self.beta_initializer = _init.get(beta_initializer)
         self.gamma_initializer = _init.get(gamma_initializer)
 

@@ -427,8 +427,8 @@ def _config_of(path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda c: c["layers"][1]["config"].update(kernel_regularizer={"class_name": "L2", "config": {"l2": 0.01}}),
-     r"layers\[1\] \(Dense 'd'\): kernel_regularizer=.* is not supported by dnnbind \(only None\)"),
+    (lambda c: c["layers"][1]["config"].update(quantization_config={"class_name": "Int8QuantizationConfig"}),
+     r"layers\[1\] \(Dense 'd'\): quantization_config=.* is not supported by dnnbind \(only None\)"),
     (lambda c: c["layers"][1].update(class_name="LSTM"),
      r"layers\[1\]: Keras layer 'LSTM' is not supported by dnnbind"),
     (lambda c: c["layers"][1].update(module="my_package", registered_name="Custom>Dense"),

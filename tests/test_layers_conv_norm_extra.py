@@ -240,8 +240,9 @@ def test_layernorm_refuses_what_it_cannot_do():
         layers.LayerNormalization(axis=3).build((4,))
     with pytest.raises(NotImplementedError, match="rms_scaling=True is not supported"):
         layers.LayerNormalization(rms_scaling=True)
-    with pytest.raises(NotImplementedError, match="gamma_regularizer is not supported"):
-        layers.LayerNormalization(gamma_regularizer="l2")
+    ln = layers.LayerNormalization(gamma_regularizer="l2")  # supported now: the penalty joins the losses
+    ln(np.ones((2, 3), np.float32))
+    assert len(ln.losses) == 1 and ln.get_config()["gamma_regularizer"]["class_name"] == "L2"
     with pytest.raises(ValueError, match="LayerNormalization 'ln_bad': epsilon must be > 0"):
         layers.LayerNormalization(epsilon=0, name="ln_bad")
     with pytest.raises(TypeError, match="axis must be an int"):
@@ -343,8 +344,9 @@ def test_constructor_arguments_are_checked():
         layers.DepthwiseConv2D(3, depth_multiplier=0, name="dw")
     with pytest.raises(ValueError, match="DepthwiseConv2D 'dw2': padding must be 'valid' or 'same'"):
         layers.DepthwiseConv2D(3, padding="full", name="dw2")
-    with pytest.raises(NotImplementedError, match="depthwise_regularizer is not supported"):
-        layers.DepthwiseConv2D(3, depthwise_regularizer="l2")
+    dw = layers.DepthwiseConv2D(3, depthwise_regularizer="l2", depthwise_constraint="non_neg")
+    dw(np.ones((1, 5, 5, 2), np.float32))
+    assert dw.depthwise_kernel.regularizer is not None and dw.depthwise_kernel.constraint is not None
     with pytest.raises(TypeError, match="SeparableConv2D 'sep': filters must be an int"):
         layers.SeparableConv2D(2.5, 3, name="sep")
     with pytest.raises(ValueError, match="Conv1D 'c1': kernel_size must be an int or a tuple of one int"):

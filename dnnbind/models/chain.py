@@ -77,7 +77,8 @@ def conv_bn_candidates(layers: Sequence[Layer]) -> "tuple[int, ...]":
 def chainable(layer: Any) -> bool:
     """Whether ``layer`` can be a link of a chain: one of dnnbind's own single-input layers (a hand-written
     forward and backward, no ``call`` of its own)."""
-    return isinstance(layer, Layer) and layer._is_legacy() and not layer.multi_input
+    return (isinstance(layer, Layer) and layer._is_legacy() and not layer.multi_input
+            and layer._post_activation() is None and layer.activity_regularizer is None)
 
 
 class LayerChain:

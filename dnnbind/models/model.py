@@ -110,6 +110,28 @@ class Model(Trainer, Layer):
             visit(item)
         return out
 
+    @property
+    def losses(self) -> list:
+        """The losses of ``add_loss`` calls (the model's and every layer's) and the weights' regularization
+        losses, computed now (differentiable under a tape)."""
+        out = []
+        for item in self.__dict__.get("_own_losses", []):
+            out.append(item() if callable(item) and not isinstance(item, Tensor) else item)
+        for w in self._own_variables():
+            if w.regularizer is not None and w.trainable and self.trainable:
+                out.append(w.regularizer(w))
+        seen: set = set()
+        for layer in self._direct_layers():
+            if id(layer) not in seen and not isinstance(layer, InputLayer):
+                seen.add(id(layer))
+                out.extend(layer.losses)
+        return out
+
+    def _clear_losses(self) -> None:
+        self.__dict__["_own_losses"] = []
+        for layer in self._direct_layers():
+            layer._clear_losses()
+
     def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
         """A layer by name or by index in :attr:`layers` (Keras)."""
         layers = self.layers
