@@ -523,6 +523,8 @@ class Layer:
         hit = policies.get(f"{weight_name}_{kind}")
         if hit is None and weight_name.endswith("_kernel"):
             hit = policies.get(f"{weight_name[:-len('_kernel')]}_{kind}")
+        if hit is None and weight_name == "kernel":  # DepthwiseConv2D's kernel takes depthwise_regularizer
+            hit = policies.get(f"depthwise_{kind}")
         return hit
 
     def add_weight(self, shape: Sequence[int] | None = None, initializer: Any = None, dtype: Any = None,

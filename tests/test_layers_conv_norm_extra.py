@@ -346,7 +346,7 @@ def test_constructor_arguments_are_checked():
         layers.DepthwiseConv2D(3, padding="full", name="dw2")
     dw = layers.DepthwiseConv2D(3, depthwise_regularizer="l2", depthwise_constraint="non_neg")
     dw(np.ones((1, 5, 5, 2), np.float32))
-    assert dw.depthwise_kernel.regularizer is not None and dw.depthwise_kernel.constraint is not None
+    assert dw.kernel.regularizer is not None and dw.kernel.constraint is not None
     with pytest.raises(TypeError, match="SeparableConv2D 'sep': filters must be an int"):
         layers.SeparableConv2D(2.5, 3, name="sep")
     with pytest.raises(ValueError, match="Conv1D 'c1': kernel_size must be an int or a tuple of one int"):
