@@ -353,7 +353,7 @@ def _profile(name: str, fn, repeat: int, sync, top: int) -> None:
         fn()
     prof.disable()
     print(name, f"({repeat} calls)")
-    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+    pstats.Stats(prof).sort_stats(os.environ.get("HOST_PATH_SORT", "tottime")).print_stats(top)
 
 
 def main(argv: "list[str] | None" = None) -> int:

@@ -40,6 +40,7 @@ from dnnbind import regularizers as _regularizers
 from dnnbind import ops as _ops
 from dnnbind.autodiff import engine as _engine
 from dnnbind.autodiff.tensor import Tensor
+from dnnbind.autodiff import variable as _variable_module
 from dnnbind.autodiff.variable import Variable
 from dnnbind.backend import Device
 from dnnbind.mixed_precision import Policy, global_policy
@@ -172,6 +173,19 @@ def _note_new_cast() -> None:
 def cast_generation() -> int:
     """Changes whenever some layer starts casting a weight (see ``Layer._compute_weight``)."""
     return _cast_generation[0]
+
+
+# ----- a version of every model structure: bumped when a layer or variable is tracked or untracked, a weight
+# is made, or a trainable flag changes, so that models can keep their flattened layer and weight lists ------
+_structure = [0]
+
+
+def structure_version() -> int:
+    return _structure[0] + _variable_module.trainable_changes()
+
+
+def _bump_structure() -> None:
+    _structure[0] += 1
 
 
 # ----- the call context: training propagates from an outer call to the calls inside it ---------------
@@ -355,18 +369,28 @@ class Layer:
 
     # ----- attribute tracking -------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        tracked = self.__dict__.get("_tracked")
+        d = self.__dict__
+        tracked = d.get("_tracked")
+        if name[0] == "_" or name == "grads" or not isinstance(value, _TRACKABLE_TYPES):  # the hot path
+            if tracked and name in tracked:
+                del tracked[name]
+                _bump_structure()
+            object.__setattr__(self, name, value)
+            return
         if tracked is None:
             tracked = {}
             object.__setattr__(self, "_tracked", tracked)
-        if not name.startswith("_") and _trackable(value, self):
+        if _trackable(value, self):
             tracked[name] = value
+            _bump_structure()
         elif name in tracked:
             del tracked[name]
+            _bump_structure()
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
-        self.__dict__.get("_tracked", {}).pop(name, None)
+        if self.__dict__.get("_tracked", {}).pop(name, None) is not None:
+            _bump_structure()
         object.__delattr__(self, name)
 
     def _tracked_values(self) -> list:
@@ -412,6 +436,7 @@ class Layer:
         """Keras 3: setting ``trainable`` sets it on every layer inside (a frozen model freezes its layers)."""
         value = bool(value)
         self.__dict__["_trainable"] = value
+        _bump_structure()
         for layer in self._inner_layers():
             layer.trainable = value
 
@@ -574,6 +599,7 @@ class Layer:
         w.regularizer = self._policy_for(name, "regularizer")
         w.constraint = self._policy_for(name, "constraint")
         self._weights.append(w)
+        _bump_structure()
         return w
 
     def _check_weight_size(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -686,6 +712,8 @@ class Layer:
     def _has_losses(self) -> bool:
         """Whether :attr:`losses` would give anything (cheap: nothing is computed)."""
         if self.__dict__.get("_own_losses") or self.activity_regularizer is not None:
+            return True
+        if self._tracked_variables() and any(w.regularizer is not None for w in self._tracked_variables()):
             return True
         if any(w.regularizer is not None for w in self._weights):
             return True
@@ -1034,8 +1062,16 @@ class Layer:
     def _call_state(self) -> tuple[dict, dict]:
         """What a forward left on ``self`` (and on its :class:`ActivationFn` attributes) for backward:
         a shallow snapshot that :meth:`_restore_call_state` puts back before that application's backward."""
-        state = {k: v for k, v in self.__dict__.items() if k not in ("grads", "_last_saved")}
-        nested = {k: dict(v.__dict__) for k, v in state.items() if isinstance(v, ActivationFn)}
+        state = self.__dict__.copy()  # (one C-level copy: this runs per layer per training step)
+        state.pop("grads", None)
+        state.pop("_last_saved", None)
+        keys = state.get("_activation_keys")
+        if keys is None or len(keys[0]) != len(state):
+            found = tuple(k for k, v in state.items() if isinstance(v, ActivationFn))
+            keys = (tuple(state), found)
+            self.__dict__["_activation_keys"] = keys
+            state["_activation_keys"] = keys
+        nested = {k: state[k].__dict__.copy() for k in keys[1] if isinstance(state.get(k), ActivationFn)}
         return state, nested
 
     def _restore_call_state(self, saved: tuple[dict, dict]) -> None:
@@ -1101,6 +1137,9 @@ def _regularizer(value: Any) -> Any:
 def _constraint(value: Any) -> Any:
     """A constraint from a name, a Keras config dict, an instance or a callable (``constraints.get``)."""
     return _constraints.get(value)
+
+
+_TRACKABLE_TYPES = (Layer, Variable, list, tuple, dict)
 
 
 class _GraphHooks:

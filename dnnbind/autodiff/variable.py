@@ -26,6 +26,11 @@ from .engine import Leaf, hooks
 __all__ = ["Variable"]
 
 _auto_names = itertools.count()
+_trainable_changes = [0]  # bumped by every trainable assignment: models keep weight lists until it moves
+
+
+def trainable_changes() -> int:
+    return _trainable_changes[0]
 
 
 class Variable:
@@ -82,6 +87,15 @@ class Variable:
         return arr
 
     # ----- facts ----------------------------------------------------------------------------------
+    @property
+    def trainable(self) -> bool:
+        return self.__dict__.get("_trainable", True)
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        self.__dict__["_trainable"] = bool(value)
+        _trainable_changes[0] += 1
+
     @property
     def path(self) -> str:
         return self.name

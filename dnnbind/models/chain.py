@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from .. import kernels
 from ..autodiff import engine
 from ..autodiff.tensor import Tensor
-from ..layers.base import Layer, _pending, _trainable_edge
+from ..layers.base import Layer, _pending, _trainable_edge, structure_version
 from ..layers.conv import Conv2D
 from ..layers.core import Activation, ReLU
 from ..layers.normalization import BatchNormalization
@@ -155,6 +155,21 @@ class LayerChain:
         return dy
 
     # ----- one recorded node ------------------------------------------------------------------------
+    def _weights(self) -> tuple:
+        """``([(layer, weight)], {id(layer): [(weight name, input position)]}, {id(weight): position})`` of the
+        trainable weights, kept until the structure version moves (a trainable flag, a new weight)."""
+        memo = self.__dict__.get("_weights_memo")
+        version = structure_version()
+        if memo is None or memo[0] != version:
+            weights = [(layer, w) for layer in self.layers if layer.trainable for w in layer.trainable_weights]
+            per_layer: dict = {}
+            for i, (layer, w) in enumerate(weights):
+                per_layer.setdefault(id(layer), []).append((w.name, i + 1))
+            memo = (version, weights, per_layer, {id(w): i + 1 for i, (_, w) in enumerate(weights)})
+            self._weights_memo = memo
+        return memo[1], memo[2], memo[3]
+
+
     def apply(self, x: Any, training: bool, logits: bool = False) -> Tensor:
         """The chain on ``x`` (a tensor or an array) as one node (see the module docstring)."""
         first = self.layers[0]
@@ -162,7 +177,7 @@ class LayerChain:
         if not engine.recording():
             y, _ = self.forward(raw, training, logits)
             return Tensor(y)
-        weights = [(layer, w) for layer in self.layers if layer.trainable for w in layer.trainable_weights]
+        weights, per_layer, position = self._weights()
         in_edge = None if t is None else ops_core.edge(t)
         w_edges = tuple(_trainable_edge(w) for _, w in weights)
         if in_edge is None and all(e is None for e in w_edges):
@@ -180,19 +195,18 @@ class LayerChain:
         self._last_saved = saved
         for layer, before in states:
             _pending().append((layer, before, saved))
-        position = {id(w): i + 1 for i, (_, w) in enumerate(weights)}
-
         def vjp(node: Any, dy: Tensor) -> tuple:
             need_dx = node.needs_input_grad[0]
             results: list = [None] * (1 + len(weights))
             emit = node.emit
 
             def finished(layer: Layer) -> None:
-                grads, layer.grads = layer.grads, {}
-                for w in (layer.trainable_weights if layer.trainable else ()):
-                    g = grads.get(w.name)
-                    k = position.get(id(w))
-                    if g is not None and k is not None:
+                d = layer.__dict__
+                grads = d.get("grads") or {}
+                d["grads"] = {}
+                for name, k in per_layer.get(id(layer), ()):
+                    g = grads.get(name)
+                    if g is not None:
                         results[k] = g
                         if emit is not None:
                             emit(k, g)
@@ -201,7 +215,7 @@ class LayerChain:
                 for layer, state in zip(self.layers, saved["state"]):
                     layer._restore_call_state(state)
             for layer in self.layers:
-                layer.grads = {}
+                layer.__dict__["grads"] = {}
             dx = self.backward(dy.data, plan, need_dx, finished)
             saved["done"] = True
             results[0] = dx if need_dx else None

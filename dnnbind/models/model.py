@@ -30,7 +30,7 @@ from .. import quantizers as Q
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
 from ..backend import Device
-from ..layers.base import Layer, _snake_case, is_symbolic, unique_name
+from ..layers.base import Layer, _snake_case, is_symbolic, structure_version, unique_name
 from ..layers.core import _QuantizableMixin, check_calibration
 from ..layers.graph import InputLayer, KerasTensor
 from ..trainers.trainer import LossScale, Trainer
@@ -89,8 +89,24 @@ class Model(Trainer, Layer):
     def _inner_layers(self) -> list:
         return self.__dict__.get("_layers") or self.__dict__.get("_graph_layers") or self._sublayers()
 
+    def _memo(self, key: str, make: Any) -> Any:
+        """``make()``, kept until the structure version moves (layers or variables tracked, weights made,
+        trainable flags set: see ``layers.base.structure_version``). A step asks for these every time."""
+        version = structure_version()
+        memo = self.__dict__.get("_structure_memo")
+        if memo is None or memo[0] != version:
+            memo = (version, {})
+            self.__dict__["_structure_memo"] = memo
+        hit = memo[1].get(key)
+        if hit is None:
+            hit = memo[1][key] = make()
+        return hit
+
     def _flat_layers(self) -> list[Layer]:
         """Every layer holding weights or state a step uses, nested models and layers flattened, each once."""
+        return list(self._memo("flat", self._make_flat_layers))
+
+    def _make_flat_layers(self) -> list[Layer]:
         out: list[Layer] = []
         seen: set[int] = set()
 
@@ -131,6 +147,11 @@ class Model(Trainer, Layer):
         self.__dict__["_own_losses"] = []
         for layer in self._direct_layers():
             layer._clear_losses()
+
+    def _has_losses(self) -> bool:
+        if self.__dict__.get("_own_losses") or any(w.regularizer is not None for w in self._own_variables()):
+            return True
+        return any(layer._has_losses() for layer in self._direct_layers() if not isinstance(layer, InputLayer))
 
     def get_layer(self, name: str | None = None, index: int | None = None) -> Any:
         """A layer by name or by index in :attr:`layers` (Keras)."""
@@ -321,6 +342,9 @@ class Model(Trainer, Layer):
 
     @property
     def weights(self):
+        return list(self._memo("weights", self._make_weights))
+
+    def _make_weights(self) -> list:
         out = self._own_variables()
         for layer in self._flat_layers():
             out += layer._weights + layer._tracked_variables()
@@ -328,6 +352,9 @@ class Model(Trainer, Layer):
 
     @property
     def trainable_weights(self):
+        return list(self._memo("trainable", self._make_trainable_weights))
+
+    def _make_trainable_weights(self) -> list:
         if not self.trainable:
             return []
         out = [w for w in self._own_variables() if w.trainable]

@@ -706,7 +706,7 @@ class Trainer:
             total = weighted if total is None else ops.add(total, weighted)
             for m in self._output_metrics[i]:
                 self._update_metric(m, y, out32)
-        extra = self.losses
+        extra = self.losses if self._may_have_losses() else ()
         if extra:
             more = extra[0] if len(extra) == 1 else ops.sum(ops.stack([ops.cast(e, _F32) for e in extra]))
             total = more if total is None else ops.add(total, ops.cast(more, total.dtype))
@@ -714,6 +714,17 @@ class Trainer:
             raise ValueError(f"{self._owner}: no loss to compute. Provide a `loss` argument in `compile()`.")
         self._loss_tracker.update_state(total.data if total.dtype == _F32 else kernels.cast(total.data, _F32), n)
         return total
+
+    def _may_have_losses(self) -> bool:
+        """Whether :attr:`losses` may give anything this step: weight or activity regularizers anywhere, or a
+        layer or model with a ``call`` of its own (it may ``add_loss``). Kept while the structure stays."""
+        memo = getattr(self, "_memo", None)
+        if memo is None:
+            return True
+        sources = memo("loss_sources", lambda: [layer for layer in [self, *self._flat_layers()]
+                                                if not layer._is_legacy() or layer.activity_regularizer is not None
+                                                or any(w.regularizer is not None for w in layer._weights)])
+        return bool(sources) and self._has_losses()
 
     @staticmethod
     def _update_metric(m: Any, y: Any, out: Tensor) -> None:
@@ -725,7 +736,14 @@ class Trainer:
                            else Tensor(y), out)
 
     def _trainable_slots(self) -> list:
-        """``(layer, weight)`` of every trainable weight, in parameter (model) order."""
+        """``(layer, weight)`` of every trainable weight, in parameter (model) order (kept while the model's
+        structure stays the same)."""
+        memo = getattr(self, "_memo", None)
+        if memo is not None:
+            return list(memo("slots", self._make_trainable_slots))
+        return self._make_trainable_slots()
+
+    def _make_trainable_slots(self) -> list:
         if not self.trainable:
             return []
         owners = {}
