@@ -174,8 +174,15 @@ def _np_erfc(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erfc, otypes=[x.dtype])(x) if x.size else x.copy()
 
 
+def _lgamma_or_inf(v: float) -> float:
+    try:
+        return math.lgamma(v)
+    except ValueError:  # the poles 0, -1, -2, ...: math raises where log|gamma| is +inf
+        return math.inf
+
+
 def _np_lgamma(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.lgamma, otypes=[x.dtype])(x) if x.size else x.copy()
+    return np.vectorize(_lgamma_or_inf, otypes=[x.dtype])(x) if x.size else x.copy()
 
 
 def _round_half_even(x: np.ndarray) -> np.ndarray:
