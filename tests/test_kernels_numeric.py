@@ -39,6 +39,7 @@ def test_unary_reference_matches_numpy(rng):
     assert np.array_equal(nm.unary("clip", x, p0=0.3, p1=0.6), np.clip(x, 0.3, 0.6))
     assert np.allclose(nm.unary("scale_shift", x, p0=2.0, p1=-1.0), x * 2 - 1)
     assert np.allclose(nm.unary("erfinv", nm.unary("erf", x)), x, atol=1e-6)
+    assert np.allclose(nm.unary("lgamma", np.array([0.0, -1.0, 1.0, 3.0])), [np.inf, np.inf, 0.0, math.log(2.0)])
     h = x.astype(np.float16)
     assert nm.unary("exp", h).dtype == np.float16
     assert np.array_equal(nm.unary("exp", h), np.exp(h.astype(np.float32)).astype(np.float16))

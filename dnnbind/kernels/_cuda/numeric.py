@@ -36,8 +36,11 @@ Strategies (docs/DESIGN.md, "The numeric engine"):
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import re
 import threading
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
@@ -47,6 +50,8 @@ from ..._validate import BFLOAT16
 from ...errors import CublasError
 from ...cublas import gemm_strided_batched
 from ...cuda import Kernel
+from ...cuda.device import CudaDevice, current_device_index
+from ...cuda.kernel import compile_kernel
 from ...cuda.array import DeviceArray
 from ...cuda.stream import current_stream
 from .. import numeric as _ref
@@ -56,7 +61,7 @@ __all__ = [
     "UNARY", "BINARY", "REDUCTIONS", "CUMULATIVE", "RANDOM_KINDS", "PAD_MODES", "SORT_BLOCK_MAX",
     "unary", "binary", "where", "reduce", "cumulative", "strided_copy", "strided_assign", "matmul",
     "take", "take_along_axis", "index_add", "gather_nd", "scatter_nd", "pad", "full", "iota",
-    "sort", "argsort", "top_k", "random", "advance_counter", "convert",
+    "sort", "argsort", "top_k", "random", "advance_counter", "convert", "kernel_bodies", "precompile",
 ]
 
 # ------------------------------------------------------------------------------------ dtypes
@@ -1973,6 +1978,7 @@ def _all_bodies() -> "list[_Body]":
             e = _unary_expr(op, xdt, dt)
             if e is not None:
                 add(_ew_body("un_" + op, e[0], e[1], dt, "s", 0, 4))
+                add(_ew_body("un_" + op, e[0], e[1], dt, "c", 16 // max(xdt.itemsize, dt.itemsize), 0))
     for op in ops_b:
         for dt_in in kinds:
             dt = BOOL if op in _BOOL_RESULT else dt_in
@@ -1981,6 +1987,8 @@ def _all_bodies() -> "list[_Body]":
                 continue
             expr = f"{BINARY[op]}<{_CTYPE[work]}>(v0, v1)"
             add(_ew_body("bin_" + op, expr, ((dt_in, None, work), (dt_in, None, work)), dt, "s", 0, 4))
+            add(_ew_body("bin_" + op, expr, ((dt_in, None, work), (dt_in, None, work)), dt, "c",
+                         16 // max(dt_in.itemsize, dt.itemsize), 0))
             if dt_in in (F32, I32):
                 add(_ew_body("bin_" + op, expr, ((dt_in, None, work), (None, None, work)), dt, "c", 16 // max(
                     dt_in.itemsize, dt.itemsize), 0))
@@ -2091,3 +2099,28 @@ def _all_bodies() -> "list[_Body]":
     add(_imatmul_body(U8, I8, I32, 4))
     add(_imatmul_body(F32, I64, I64, 4))
     return list(out.values())
+
+
+def _compile_text(args: "tuple[str, str]") -> str:
+    """Compile one kernel (a process pool's task): into the disk cache :class:`Kernel` reads."""
+    text, arch = args
+    compile_kernel(header() + "\n" + text, arch=arch, options=_OPTIONS)
+    return arch
+
+
+def precompile(arch: "str | None" = None, workers: "int | None" = None, exhaustive: bool = True) -> int:
+    """Compile the kernels of :func:`kernel_bodies` for ``arch`` (default: the current device's) into
+    the on-disk kernel cache, in ``workers`` processes (default: one per CPU); returns how many. Later
+    calls find them there instead of running NVRTC one by one on first use (a cold start)."""
+    if arch is None:
+        arch = CudaDevice(current_device_index()).arch
+    jobs = [(b.text, arch) for b in kernel_bodies(exhaustive)]
+    n = workers or os.cpu_count() or 1
+    if n <= 1:
+        for job in jobs:
+            _compile_text(job)
+        return len(jobs)
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for _ in pool.map(_compile_text, jobs, chunksize=8):
+            pass
+    return len(jobs)
