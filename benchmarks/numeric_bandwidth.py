@@ -122,8 +122,8 @@ def main(argv: "list[str] | None" = None) -> int:
     for row in base + rows:
         row["gb_s"] = row["bytes"] / (row["ms"] * 1e-3) / 1e9
         row["share_of_memcpy"] = row["gb_s"] / memcpy_gbs
-        print(f"| {row['kernel']} | {row['dtype']} | {row['size']} | {row['bytes'] / 1e6:.1f} | {row['ms'] * 1e3:.1f} | "
-              f"{row['gb_s']:.0f} | {100 * row['share_of_memcpy']:.0f}% |")
+        print(f"| {row['kernel']} | {row['dtype']} | {row['size']} | {row['bytes'] / 1e6:.1f} | "
+              f"{row['ms'] * 1e3:.1f} | {row['gb_s']:.0f} | {100 * row['share_of_memcpy']:.0f}% |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device.name, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "gib": args.gib,

@@ -213,8 +213,8 @@ def test_unary(rng, op, dtype):
 def test_unary_integer_to_float(rng, op, src, dtype):
     x = _ints(rng, (5, 33), src, 0, 5) if src != BOOL else rng.integers(0, 2, (5, 33)).astype(bool)
     want = reference(nm.unary, op, x, dtype=dtype)
-    expect(f"unary {op} x {_name(src)} -> {_name(dtype)}", nm.unary(op, up(x), dtype=dtype, out=poisoned(x.shape, dtype)),
-           want)
+    got = nm.unary(op, up(x), dtype=dtype, out=poisoned(x.shape, dtype))
+    expect(f"unary {op} x {_name(src)} -> {_name(dtype)}", got, want)
 
 
 @pytest.mark.parametrize("dtype", EXTRA_INTS, ids=_name)
@@ -316,7 +316,8 @@ def test_binary_integer_operands_float_result(rng, op, ta, tb, dtype):
 def test_comparisons_promote_like_numpy(rng):
     x = np.array([0.1, 0.5, 1.0, np.nan] * 8, np.float32)
     for op in ("equal", "less", "greater_equal", "not_equal"):
-        for other in (0.1, 1, np.asarray(0.1, np.float32)):  # float64 compare with the number, float32 with the 0-d array
+        # float64 compare with the number, float32 with the 0-d array
+        for other in (0.1, 1, np.asarray(0.1, np.float32)):
             want = reference(nm.binary, op, x, other)
             dother = up(other) if isinstance(other, np.ndarray) else other
             expect(f"binary {op} float32 vs {type(other).__name__} {other}", nm.binary(op, up(x), dother), want)
@@ -341,7 +342,8 @@ def test_large_contiguous_vector_and_scalar_paths(rng, n, offset, dtype):
     a = _floats(rng, (n,), dtype) if dtype.kind != "u" else _ints(rng, (n,), dtype)
     b = _floats(rng, (n,), dtype) if dtype.kind != "u" else _ints(rng, (n,), dtype)
     da, db = up(a, offset), up(b)
-    expect(f"binary add {n} {_name(dtype)} offset {offset}", nm.binary("add", da, db), reference(nm.binary, "add", a, b))
+    expect(f"binary add {n} {_name(dtype)} offset {offset}", nm.binary("add", da, db),
+           reference(nm.binary, "add", a, b))
     op = "negative" if dtype.kind == "u" else "exp"
     expect(f"unary {op} {n} {_name(dtype)} offset {offset}", nm.unary(op, da), reference(nm.unary, op, a))
 
@@ -532,8 +534,8 @@ def test_strided_copy_large_transposes(rng, dtype):
     x3 = x.reshape(10, 100, 1200)
     expect(f"strided_copy batched transpose {_name(dtype)}", nm.strided_copy(flat, (10, 1200, 100), (120000, 1, 1200)),
            np.ascontiguousarray(np.transpose(x3, (0, 2, 1))))
-    expect(f"strided_copy transpose at an odd offset {_name(dtype)}", nm.strided_copy(flat, (1199, 999), (1, 1200), 1201),
-           np.ascontiguousarray(x[1:, 1:].T))
+    expect(f"strided_copy transpose at an odd offset {_name(dtype)}",
+           nm.strided_copy(flat, (1199, 999), (1, 1200), 1201), np.ascontiguousarray(x[1:, 1:].T))
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16, I32, BOOL, U64], ids=_name)
@@ -562,10 +564,10 @@ def test_strided_assign(rng, dtype):
 
 
 # ======================================================================================== matmul
-@pytest.mark.parametrize("sa, sb, ta, tb", [((2, 1, 33, 40), (5, 40, 17), False, False), ((7, 33, 40), (40,), False, False),
-                                            ((40,), (3, 40, 9), False, False), ((40, 33), (17, 40), True, True),
-                                            ((2, 33, 40), (2, 17, 40), False, True), ((65, 129), (129, 1), False, False),
-                                            ((40,), (40,), False, False), ((4, 0), (0, 5), False, False)])
+@pytest.mark.parametrize("sa, sb, ta, tb", [
+    ((2, 1, 33, 40), (5, 40, 17), False, False), ((7, 33, 40), (40,), False, False), ((40,), (3, 40, 9), False, False),
+    ((40, 33), (17, 40), True, True), ((2, 33, 40), (2, 17, 40), False, True), ((65, 129), (129, 1), False, False),
+    ((40,), (40,), False, False), ((4, 0), (0, 5), False, False)])
 @pytest.mark.parametrize("dtype, tf32", [(F32, False), (F32, True), (F16, False), (BF16, False), (F64, False)],
                          ids=["fp32", "tf32", "fp16", "bf16", "fp64"])
 def test_matmul_float(rng, sa, sb, ta, tb, dtype, tf32):

@@ -455,41 +455,39 @@ __device__ __forceinline__ u32 fdiv(u32 n, const FastDiv& f) { return f.mul ? (_
 template <int NOPS, int MAXD> struct Geo32 { int ndim; FastDiv dim[MAXD]; int stride[NOPS][MAXD]; };
 template <int NOPS, int MAXD> struct Geo64 { int ndim; int pad; i64 dim[MAXD]; i64 stride[NOPS][MAXD]; };
 
-// The loops are unrolled to MAXD with the rank as a uniform guard, so the parameter struct is only
-// indexed by constants (a dynamic index would copy it to local memory).
-template <int NOPS, int MAXD> __device__ __forceinline__ void offsets(const Geo32<NOPS, MAXD>& g, u32 i,
-                                                                      int (&off)[NOPS]) {
+// A position divided by an extent: FastDiv's multiply for the 32-bit records, a division for the 64-bit.
+__device__ __forceinline__ u32 div_by(u32 n, const FastDiv& f) { return fdiv(n, f); }
+__device__ __forceinline__ u32 extent(const FastDiv& f) { return f.d; }
+__device__ __forceinline__ i64 div_by(i64 n, i64 d) { return n / d; }
+__device__ __forceinline__ i64 extent(i64 d) { return d; }
+
+// The operands' offsets of position i (P: u32 or i64; O: the offset type, int or i64). The loops are
+// unrolled to MAXD with the rank as a uniform guard, so the parameter record is only indexed by
+// constants (a dynamic index would copy it to local memory).
+template <int NOPS, int MAXD, class G, typename P, typename O>
+__device__ __forceinline__ void offsets_of(const G& g, P i, O (&off)[NOPS]) {
 #pragma unroll
     for (int k = 0; k < NOPS; ++k) off[k] = 0;
 #pragma unroll
     for (int d = MAXD - 1; d >= 1; --d) {
         if (d < g.ndim) {
-            u32 q = fdiv(i, g.dim[d]);
-            int r = (int)(i - q * g.dim[d].d);
+            const P q = div_by(i, g.dim[d]);
+            const O r = (O)(i - q * extent(g.dim[d]));
 #pragma unroll
             for (int k = 0; k < NOPS; ++k) off[k] += r * g.stride[k][d];
             i = q;
         }
     }
 #pragma unroll
-    for (int k = 0; k < NOPS; ++k) off[k] += (int)i * g.stride[k][0];
+    for (int k = 0; k < NOPS; ++k) off[k] += (O)i * g.stride[k][0];
+}
+template <int NOPS, int MAXD> __device__ __forceinline__ void offsets(const Geo32<NOPS, MAXD>& g, u32 i,
+                                                                      int (&off)[NOPS]) {
+    offsets_of<NOPS, MAXD>(g, i, off);
 }
 template <int NOPS, int MAXD> __device__ __forceinline__ void offsets(const Geo64<NOPS, MAXD>& g, i64 i,
                                                                       i64 (&off)[NOPS]) {
-#pragma unroll
-    for (int k = 0; k < NOPS; ++k) off[k] = 0;
-#pragma unroll
-    for (int d = MAXD - 1; d >= 1; --d) {
-        if (d < g.ndim) {
-            i64 q = i / g.dim[d];
-            i64 r = i - q * g.dim[d];
-#pragma unroll
-            for (int k = 0; k < NOPS; ++k) off[k] += r * g.stride[k][d];
-            i = q;
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < NOPS; ++k) off[k] += i * g.stride[k][0];
+    offsets_of<NOPS, MAXD>(g, i, off);
 }
 
 // An index into an axis of n > 0 elements: negative ones count from the end, the rest are clamped.
@@ -565,45 +563,33 @@ template <int MODE, typename I> __device__ __forceinline__ I pad_coord(I c, I n,
         return m < 0 ? m + n : m;
     }
 }
-template <int MODE, int MAXD> __device__ __forceinline__ bool pad_source(const PadGeo32<MAXD>& g, u32 i, i64* src) {
+// The source offset of output position i, false where "constant" pads (P, O as offsets_of).
+template <int MODE, int MAXD, class G, typename P, typename O>
+__device__ __forceinline__ bool pad_source_of(const G& g, P i, i64* src) {
     bool inside = true;
-    int off = 0;
+    O off = 0;
 #pragma unroll
     for (int d = MAXD - 1; d >= 0; --d) {
         if (d < g.ndim) {
-            int c;
+            O c;
             if (d > 0) {
-                u32 q = fdiv(i, g.dim[d]);
-                c = (int)(i - q * g.dim[d].d);
+                const P q = div_by(i, g.dim[d]);
+                c = (O)(i - q * extent(g.dim[d]));
                 i = q;
             } else {
-                c = (int)i;
+                c = (O)i;
             }
-            off += pad_coord<MODE, int>(c - g.lo[d], g.n[d], &inside) * g.stride[d];
+            off += pad_coord<MODE, O>(c - (O)g.lo[d], (O)g.n[d], &inside) * (O)g.stride[d];
         }
     }
     *src = off;
     return inside;
 }
+template <int MODE, int MAXD> __device__ __forceinline__ bool pad_source(const PadGeo32<MAXD>& g, u32 i, i64* src) {
+    return pad_source_of<MODE, MAXD, PadGeo32<MAXD>, u32, int>(g, i, src);
+}
 template <int MODE, int MAXD> __device__ __forceinline__ bool pad_source(const PadGeo64<MAXD>& g, i64 i, i64* src) {
-    bool inside = true;
-    i64 off = 0;
-#pragma unroll
-    for (int d = MAXD - 1; d >= 0; --d) {
-        if (d < g.ndim) {
-            i64 c;
-            if (d > 0) {
-                i64 q = i / g.dim[d];
-                c = i - q * g.dim[d];
-                i = q;
-            } else {
-                c = i;
-            }
-            off += pad_coord<MODE, i64>(c - g.lo[d], g.n[d], &inside) * g.stride[d];
-        }
-    }
-    *src = off;
-    return inside;
+    return pad_source_of<MODE, MAXD, PadGeo64<MAXD>, i64, i64>(g, i, src);
 }
 
 // Philox4x32-10 (Salmon et al. 2011), as numeric.philox_uint32: the counter words c, the key (k0, k1).

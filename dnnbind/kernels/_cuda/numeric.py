@@ -47,13 +47,13 @@ import numpy as np
 
 from ..._lib.cublas import Operation
 from ..._validate import BFLOAT16
-from ...errors import CublasError
 from ...cublas import gemm_strided_batched
 from ...cuda import Kernel
+from ...cuda.array import DeviceArray
 from ...cuda.device import CudaDevice, current_device_index
 from ...cuda.kernel import compile_kernel
-from ...cuda.array import DeviceArray
 from ...cuda.stream import current_stream
+from ...errors import CublasError
 from .. import numeric as _ref
 from . import _common as cm
 
@@ -177,16 +177,14 @@ def _kernel(body: _Body, device: int) -> Kernel:
 _BLOCK = 256
 
 
-def _launch(body: _Body, items: int, args: tuple, s, *, block: int = _BLOCK, shared: int = 0,
-            max_blocks: "int | None" = None) -> None:
-    """A grid-stride launch over ``items`` (at most 32 blocks per SM, or ``max_blocks``)."""
+def _launch(body: _Body, items: int, args: tuple, s) -> None:
+    """A grid-stride launch of 256-thread blocks over ``items`` (at most 32 blocks per SM)."""
     if items <= 0:
         return
     device = s._device
     k = _kernels.get((body.name, device)) or _kernel(body, device)
-    cap = cm._sm_count(device) * 32 if max_blocks is None else max_blocks
-    grid = max(1, min(-(-int(items) // block), cap))
-    k((grid, 1, 1), (block, 1, 1), args, shared_mem=shared, stream=s)
+    grid = max(1, min(-(-int(items) // _BLOCK), cm._sm_count(device) * 32))
+    k((grid, 1, 1), (_BLOCK, 1, 1), args, stream=s)
 
 
 def _launch_grid(body: _Body, grid: tuple, block: tuple, args: tuple, s, shared: int = 0) -> None:
@@ -319,15 +317,6 @@ def _stream_for(stream: Any, device: Any):
     return current_stream(index)
 
 
-def _contiguous(x: Any, s) -> Any:
-    """``x`` if C-contiguous, else a contiguous copy (strided engine)."""
-    if x.is_contiguous:
-        return x
-    res = cm.empty(x.shape, x.dtype, s)
-    _copy_view(x, x.ptr, tuple(x.shape), _elem_strides(x), res, s)
-    return res
-
-
 def _ptr_ok(a: Any, nbytes: int) -> bool:
     return a.ptr % nbytes == 0
 
@@ -390,8 +379,10 @@ def _ew_body(tag: str, expr: str, ins: tuple, to: np.dtype, variant: str, vw: in
     scal_text = "\n    ".join(scal)
     if variant == "c":
         params += ["i64 n", "double p0", "double p1", "int vec"]
-        packs = "\n        ".join(f"const Pack<{_CTYPE[ins[k][0]]}, VW> a{k} = load_pack<{_CTYPE[ins[k][0]]}, VW>(x{k}, v * VW);"
-                                   for k in arrays)
+        packs = "\n        ".join(
+            f"const Pack<{_CTYPE[ins[k][0]]}, VW> a{k} = load_pack<{_CTYPE[ins[k][0]]}, VW>(x{k}, v * VW);"
+            for k in arrays)
+        tail = call(lambda k, st, mid, ld: _load_expr(mid, ld, f"x{k}[i]"))
         body = f"""
 extern "C" __global__ void {name}({", ".join(params)}) {{
     {scal_text}
@@ -405,7 +396,7 @@ extern "C" __global__ void {name}({", ".join(params)}) {{
         for (int e = 0; e < VW; ++e) r.e[e] = {call(lambda k, st, mid, ld: _load_expr(mid, ld, f"a{k}.e[e]"))};
         store_pack<{tos}, VW>(out, v * VW, r);
     }}
-    for (i64 i = nvec * VW + gid; i < n; i += gs) out[i] = {call(lambda k, st, mid, ld: _load_expr(mid, ld, f"x{k}[i]"))};
+    for (i64 i = nvec * VW + gid; i < n; i += gs) out[i] = {tail};
 }}
 """
     else:
@@ -444,7 +435,8 @@ class _View:
         self.elem = tuple(int(st) for st in elem_strides)
         self.ndim = len(self.shape)
         c = _c_strides(self.shape)
-        self.is_contiguous = math.prod(self.shape) <= 1 or all(n == 1 or a == b for n, a, b in zip(self.shape, self.elem, c))
+        self.is_contiguous = math.prod(self.shape) <= 1 or all(n == 1 or a == b
+                                                                for n, a, b in zip(self.shape, self.elem, c))
 
     @property
     def strides(self) -> tuple:
@@ -811,7 +803,7 @@ def _acc_size(op: str, acc: np.dtype) -> int:
     return _ACC_BYTES_ARG if op in ("argmax", "argmin") else acc.itemsize
 
 
-def _reduce_body(reducer: str, tag: str, tin: str, variant: str, vw: int, partial: bool) -> _Body:
+def _reduce_body(reducer: str, tag: str, variant: str, vw: int, partial: bool) -> _Body:
     """``variant``: "rb" rows by blocks, "rw" rows by warps, "c32"/"c64" columns (32/64-bit positions)."""
     name = f"nx_red_{tag}_{variant}{vw}{'p' if partial else ''}"
     ns = name + "_ns"
@@ -901,7 +893,7 @@ def reduce(op: str, x: Any, axis: Any, keepdims: bool, *, dtype: Any, out: Any =
         vw = 16 // x.dtype.itemsize
         vec = int(length % vw == 0 and _ptr_ok(src, 16))
         if length <= _ROW_WARP_MAX:
-            body = _body(("red", reducer, "rw", vw, False), lambda: _reduce_body(reducer, tag, "", "rw", vw, False))
+            body = _body(("red", reducer, "rw", vw, False), lambda: _reduce_body(reducer, tag, "rw", vw, False))
             _launch(body, outer * 32, (_arg(src), _arg(target), cm.i64(outer), cm.i64(length), cm.i32(vec), count), s)
         else:
             slot = 256 * vw
@@ -909,15 +901,15 @@ def reduce(op: str, x: Any, axis: Any, keepdims: bool, *, dtype: Any, out: Any =
             chunk = -(-(-(-length // nsplit)) // slot) * slot
             nsplit = -(-length // chunk)
             partial = cm.empty((outer * nsplit * asz,), U8, s) if nsplit > 1 else None
-            body = _body(("red", reducer, "rb", vw, False), lambda: _reduce_body(reducer, tag, "", "rb", vw, False))
+            body = _body(("red", reducer, "rb", vw, False), lambda: _reduce_body(reducer, tag, "rb", vw, False))
             grid = max(1, min(outer * nsplit, cm._sm_count(s._device) * 32))
             _launch_grid(body, (grid, 1, 1), (256, 1, 1),
                          (_arg(src), _arg(target), _arg(partial), cm.i64(outer), cm.i64(length), cm.i64(chunk),
                           cm.i64(nsplit), cm.i32(vec), count), s)
             if partial is not None:
-                body2 = _body(("red", reducer, "rw", 1, True), lambda: _reduce_body(reducer, tag, "", "rw", 1, True))
-                _launch(body2, outer * 32, (_arg(partial), _arg(target), cm.i64(outer), cm.i64(nsplit), cm.i32(0), count),
-                        s)
+                body2 = _body(("red", reducer, "rw", 1, True), lambda: _reduce_body(reducer, tag, "rw", 1, True))
+                _launch(body2, outer * 32,
+                        (_arg(partial), _arg(target), cm.i64(outer), cm.i64(nsplit), cm.i32(0), count), s)
     else:
         threads = outer * inner
         nsplit = 1
@@ -929,15 +921,15 @@ def reduce(op: str, x: Any, axis: Any, keepdims: bool, *, dtype: Any, out: Any =
         variant = "c64" if wide else "c32"
         ity = cm.i64 if wide else np.uint32
         partial = cm.empty((outer * nsplit * inner * asz,), U8, s) if nsplit > 1 else None
-        body = _body(("red", reducer, variant, 1, False), lambda: _reduce_body(reducer, tag, "", variant, 1, False))
+        body = _body(("red", reducer, variant, 1, False), lambda: _reduce_body(reducer, tag, variant, 1, False))
         _launch(body, outer * nsplit * inner,
                 (_arg(src), _arg(target), _arg(partial), ity(outer), ity(length), ity(inner), ity(chunk), ity(nsplit),
                  count), s)
         if partial is not None:
-            body2 = _body(("red", reducer, variant, 1, True), lambda: _reduce_body(reducer, tag, "", variant, 1, True))
+            body2 = _body(("red", reducer, variant, 1, True), lambda: _reduce_body(reducer, tag, variant, 1, True))
             _launch(body2, outer * inner,
-                    (_arg(partial), _arg(target), None, ity(outer), ity(nsplit), ity(inner), ity(nsplit), ity(1), count),
-                    s)
+                    (_arg(partial), _arg(target), None, ity(outer), ity(nsplit), ity(inner), ity(nsplit), ity(1),
+                     count), s)
     if target is not final:
         _bit_copy(target, final, s)
     return final
@@ -1028,8 +1020,8 @@ def cumulative(op: str, x: Any, axis: int, *, reverse: bool, dtype: Any, out: An
         rt = cm.empty(rows_shape, dt, s)
         _scan_rows(op, xt, rt, outer * inner, length, bool(reverse), s)
         cols = (outer, length, inner)
-        _copy_view(_View(rt, rt.ptr, cols, (length * inner, 1, length), dt), _View(res, res.ptr, cols, _c_strides(cols), dt),
-                   s)
+        _copy_view(_View(rt, rt.ptr, cols, (length * inner, 1, length), dt),
+                   _View(res, res.ptr, cols, _c_strides(cols), dt), s)
     else:
         src, acc = _scan_types(op, dt)
         body = _body(("scan", op, x.dtype, src, acc, dt, "c"), lambda: _scan_body(op, x.dtype, src, acc, dt, "c"))
@@ -1070,8 +1062,10 @@ extern "C" __global__ void {name}(const {_CTYPE[ta]}* __restrict__ a, const {_CT
         {acc} sum = 0;
         for (i64 k0 = 0; k0 < K; k0 += 16) {{
             const i64 ka = k0 + tx, kb = k0 + ty;
-            ta[ty][tx] = (i < M && ka < K) ? ({acc})nx::arith(nx::cvt<{dstore}>(a[off[0] + i * sam + ka * sak])) : ({acc})0;
-            tb[ty][tx] = (kb < K && j < N) ? ({acc})nx::arith(nx::cvt<{dstore}>(b[off[1] + kb * sbk + j * sbn])) : ({acc})0;
+            ta[ty][tx] = (i < M && ka < K) ? ({acc})nx::arith(nx::cvt<{dstore}>(a[off[0] + i * sam + ka * sak]))
+                                           : ({acc})0;
+            tb[ty][tx] = (kb < K && j < N) ? ({acc})nx::arith(nx::cvt<{dstore}>(b[off[1] + kb * sbk + j * sbn]))
+                                           : ({acc})0;
             __syncthreads();
 #pragma unroll
             for (int kk = 0; kk < 16; ++kk) sum += ta[ty][kk] * tb[kk][tx];
@@ -1414,7 +1408,8 @@ def _accumulator(xdt: np.dtype) -> "tuple[np.dtype, np.dtype]":
 
 def _scatter_body(kind: str, tu: "np.dtype | None", acc: np.dtype, scr: np.dtype, it: np.dtype, wide: bool) -> _Body:
     """kind: "iadd" (index_add's (outer, nidx, inner) layout), "add"/"set" (scatter_nd's (M, inner))."""
-    name = f"nx_sc_{kind}_{_sfx(tu) if tu is not None else 'k'}_{_sfx(acc)}_{_sfx(scr)}_{_sfx(it)}_{'w' if wide else 's'}"
+    name = (f"nx_sc_{kind}_{_sfx(tu) if tu is not None else 'k'}_{_sfx(acc)}_{_sfx(scr)}_{_sfx(it)}_"
+            f"{'w' if wide else 's'}")
     value = (f"nx::cvt<{_CTYPE[acc]}>(upd[i])" if tu is not None
              else f"nx::bitcast<{_CTYPE[acc]}>(sval)")
     upd_t = _CTYPE[tu] if tu is not None else "nx::u8"
@@ -1954,8 +1949,8 @@ def kernel_bodies(exhaustive: bool = True) -> "list[_Body]":
     groups: "dict[tuple, list[_Body]]" = {}
     for b in bodies:
         family = re.match(r"nx_(ew_[a-z]+|[a-z]+)", b.name).group(1)
-        groups.setdefault((family, tuple(b.name.rsplit("_", 2)[-2:]) if family.startswith("ew") else b.name.rsplit("_", 1)[-1]),
-                          []).append(b)
+        variant = tuple(b.name.rsplit("_", 2)[-2:]) if family.startswith("ew") else b.name.rsplit("_", 1)[-1]
+        groups.setdefault((family, variant), []).append(b)
     picked = []
     for members in groups.values():
         step = max(1, len(members) // 2)
@@ -2001,7 +1996,8 @@ def _all_bodies() -> "list[_Body]":
                      variant, 4, maxd))
     for dt in kinds:
         for cond in (BOOL, F32, U8):
-            add(_ew_body("where", "v0.v ? v1 : v2", ((cond, None, BOOL), (dt, None, dt), (dt, None, dt)), dt, "s", 0, 4))
+            add(_ew_body("where", "v0.v ? v1 : v2", ((cond, None, BOOL), (dt, None, dt), (dt, None, dt)), dt, "s",
+                         0, 4))
         add(_ew_body("where", "v0.v ? v1 : v2", ((BOOL, None, BOOL), (None, None, dt), (dt, None, dt)), dt, "c",
                      16 // dt.itemsize, 0))
     # conversions (every pair) and bit copies / fills (every unit, every variant)
@@ -2030,17 +2026,17 @@ def _all_bodies() -> "list[_Body]":
             reducer, acc = _reduce_types(op, xdt, dt)
             tag = f"{op}_{_sfx(xdt)}_{_sfx(acc)}_{_sfx(dt)}"
             vw = 16 // xdt.itemsize
-            add(_reduce_body(reducer, tag, "", "rw", vw, False))
-            add(_reduce_body(reducer, tag, "", "rb", vw, False))
-            add(_reduce_body(reducer, tag, "", "rw", 1, True))
+            add(_reduce_body(reducer, tag, "rw", vw, False))
+            add(_reduce_body(reducer, tag, "rb", vw, False))
+            add(_reduce_body(reducer, tag, "rw", 1, True))
             for variant in ("c32", "c64"):
-                add(_reduce_body(reducer, tag, "", variant, 1, False))
-                add(_reduce_body(reducer, tag, "", variant, 1, True))
+                add(_reduce_body(reducer, tag, variant, 1, False))
+                add(_reduce_body(reducer, tag, variant, 1, True))
         for xdt, dt in ((I32, BOOL), (F32, I32), (U8, F16), (F16, F64)):  # other result dtypes
             if op in ("argmax", "argmin"):
                 dt = I64
             reducer, acc = _reduce_types(op, xdt, dt)
-            add(_reduce_body(reducer, f"{op}_{_sfx(xdt)}_{_sfx(acc)}_{_sfx(dt)}", "", "c32", 1, False))
+            add(_reduce_body(reducer, f"{op}_{_sfx(xdt)}_{_sfx(acc)}_{_sfx(dt)}", "c32", 1, False))
     for op in CUMULATIVE:
         for dt in kinds:
             src, acc = _scan_types(op, dt)
@@ -2110,12 +2106,12 @@ def _compile_text(args: "tuple[str, str]") -> str:
 
 def precompile(arch: "str | None" = None, workers: "int | None" = None, exhaustive: bool = True) -> int:
     """Compile the kernels of :func:`kernel_bodies` for ``arch`` (default: the current device's) into
-    the on-disk kernel cache, in ``workers`` processes (default: one per CPU); returns how many. Later
-    calls find them there instead of running NVRTC one by one on first use (a cold start)."""
+    the on-disk kernel cache, in ``workers`` processes (default: one per CPU, at most 32); returns how
+    many. Later calls find them there instead of running NVRTC one by one on first use (a cold start)."""
     if arch is None:
         arch = CudaDevice(current_device_index()).arch
     jobs = [(b.text, arch) for b in kernel_bodies(exhaustive)]
-    n = workers or os.cpu_count() or 1
+    n = workers or min(os.cpu_count() or 1, 32)
     if n <= 1:
         for job in jobs:
             _compile_text(job)
