@@ -99,7 +99,8 @@ def test_non_integer_shapes_rejected(shape):
         cuda.zeros(shape)
 
 
-@pytest.mark.parametrize("dtype", [np.complex64, np.int16, np.uint32, "U3", object])
+@pytest.mark.parametrize("dtype", [np.complex64, np.float128 if hasattr(np, "float128") else np.clongdouble,
+                                   "datetime64[s]", "U3", object])
 def test_unsupported_dtypes_rejected(dtype):
     with pytest.raises(TypeError, match="supported"):
         cuda.empty((2, 2), dtype)
@@ -114,7 +115,8 @@ def test_to_device_rejects_unsupported_host_arrays_before_cuda():
 
 def test_all_documented_dtypes_are_supported():
     names = {str(d) for d in cuda.SUPPORTED_DTYPES}
-    assert names == {"float64", "float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool"}
+    assert names == {"float64", "float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+                     "int64", "uint64", "bool"}
 
 
 # --------------------------------------------------------------------------- DeviceArray views

@@ -40,7 +40,8 @@ __all__ = [
 
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = (
     np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), BFLOAT16,
-    np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_),
+    np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.uint16), np.dtype(np.int32),
+    np.dtype(np.uint32), np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.bool_),
 )
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 

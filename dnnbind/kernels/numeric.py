@@ -54,6 +54,11 @@ def _compute(dtype: np.dtype) -> np.dtype:
     return _F32 if dtype in _LOW else dtype
 
 
+def _is_float(dtype: np.dtype) -> bool:
+    """A float dtype, bfloat16 included (ml_dtypes' bfloat16 has NumPy kind 'V', not 'f')."""
+    return dtype.kind in "fc" or dtype == BFLOAT16
+
+
 def _load(x: Any, dtype: np.dtype) -> Any:
     """An operand converted to the compute type of ``dtype`` (a Python number stays a number)."""
     if isinstance(x, np.ndarray):
@@ -169,8 +174,15 @@ def _np_erfc(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erfc, otypes=[x.dtype])(x) if x.size else x.copy()
 
 
+def _lgamma_or_inf(v: float) -> float:
+    try:
+        return math.lgamma(v)
+    except ValueError:  # the poles 0, -1, -2, ...: math raises where log|gamma| is +inf
+        return math.inf
+
+
 def _np_lgamma(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.lgamma, otypes=[x.dtype])(x) if x.size else x.copy()
+    return np.vectorize(_lgamma_or_inf, otypes=[x.dtype])(x) if x.size else x.copy()
 
 
 def _round_half_even(x: np.ndarray) -> np.ndarray:
@@ -309,7 +321,7 @@ def unary(op: str, x: Any, *, p0: float = 0.0, p1: float = 0.0, dtype: Any = Non
     impl = route(op, "numeric", x=x, out=out)
     if impl is not None:
         return impl.unary(op, x, p0=float(p0), p1=float(p1), dtype=dt, out=out, stream=stream)
-    src = x if op in _BOOL_RESULT else _load(x.astype(dt) if dt.kind in "fc" and x.dtype.kind not in "fc" else x, dt)
+    src = x if op in _BOOL_RESULT else _load(x.astype(dt) if _is_float(dt) and not _is_float(x.dtype) else x, dt)
     with np.errstate(all="ignore"):
         return _result(fn(src, float(p0), float(p1)), dt, out)
 
@@ -430,7 +442,7 @@ def reduce(op: str, x: Any, axis: Any = None, keepdims: bool = False, *, dtype: 
     if op in ("any", "all"):
         src = x
     else:
-        src = x.astype(_compute(dt) if dt.kind in "fc" else dt, copy=False) if x.dtype != dt or x.dtype in _LOW \
+        src = x.astype(_compute(dt) if _is_float(dt) else dt, copy=False) if x.dtype != dt or x.dtype in _LOW \
             else x
     with np.errstate(all="ignore"):
         return _result(REDUCTIONS[op](src, axes, keepdims), dt, out)
@@ -454,7 +466,7 @@ def cumulative(op: str, x: Any, axis: int = -1, *, reverse: bool = False, dtype:
     impl = route(op, "numeric", x=x, out=out)
     if impl is not None:
         return impl.cumulative(op, x, ax, reverse=bool(reverse), dtype=dt, out=out, stream=stream)
-    src = x.astype(_compute(dt) if dt.kind in "fc" else dt)
+    src = x.astype(_compute(dt) if _is_float(dt) else dt)
     if reverse:
         src = np.flip(src, ax)
     fn = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
@@ -663,7 +675,7 @@ def index_add(x: Any, indices: Any, updates: Any, axis: int = 0, *, stream: Any 
     if impl is not None:
         return impl.index_add(x, indices, updates, ax, stream=stream)
     idx = _bounds(op, indices.astype(np.int64).reshape(-1), x.shape[ax], f"axis {ax}")
-    acc = x.astype(_compute(x.dtype)) if x.dtype.kind in "fc" else x.copy()
+    acc = x.astype(_compute(x.dtype)) if _is_float(x.dtype) else x.copy()
     moved = np.moveaxis(acc, ax, 0)
     upd = np.moveaxis(updates.reshape(tuple(x.shape[:ax]) + (-1,) + tuple(x.shape[ax + 1:])), ax, 0)
     np.add.at(moved, idx, upd.astype(acc.dtype))
@@ -715,7 +727,7 @@ def scatter_nd(x: Any, indices: Any, updates: Any, *, mode: str = "add", stream:
     if impl is not None:
         return impl.scatter_nd(x, indices, updates, mode=mode, stream=stream)
     idx = tuple(_bounds(op, indices[..., i].astype(np.int64), x.shape[i], f"axis {i}") for i in range(k))
-    acc = x.astype(_compute(x.dtype)) if x.dtype.kind in "fc" else x.copy()
+    acc = x.astype(_compute(x.dtype)) if _is_float(x.dtype) else x.copy()
     upd = np.broadcast_to(np.asarray(updates), want).astype(acc.dtype)
     if mode == "add":
         np.add.at(acc, idx, upd)
@@ -929,7 +941,7 @@ def random(kind: str, shape: Sequence[int], key: int, counter: Any, dtype: Any =
     if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
         raise TypeError(f"random: key must be an int, got {type(key).__name__}")
     dt = np.dtype(np.uint32) if kind == "bits" else normalize_dtype(dtype, "random: dtype")
-    if kind != "bits" and dt.kind != "f":
+    if kind != "bits" and not _is_float(dt):
         raise TypeError(f"random: {kind} draws need a float dtype, got {dt}")
     if hasattr(counter, "shape") and not isinstance(counter, np.ndarray):
         return _cuda_module("numeric").random(kind, shape, int(key), counter, dt, p0=float(p0), p1=float(p1),

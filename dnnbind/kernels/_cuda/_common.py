@@ -52,7 +52,8 @@ FLOAT_DTYPES = (F32, F64, F16, BF16)
 # Kernel name suffixes, as in prelude.cuh / elementwise.cu.
 _SUFFIX = {F32: "f32", F64: "f64", F16: "f16", BF16: "bf16", np.dtype(np.int32): "i32",
            np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8",
-           np.dtype(np.bool_): "bool"}
+           np.dtype(np.bool_): "bool", np.dtype(np.int16): "i16", np.dtype(np.uint16): "u16",
+           np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64"}
 
 
 def config():
