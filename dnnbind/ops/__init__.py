@@ -31,6 +31,7 @@ from ._indexing import *  # noqa: F401,F403
 from ._matmul import *  # noqa: F401,F403
 from ._reductions import *  # noqa: F401,F403
 from ._shape import *  # noqa: F401,F403
+from ._statistics import *  # noqa: F401,F403
 
 _engine.hooks.ops = __import__(__name__, fromlist=["*"])
 _engine.hooks.add = _core.REGISTRY["add"]["fn"]
