@@ -27,6 +27,7 @@ from ._core_ops import *  # noqa: F401,F403
 from ._creation import *  # noqa: F401,F403
 from ._elementwise import *  # noqa: F401,F403
 from ._elementwise import invert_or_not, logical_and_or_bitwise, logical_or_or_bitwise, logical_xor_or_bitwise
+from ._image import *  # noqa: F401,F403
 from ._indexing import *  # noqa: F401,F403
 from ._linalg import *  # noqa: F401,F403
 from ._matmul import *  # noqa: F401,F403
