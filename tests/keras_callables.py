@@ -1,6 +1,6 @@
-"""Real Keras 3 (JAX backend) results for the ops whose arguments are Python callables (``jvp``) and for
-``eig`` (complex, eigenvectors up to a phase): the registry harness sends its cases to Keras as JSON,
-which cannot carry a function.
+"""Real Keras 3 (JAX backend) results for the ops whose arguments are Python callables (control flow,
+``jvp``) and for ``eig`` (complex, eigenvectors up to a phase): the registry harness sends its cases to
+Keras as JSON, which cannot carry a function.
 
 The cases are Python source (:data:`SOURCE`): each defines ``NAME = (fn, inputs, grad)`` in ``CASES``, where
 ``fn`` uses ``ops`` (``keras.ops`` in the subprocess, ``dnnbind.ops`` here), ``inputs`` names arrays of
@@ -22,7 +22,36 @@ import zlib
 import numpy as np
 
 SOURCE = r'''
+def _lin(a, b):
+    return [a[0] * b[0], a[1] * b[0] + b[1]]
+
+
 CASES = {
+    # control flow
+    "cond_true": (lambda x: ops.cond(ops.sum(x) > -100.0, lambda: ops.sin(x) * x, lambda: x), ["v"], [0]),
+    "cond_false": (lambda x: ops.cond(ops.sum(x) > 100.0, lambda: x, lambda: ops.exp(x) * 2.0), ["v"], [0]),
+    "switch": (lambda x, y: ops.switch(1, [lambda a, b: a + b, lambda a, b: a * ops.sin(b)], x, y), ["v", "w"],
+               [0, 1]),
+    "switch_clamped": (lambda x: ops.switch(-4, [lambda a: ops.exp(a), lambda a: a * a], x), ["v"], [0]),
+    "scan": (lambda c, xs: ops.scan(lambda c, x: (c * 0.9 + ops.sin(x), {"p": c * x, "q": x + 1.0}), c, xs),
+             ["v", "seq"], [0, 1]),
+    "scan_reverse_pytree": (lambda c, xs: ops.scan(lambda c, x: ((c[0] + x[0], c[1] * 0.5 + x[1]), c[0] * x[1]),
+                                                   (c, c * 2.0), (xs, xs * xs), reverse=True, unroll=3),
+                            ["v", "seq"], [0, 1]),
+    "scan_length": (lambda c: ops.scan(lambda c, x: (c * 1.1 + 0.5, ops.tanh(c)), c, None, length=4), ["v"], [0]),
+    "fori_loop": (lambda v: ops.fori_loop(1, 5, lambda i, s: (s[0] * 1.2 + i, s[1] + s[0] * s[0]), (v, v)), ["v"],
+                  [0]),
+    "while_loop": (lambda a, b: ops.while_loop(lambda x, y: ops.sum(x) < 20.0, lambda x, y: (x * 2.0, y + x), (a, b)),
+                   ["pos", "w"], []),
+    "while_loop_max": (lambda a: ops.while_loop(lambda x: ops.sum(x) < 1e9, lambda x: x * 3.0, a,
+                                                maximum_iterations=2), ["pos"], []),
+    "map": (lambda xs: ops.map(lambda x: {"s": ops.sum(x * x), "t": ops.cos(x)}, xs), ["seq"], [0]),
+    "vectorized_map": (lambda xs, ys: ops.vectorized_map(lambda e: e[0] * ops.exp(e[1]), (xs, ys)), ["seq", "seq2"],
+                       [0, 1]),
+    "associative_scan": (lambda xs: ops.associative_scan(lambda a, b: a * b, xs), ["seq"], [0]),
+    "associative_scan_pytree": (lambda a, b: ops.associative_scan(_lin, [a, b], reverse=True, axis=1),
+                                ["long", "long2"], [0, 1]),
+    # linalg
     "jvp": (lambda x, t: ops.jvp(ops.sin, (x,), (t,)), ["v", "w"], [0, 1]),
     "jvp_inv": (lambda a, t: ops.jvp(lambda m: ops.inv(m), (a,), (t,)), ["mat", "tmat"], [0, 1]),
     "jvp_pytree_aux": (lambda x, y, t, u: ops.jvp(lambda d: ({"a": d["x"] * d["y"], "b": ops.exp(d["x"])}, d["y"]),
@@ -35,8 +64,9 @@ CASES = {
 _rng = np.random.default_rng(2024)
 INPUTS = {
     "v": _rng.uniform(-1, 1, (3,)), "w": _rng.uniform(-1, 1, (3,)), "v2": _rng.uniform(-1, 1, (3,)),
-    "w2": _rng.uniform(-1, 1, (3,)), "mat": _rng.uniform(-1, 1, (3, 3)) + 3 * np.eye(3),
-    "tmat": _rng.uniform(-1, 1, (3, 3)),
+    "w2": _rng.uniform(-1, 1, (3,)), "pos": _rng.uniform(0.5, 1.0, (3,)), "seq": _rng.uniform(-1, 1, (5, 3)),
+    "seq2": _rng.uniform(-1, 1, (5, 3)), "long": _rng.uniform(-1, 1, (2, 6)), "long2": _rng.uniform(-1, 1, (2, 6)),
+    "mat": _rng.uniform(-1, 1, (3, 3)) + 3 * np.eye(3), "tmat": _rng.uniform(-1, 1, (3, 3)),
 }
 INPUTS = {k: v.astype(np.float32) for k, v in INPUTS.items()}
 

@@ -23,6 +23,7 @@ from ..autodiff.tensor import Tensor, install_operators as _install_operators
 from ..autodiff.variable import Variable as _Variable
 from . import _core
 from ._core import REGISTRY, result_type, standardize_dtype
+from ._control import *  # noqa: F401,F403
 from ._core_ops import *  # noqa: F401,F403
 from ._creation import *  # noqa: F401,F403
 from ._elementwise import *  # noqa: F401,F403
