@@ -175,7 +175,7 @@ def build(v):
 status = {}
 for key, case in spec.items():
     try:
-        fn = getattr(keras.ops, case["op"])
+        fn = getattr(keras.ops, case["op"], None) or getattr(keras.ops.image, case["op"])  # image ops: only there
         args = [build(a) for a in case["args"]]
         kwargs = {k: build(v) for k, v in case["kwargs"].items()}
         res = fn(*args, **kwargs)

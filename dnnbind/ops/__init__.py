@@ -23,11 +23,14 @@ from ..autodiff.tensor import Tensor, install_operators as _install_operators
 from ..autodiff.variable import Variable as _Variable
 from . import _core
 from ._core import REGISTRY, result_type, standardize_dtype
+from ._control import *  # noqa: F401,F403
 from ._core_ops import *  # noqa: F401,F403
 from ._creation import *  # noqa: F401,F403
 from ._elementwise import *  # noqa: F401,F403
 from ._elementwise import invert_or_not, logical_and_or_bitwise, logical_or_or_bitwise, logical_xor_or_bitwise
+from ._image import *  # noqa: F401,F403
 from ._indexing import *  # noqa: F401,F403
+from ._linalg import *  # noqa: F401,F403
 from ._matmul import *  # noqa: F401,F403
 from ._math import *  # noqa: F401,F403
 from ._reductions import *  # noqa: F401,F403
