@@ -383,6 +383,8 @@ def _result_type_key(key: tuple, default_float: str) -> str:
 def _dtype_key(value: Any) -> tuple:
     if value is None:
         return (floatx(), True)
+    if isinstance(value, np.generic):  # a NumPy scalar (np.float64 is a float subclass) is strongly typed
+        return (standardize_dtype(value.dtype), False)
     if isinstance(value, bool):
         return ("bool", True)
     if isinstance(value, int):

@@ -60,7 +60,7 @@ class Variable:
         value = self._initial_value(initializer, shape, dtype, owner)
         self.shape = tuple(int(s) for s in value.shape)
         self.value = value if backend.is_device_array(value) else backend.asarray(
-            np.ascontiguousarray(value), device=device)
+            value if value.flags.c_contiguous else np.array(value, order="C"), device=device)
         self._leaf: "Leaf | None" = None
 
     @staticmethod

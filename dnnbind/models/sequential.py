@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from .. import _validate, kernels
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
-from ..layers.base import Layer, deserialize, unique_name
+from ..layers.base import Layer, _bump_structure, deserialize, unique_name
 from ..layers.graph import InputLayer, KerasTensor
 from .chain import LayerChain, chainable, conv_bn_candidates, fusion_candidates
 from .model import Model
@@ -61,6 +61,7 @@ class Sequential(Model):
             if any(existing is layer for existing in self._layers):
                 raise ValueError(f"Sequential '{self.name}': layer '{layer.name}' was already added")
             self._layers.append(layer)
+            _bump_structure()
         else:
             raise TypeError(f"Sequential.add expects a dnnbind layer, got {type(layer).__name__}")
         was_built = self.built
@@ -74,6 +75,7 @@ class Sequential(Model):
                     self._input_layer = None
                 else:
                     self._layers.pop()
+                    _bump_structure()
                 self.built = was_built
                 raise
 
@@ -82,6 +84,7 @@ class Sequential(Model):
         if not self._layers:
             raise IndexError(f"Sequential '{self.name}' has no layers to pop")
         layer = self._layers.pop()
+        _bump_structure()
         self.built = False
         if self._layers and self._sequential_input_shape() is not None:
             self.build()

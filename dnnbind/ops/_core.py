@@ -158,6 +158,8 @@ def tensor(x: Any, like: Any = None) -> Tensor:
     if isinstance(x, Variable):
         return read_variable(x)
     if type(x) is np.ndarray or isinstance(x, np.ndarray):
+        if not x.flags.c_contiguous:  # the kernels take C-contiguous arrays (a transposed view: one copy)
+            x = np.array(x, order="C")
         return Tensor(_place(x, like))
     if backend.is_device_array(x):
         return Tensor(x)
