@@ -1,5 +1,5 @@
-"""What the registry harness cannot see of keras.ops numpy part A (``dnnbind/ops/_products.py``): bad-input
-errors, the host-read rule, the pairwise matmul plan, higher-order gradients."""
+"""What the registry harness cannot see of keras.ops numpy part A (``dnnbind/ops/_products.py``, ``_joins.py``):
+bad-input errors, special values, the host-read rule, ``vectorize``, higher-order gradients."""
 
 from __future__ import annotations
 
@@ -34,16 +34,30 @@ def no_host_reads(monkeypatch):
 
 
 _STAYS_ON_DEVICE = [
+    # products
     lambda: ops.einsum("bij,bjk->bik", X, np.swapaxes(X, 1, 2)),
     lambda: ops.einsum("ii->i", np.ascontiguousarray(M[:, :4])),
     lambda: ops.tensordot(X, X, axes=([1, 2], [1, 2])),
     lambda: ops.kron(M, M), lambda: ops.cross(X[..., :3].copy(), X[..., 1:4].copy()),
+    # joins
+    lambda: ops.roll(X, 3, 1), lambda: ops.repeat(X, 2, 1), lambda: ops.repeat(M, [1, 2, 0, 1], 0),
+    lambda: ops.tile(M, (2, 2)), lambda: ops.rot90(X, 1, (1, 2)), lambda: ops.diag(M[0], 2),
+    lambda: ops.trace(X, 1, 1, 2), lambda: ops.select([M > 0], [M]), lambda: ops.saturate_cast(M * 300, "uint8"),
+    lambda: ops.unravel_index(np.arange(6), (2, 3)), lambda: ops.rearrange(X, "a b c -> c (a b)"),
+    lambda: ops.array_split(X, 2, 2), lambda: ops.unstack(X, axis=2), lambda: ops.meshgrid(M[0], M[1]),
+    lambda: ops.view(M, "int32"),
 ]
 
 
 @pytest.mark.parametrize("call", _STAYS_ON_DEVICE, ids=[str(i) for i in range(len(_STAYS_ON_DEVICE))])
 def test_ops_whose_shapes_do_not_depend_on_the_data_never_read_the_host(no_host_reads, call):
     call()
+
+
+def test_the_data_dependent_ops_read_the_host(no_host_reads):
+    for call in (lambda: ops.repeat(M, ops.convert_to_tensor(np.array([1, 2, 0, 1])), 0),):
+        with pytest.raises(AssertionError, match="host"):
+            call()
 
 
 # ------------------------------------------------------------------------------------- products
@@ -124,3 +138,155 @@ def test_products_check_shapes():
         ops.vdot(np.ones(3), np.ones(4))
     with pytest.raises(ValueError, match="2 or 3 components"):
         ops.cross(np.ones((2, 4)), np.ones((2, 3)))
+
+
+# ---------------------------------------------------------------------------------------- joins
+def test_split_errors_match_keras():
+    with pytest.raises(TypeError, match="indices_or_sections` must be of type `int`"):
+        ops.array_split(X, [1, 2])
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        ops.array_split(X, 0)
+    with pytest.raises(ValueError, match="equal division"):
+        ops.hsplit(X, 3)
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        ops.vsplit(np.ones(4), 2)
+    with pytest.raises(ValueError, match="at least 3 dimensions"):
+        ops.dsplit(M, 1)
+    with pytest.raises(ValueError, match="num=2 does not match the size 3"):
+        ops.unstack(X, num=2)
+
+
+def test_split_pieces_share_one_node_whose_vjp_concatenates():
+    t = ops.convert_to_tensor(X)
+    with GradientTape() as tape:
+        tape.watch(t)
+        pieces = ops.unstack(t, axis=1)
+        loss = ops.add(ops.sum(ops.multiply(pieces[0], 2.0)), ops.sum(pieces[3]))
+    g = np.asarray(tape.gradient(loss, t))
+    want = np.zeros_like(X)
+    want[:, 0] = 2.0
+    want[:, 3] = 1.0
+    np.testing.assert_array_equal(g, want)
+    assert len({id(p._node) for p in pieces}) == 1
+
+
+def test_rot90_and_flips_check_ranks_and_axes():
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        ops.rot90(np.ones(3))
+    with pytest.raises(ValueError, match="Invalid axes"):
+        ops.rot90(M, axes=(1, 1))
+    with pytest.raises(ValueError, match="Invalid axes"):
+        ops.rot90(M, axes=(1, -1))
+    with pytest.raises(ValueError, match="2 or more dimensions"):
+        ops.fliplr(np.ones(3))
+
+
+def test_repeat_and_tile_errors():
+    with pytest.raises(ValueError, match="should be compatible"):
+        ops.repeat(M, [1, 2], axis=0)
+    with pytest.raises(ValueError, match="non-negative"):
+        ops.repeat(M, [1, -1, 1, 1], axis=0)
+    with pytest.raises(ValueError, match="non-negative"):
+        ops.tile(M, -1)
+
+
+def test_diagonals_errors():
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        ops.diag(X)
+    with pytest.raises(ValueError, match="cannot be the same"):
+        ops.diagonal(X, 0, 1, -2)
+    with pytest.raises(ValueError, match="must be different"):
+        ops.trace(X, 0, 0, -3)
+
+
+def test_diag_of_a_vector_is_differentiable_twice():
+    v = ops.convert_to_tensor(M[0])
+    with GradientTape() as outer:
+        outer.watch(v)
+        with GradientTape() as inner:
+            inner.watch(v)
+            y = ops.sum(ops.square(ops.diag(v, 1)))
+        g = inner.gradient(y, v)
+        z = ops.sum(ops.multiply(g, g))
+    np.testing.assert_allclose(np.asarray(g), 2 * M[0])
+    np.testing.assert_allclose(np.asarray(outer.gradient(z, v)), 8 * M[0])
+
+
+def test_rearrange_errors():
+    with pytest.raises(ValueError, match="names 2 axes"):
+        ops.rearrange(X, "a b -> b a")
+    with pytest.raises(ValueError, match="must be the input axes"):
+        ops.rearrange(X, "a b c -> a b")
+    with pytest.raises(ValueError, match="does not split"):
+        ops.rearrange(X, "(a1 a) b c -> a a1 b c", a1=2)
+    with pytest.raises(ValueError, match="cannot infer"):
+        ops.rearrange(np.ones((4, 6)), "(a b) c -> a b c")
+
+
+def test_select_errors_match_keras():
+    with pytest.raises(ValueError, match="must be lists"):
+        ops.select(M > 0, [M])
+    with pytest.raises(ValueError, match="must not be empty"):
+        ops.select([], [])
+    with pytest.raises(ValueError, match="length equal"):
+        ops.select([M > 0, M < 0], [M])
+
+
+def test_view_reinterprets_bits_and_checks_sizes():
+    x = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(np.asarray(ops.view(x, "int32")), x.view(np.int32))
+    with pytest.raises(ValueError, match="scalar"):
+        ops.view(np.float32(1.0), "int16")
+    with pytest.raises(ValueError, match="not divisible by the new itemsize"):
+        ops.view(np.ones(3, np.int8), "int16")
+    assert ops.view(x).dtype == np.float32
+
+
+def test_saturate_cast_saturates_special_values():
+    got = np.asarray(ops.saturate_cast(np.array([3e9, -3e9, np.inf, -np.inf, np.nan, 2.5], np.float32), "int32"))
+    np.testing.assert_array_equal(got, [2**31 - 1, -2**31, 2**31 - 1, -2**31, 0, 2])
+    got = np.asarray(ops.saturate_cast(np.array([np.inf, -1e6, 7.0]), "float16"))
+    np.testing.assert_array_equal(got, np.array([65504, -65504, 7], np.float16))
+    got = np.asarray(ops.saturate_cast(np.array([-5, 300, 7], np.int64), "uint8"))
+    np.testing.assert_array_equal(got, [0, 255, 7])
+    assert ops.saturate_cast(np.array([True]), "float32").dtype == np.float32
+
+
+def test_unravel_index_checks_arguments():
+    with pytest.raises(TypeError, match="integers"):
+        ops.unravel_index(np.array([1.0]), (2, 3))
+    with pytest.raises(ValueError, match="positive"):
+        ops.unravel_index(np.array([1]), (2, 0))
+
+
+# ------------------------------------------------------------------------------------ vectorize
+def test_vectorize_maps_a_python_function_over_elements():
+    f = ops.vectorize(lambda a, b: ops.where(ops.greater(a, b), ops.subtract(a, b), ops.add(a, b)))
+    got = f(M, M[0])
+    want = np.where(M > M[0], M - M[0], M + M[0])
+    np.testing.assert_allclose(np.asarray(got), want)
+
+
+def test_vectorize_with_a_signature_excluded_arguments_and_two_outputs():
+    def stats(v, scale, shift=0.0):
+        return ops.multiply(ops.sum(v), scale), ops.add(ops.max(v), shift)
+
+    f = ops.vectorize(stats, excluded={1, "shift"}, signature="(n)->(),()")
+    total, peak = f(X, 2.0, shift=1.0)
+    np.testing.assert_allclose(np.asarray(total), 2 * X.sum(-1))
+    np.testing.assert_allclose(np.asarray(peak), X.max(-1) + 1)
+
+
+def test_vectorize_is_differentiable_and_checks_signatures():
+    f = ops.vectorize(lambda a, b: ops.sum(ops.multiply(a, b)), signature="(n),(n)->()")
+    t = ops.convert_to_tensor(M)
+    with GradientTape() as tape:
+        tape.watch(t)
+        y = ops.sum(f(t, M[1]))
+    np.testing.assert_allclose(np.asarray(tape.gradient(y, t)), np.broadcast_to(M[1], M.shape))
+    with pytest.raises(ValueError, match="core dimension 'n' is 5 in one argument and 4"):
+        f(M, np.ones(4))
+    with pytest.raises(ValueError, match="not a valid gufunc signature"):
+        ops.vectorize(np.sin, signature="(n")
+    with pytest.raises(ValueError, match="Expected argument `pyfunc` to be a callable"):
+        ops.vectorize(3)
