@@ -1,5 +1,5 @@
-"""What the registry harness cannot see of keras.ops numpy part A (``dnnbind/ops/_products.py``, ``_joins.py``):
-bad-input errors, special values, the host-read rule, ``vectorize``, higher-order gradients."""
+"""What the registry harness cannot see of keras.ops numpy part A (``dnnbind/ops/_products.py``, ``_joins.py``,
+``_windows.py``): bad-input errors, special values, the host-read rule, ``vectorize``, higher-order gradients."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ _STAYS_ON_DEVICE = [
     lambda: ops.unravel_index(np.arange(6), (2, 3)), lambda: ops.rearrange(X, "a b c -> c (a b)"),
     lambda: ops.array_split(X, 2, 2), lambda: ops.unstack(X, axis=2), lambda: ops.meshgrid(M[0], M[1]),
     lambda: ops.view(M, "int32"),
+    # windows
+    lambda: ops.linspace(M[0], M[1], 5), lambda: ops.geomspace(1.0, 8.0, 4), lambda: ops.vander(M[0]),
+    lambda: ops.hamming(5), lambda: ops.kaiser(5, 3.0),
 ]
 
 
@@ -290,3 +293,36 @@ def test_vectorize_is_differentiable_and_checks_signatures():
         ops.vectorize(np.sin, signature="(n")
     with pytest.raises(ValueError, match="Expected argument `pyfunc` to be a callable"):
         ops.vectorize(3)
+
+
+# ------------------------------------------------------------------------------------- windows
+def test_windows_and_sequences_check_arguments():
+    with pytest.raises(TypeError, match="window length"):
+        ops.hamming(np.array([3, 4]))
+    with pytest.raises(ValueError, match="non-negative"):
+        ops.linspace(0.0, 1.0, -1)
+    with pytest.raises(ValueError, match="must not be zero"):
+        ops.geomspace(0.0, 1.0, 3)
+    with pytest.raises(ValueError, match="1-dimensional"):
+        ops.vander(M)
+    with pytest.raises(TypeError, match="`N` must be of type `int`"):
+        ops.vander(M[0], 2.0)
+    with pytest.raises(TypeError, match="`increasing` must be of type `bool`"):
+        ops.vander(M[0], increasing=1)
+
+
+def test_vander_gradient_is_finite_at_zero():
+    t = ops.convert_to_tensor(np.array([0.0, 1.0, 2.0]))
+    with GradientTape() as tape:
+        tape.watch(t)
+        y = ops.sum(ops.vander(t, 3))
+    # d/dx (x^2 + x + 1) = 2x + 1
+    np.testing.assert_array_equal(np.asarray(tape.gradient(y, t)), [1.0, 3.0, 5.0])
+
+
+def test_linspace_hits_both_endpoints_exactly_and_retstep():
+    out, step = ops.linspace(0.1, 0.7, 13, retstep=True)
+    host = np.asarray(out)
+    assert host[0] == np.float32(0.1) and host[-1] == np.float32(0.7)
+    np.testing.assert_allclose(float(step), 0.05, rtol=1e-6)
+    assert np.isnan(float(ops.linspace(1.0, 2.0, 1, retstep=True)[1]))
