@@ -1,5 +1,7 @@
 """What the registry harness cannot see of keras.ops numpy part A (``dnnbind/ops/_products.py``, ``_joins.py``,
-``_windows.py``): bad-input errors, special values, the host-read rule, ``vectorize``, higher-order gradients."""
+``_windows.py``, ``_sorting.py``): bad-input errors, special values, the host-read rule, ``vectorize``, the
+partition property of ``argpartition``, higher-order gradients. The ``searchsorted`` primitive several of
+them use has its own tests (``tests/test_kernels_search.py``)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ _STAYS_ON_DEVICE = [
     # windows
     lambda: ops.linspace(M[0], M[1], 5), lambda: ops.geomspace(1.0, 8.0, 4), lambda: ops.vander(M[0]),
     lambda: ops.hamming(5), lambda: ops.kaiser(5, 3.0),
+    # sorting
+    lambda: ops.sort(X, 1), lambda: ops.argsort(X), lambda: ops.argpartition(M, 2),
+    lambda: ops.top_k(M, 3), lambda: ops.in_top_k(np.array([0, 1, 2, 3]), M, 2),
+    lambda: ops.searchsorted(np.sort(M[0]), M), lambda: ops.digitize(M, np.sort(M[0])),
+    lambda: ops.isin(M, M[0]), lambda: ops.histogram(M[0], 4),
 ]
 
 
@@ -58,7 +65,9 @@ def test_ops_whose_shapes_do_not_depend_on_the_data_never_read_the_host(no_host_
 
 
 def test_the_data_dependent_ops_read_the_host(no_host_reads):
-    for call in (lambda: ops.repeat(M, ops.convert_to_tensor(np.array([1, 2, 0, 1])), 0),):
+    for call in (lambda: ops.unique(np.array([1, 2, 2])),
+                 lambda: ops.bincount(np.array([0, 2])),
+                 lambda: ops.repeat(M, ops.convert_to_tensor(np.array([1, 2, 0, 1])), 0)):
         with pytest.raises(AssertionError, match="host"):
             call()
 
@@ -293,6 +302,101 @@ def test_vectorize_is_differentiable_and_checks_signatures():
         ops.vectorize(np.sin, signature="(n")
     with pytest.raises(ValueError, match="Expected argument `pyfunc` to be a callable"):
         ops.vectorize(3)
+
+
+# -------------------------------------------------------------------------------------- sorting
+def test_argpartition_partitions():
+    x = RNG.normal(size=(5, 9))
+    for kth in (0, 4, 8, -1):
+        idx = np.asarray(ops.argpartition(x, kth))
+        assert idx.dtype == np.int32
+        part = np.take_along_axis(x, idx, -1)
+        k = kth % 9
+        np.testing.assert_array_equal(part[:, k], np.sort(x, -1)[:, k])
+        assert (part[:, :k] <= part[:, k:k + 1]).all() and (part[:, k + 1:] >= part[:, k:k + 1]).all()
+        assert all(sorted(r) == list(range(9)) for r in idx)
+    with pytest.raises(ValueError, match="kth must be an integer"):
+        ops.argpartition(x, 1.5)
+    with pytest.raises(ValueError, match="out of range"):
+        ops.argpartition(x, 9)
+
+
+def test_sort_orders_nan_last_and_top_k_checks_k():
+    x = np.array([3.0, np.nan, -1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(ops.sort(x)), [-1.0, 2.0, 3.0, np.nan])
+    np.testing.assert_array_equal(np.asarray(ops.argsort(x)), [2, 3, 0, 1])
+    with pytest.raises(ValueError, match=r"k must be an int in \[0, 4\]"):
+        ops.top_k(x, 5)
+    assert ops.argsort(np.float32(2.0)).shape == (1,)
+
+
+def test_top_k_gradient_ignores_the_unchosen_entries():
+    t = ops.convert_to_tensor(M)
+    with GradientTape() as tape:
+        tape.watch(t)
+        values, indices = ops.top_k(t, 2)
+        y = ops.sum(values)
+    g = np.asarray(tape.gradient(y, t))
+    want = np.zeros_like(M)
+    np.put_along_axis(want, np.asarray(indices).astype(np.int64), 1.0, -1)
+    np.testing.assert_array_equal(g, want)
+
+
+def test_in_top_k_counts_ties_and_nan_ranks_last():
+    pred = np.array([[1.0, 2.0, 2.0], [np.nan, 0.0, 1.0]], np.float32)
+    np.testing.assert_array_equal(np.asarray(ops.in_top_k(np.array([1, 0]), pred, 1)), [True, False])
+    with pytest.raises(ValueError, match="shape of predictions without its last axis"):
+        ops.in_top_k(np.array([0, 1, 2]), pred, 1)
+
+
+def test_searchsorted_and_digitize_check_arguments():
+    with pytest.raises(ValueError, match="only supports 1-D sorted sequences"):
+        ops.searchsorted(M, M[0])
+    with pytest.raises(ValueError, match="side must be"):
+        ops.searchsorted(M[0], 1.0, side="middle")
+    with pytest.raises(ValueError, match="must be a 1D array"):
+        ops.digitize(M, M)
+    np.testing.assert_array_equal(np.asarray(ops.digitize(np.array([1.0, 2.0]), np.zeros(0))), [0, 0])
+
+
+def test_histogram_edge_cases():
+    counts, edges = ops.histogram(np.full(4, 2.0, np.float32), bins=2)
+    np.testing.assert_array_equal(np.asarray(counts), [0, 4])
+    np.testing.assert_allclose(np.asarray(edges), [1.5, 2.0, 2.5])
+    counts, _ = ops.histogram(np.array([-5.0, 0.0, 1.0, 9.0, np.nan]), bins=2, range=(0, 1))
+    np.testing.assert_array_equal(np.asarray(counts), [1, 1])
+    with pytest.raises(TypeError, match="`bins` must be of type `int`"):
+        ops.histogram(M[0], bins=2.0)
+    with pytest.raises(ValueError, match="must be a tuple of two elements"):
+        ops.histogram(M[0], range=[0, 1])
+    with pytest.raises(ValueError, match="must be greater than the first"):
+        ops.histogram(M[0], range=(1, 0))
+    with pytest.raises(ValueError, match="1-dimensional"):
+        ops.histogram(M)
+
+
+def test_bincount_rejects_what_it_cannot_count():
+    with pytest.raises(ValueError, match="non-negative integers"):
+        ops.bincount(np.array([1, -1]))
+    with pytest.raises(TypeError, match="integer tensor"):
+        ops.bincount(np.array([1.0]))
+    with pytest.raises(ValueError, match="sparse"):
+        ops.bincount(np.array([1]), sparse=True)
+    with pytest.raises(ValueError, match="shape of x"):
+        ops.bincount(np.array([1, 2]), weights=np.ones(3))
+    np.testing.assert_array_equal(np.asarray(ops.bincount(np.zeros(0, np.int32), minlength=3)), [0, 0, 0])
+    np.testing.assert_array_equal(np.asarray(ops.bincount(np.array([True, False, True]))), [1, 2])
+
+
+def test_unique_keeps_every_nan_and_handles_empty_inputs():
+    vals, counts = ops.unique(np.array([np.nan, 1.0, np.nan, 1.0]), return_counts=True)
+    np.testing.assert_array_equal(np.asarray(vals), [1.0, np.nan, np.nan])
+    np.testing.assert_array_equal(np.asarray(counts), [2, 1, 1])
+    assert ops.unique(np.zeros(0, np.int32)).shape == (0,)
+    np.testing.assert_array_equal(np.asarray(ops.unique(np.zeros(0, np.int32), size=2, fill_value=9)), [9, 9])
+    with pytest.raises(ValueError, match="fill_value must be given"):
+        ops.unique(np.zeros(0, np.int32), size=2)
+    np.testing.assert_array_equal(np.asarray(ops.unique(np.array([5, 3, 5, 1]), size=2)), [1, 3])
 
 
 # ------------------------------------------------------------------------------------- windows
