@@ -63,7 +63,6 @@ def _matmul_t(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool
     """``matmul`` with the last two axes of an operand transposed (no copy on the device: cuBLAS's op flags),
     differentiable."""
     out = N.matmul(a.data, b.data, transpose_a=transpose_a, transpose_b=transpose_b, dtype=a.dtype)
-    swap = _core.REGISTRY["swapaxes"]["fn"]
 
     def backward(node: Any, g: Tensor) -> tuple:
         ga = gb = None
@@ -75,7 +74,6 @@ def _matmul_t(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool
             gb = _matmul_t(g, a, transpose_a=True, transpose_b=transpose_a) if transpose_b else \
                 _matmul_t(a, g, transpose_a=not transpose_a)
             gb = unbroadcast(gb, tuple(b.shape))
-        del swap
         return ga, gb
 
     return make(out, (a, b), backward, "matmul")
