@@ -29,6 +29,7 @@ from ._elementwise import *  # noqa: F401,F403
 from ._elementwise import invert_or_not, logical_and_or_bitwise, logical_or_or_bitwise, logical_xor_or_bitwise
 from ._indexing import *  # noqa: F401,F403
 from ._matmul import *  # noqa: F401,F403
+from ._nn import *  # noqa: F401,F403
 from ._reductions import *  # noqa: F401,F403
 from ._shape import *  # noqa: F401,F403
 
