@@ -33,6 +33,7 @@ from ._indexing import *  # noqa: F401,F403
 from ._linalg import *  # noqa: F401,F403
 from ._matmul import *  # noqa: F401,F403
 from ._math import *  # noqa: F401,F403
+from ._nn import *  # noqa: F401,F403
 from ._numpy_a import *  # noqa: F401,F403
 from ._reductions import *  # noqa: F401,F403
 from ._shape import *  # noqa: F401,F403

@@ -200,8 +200,16 @@ def _stack_nested(x: Any) -> Tensor:
 
 def tensors(*xs: Any) -> list[Tensor]:
     """Several op arguments as tensors on one device: host data follows the first device operand."""
-    like = next((raw(x) for x in xs if backend.is_device_array(raw(x))), None)
+    like = next((r for r in map(_probe, xs) if backend.is_device_array(r)), None)
+    if like is None:  # only a host-known tensor names the device: its array is needed after all (rare)
+        like = next((x.data for x in xs if isinstance(x, FilledTensor) and x.is_cuda), None)
     return [tensor(x, like) for x in xs]
+
+
+def _probe(x: Any) -> Any:
+    """``raw(x)`` for finding the device of an op's operands, without making a FilledTensor's array (a
+    host-known operand that ``x * filled`` and the fused VJPs use as a number must stay unmade)."""
+    return None if isinstance(x, FilledTensor) else raw(x)
 
 
 def device_of_args(*xs: Any) -> Any:
