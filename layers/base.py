@@ -594,7 +594,7 @@ class Layer:
         self._check_weight_size(name, shape, vdtype)
         init = _init.get(initializer)
         host = np.asarray(init(shape, dtype=vdtype), dtype=vdtype)
-        internal = np.ascontiguousarray(to_internal(host) if to_internal else host)
+        internal = np.asarray(to_internal(host) if to_internal else host, order="C")  # (ascontiguousarray makes 0-d 1-d)
         w = Weight(self, name, shape, backend.asarray(internal, device=self.device), trainable, to_internal, to_keras)
         w.regularizer = self._policy_for(name, "regularizer")
         w.constraint = self._policy_for(name, "constraint")

@@ -79,6 +79,17 @@ def _fd_check(f, arrays, grads, tol=1e-6):
         assert np.abs(np.asarray(g) - num).max() <= tol * max(1.0, np.abs(num).max()), (np.asarray(g), num)
 
 
+def test_a_scalar_weight_stays_0_d_through_get_and_set_weights():
+    block = Block()
+    block.build((None, 5))
+    assert block.calls.shape == () and np.shape(block.calls.numpy()) == ()
+    values = block.get_weights()
+    assert [np.shape(v) for v in values][0] == ()
+    values[0] = np.float32(7.0)
+    block.set_weights(values)
+    assert float(block.calls.numpy()) == 7.0 and np.shape(block.calls.numpy()) == ()
+
+
 def test_gradients_of_a_custom_layer_and_its_losses_match_finite_differences(rng):
     mixed_precision.set_global_policy("float64")
     block = Block()
@@ -383,3 +394,78 @@ def test_a_custom_layer_trains_as_in_real_keras(rng, tmp_path):
     for i, w in enumerate(model.get_weights()):
         np.testing.assert_allclose(w, out[f"arr_{i}"], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(model.predict(x, verbose=0), out["pred"], rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------- on the GPU
+def _gpu_fit_pair(make, x, y, **fit):
+    """The same model twice (same weights), one whose steps replay as CUDA graphs, one eager; both fitted."""
+    import warnings
+
+    from dnnbind import kernels
+
+    keras.set_default_device("cuda")
+    with kernels.config.override(allow_tf32=False, deterministic=True):
+        graphed, eager = make(), make()
+        for m, jit in ((graphed, "auto"), (eager, False)):
+            m.build_from(x)
+            m.compile_for(jit)
+        eager.set_weights(graphed.get_weights())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no "could not be captured" fallback
+            hg = graphed.fit(x, y, batch_size=16, epochs=3, verbose=0, shuffle=False)
+        he = eager.fit(x, y, batch_size=16, epochs=3, verbose=0, shuffle=False)
+    return graphed, eager, hg, he
+
+
+@pytest.mark.gpu
+def test_gpu_a_custom_train_step_is_captured_and_matches_eager(rng):
+    """keras.io's pattern (own GradientTape, apply_gradients, metric trackers) replays as one CUDA graph."""
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+
+    class Model(VAELikeModel):
+        def build_from(self, data):
+            self(data[:2])
+
+        def compile_for(self, jit):
+            self.compile(optimizer=keras.optimizers.Adam(0.02), jit_compile=jit)
+
+    graphed, eager, hg, he = _gpu_fit_pair(Model, x, None)
+    stats = graphed._step_graphs.stats
+    assert stats["failures"] == 0 and stats["replays"] >= 3 * 4 - 2, stats
+    assert eager._step_graphs.stats["replays"] == 0
+    for key in ("loss", "mae"):
+        np.testing.assert_allclose(hg.history[key], he.history[key], rtol=1e-5, atol=1e-6)
+    assert hg.history["loss"][-1] < hg.history["loss"][0]
+    for a, b in zip(graphed.get_weights(), eager.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_a_layer_written_in_ops_trains_in_graphs_as_eagerly(rng):
+    """A user's layer (ops only, no hand-written backward) with add_loss and a state update, inside a
+    Sequential, with a custom loss function: the graph step equals the eager step."""
+    x = rng.normal(size=(64, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 64)
+
+    def loss_fn(y_true, y_pred):
+        return ops.mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)) \
+            + 0.001 * ops.mean(ops.square(y_pred))
+
+    class Model(keras.Sequential):
+        def build_from(self, data):
+            self.build((None, 5))
+
+        def compile_for(self, jit):
+            self.compile(keras.optimizers.SGD(0.05, momentum=0.9), loss_fn, jit_compile=jit)
+
+    def make():
+        return Model([keras.Input((5,)), Block(), Linear(3)])
+
+    graphed, eager, hg, he = _gpu_fit_pair(make, x, y)
+    stats = graphed._step_graphs.stats
+    assert stats["failures"] == 0 and stats["replays"] >= 3 * 4 - 2, stats
+    np.testing.assert_allclose(hg.history["loss"], he.history["loss"], rtol=1e-5, atol=1e-6)
+    for a, b in zip(graphed.get_weights(), eager.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    calls = [w for w in graphed.weights if w.name == "calls"][0]
+    assert float(np.asarray(calls)) == 3 * 4  # the state update ran on every replay

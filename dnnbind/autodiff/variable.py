@@ -168,8 +168,8 @@ class Variable:
         if backend.is_device_array(raw):
             raw = backend.to_numpy(raw)
         arr = self.checked(raw)
-        internal = np.ascontiguousarray(self._to_internal(arr.astype(self.value.dtype, copy=False))
-                                        if self._to_internal is not None else arr.astype(self.value.dtype))
+        internal = np.asarray(self._to_internal(arr.astype(self.value.dtype, copy=False))
+                              if self._to_internal is not None else arr.astype(self.value.dtype), order="C")
         if backend.is_device_array(self.value):
             self.value.copy_from_host(internal)
         elif isinstance(self.value, np.ndarray):
