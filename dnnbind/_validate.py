@@ -174,7 +174,7 @@ _CHUNK_ELEMENTS = 1 << 22  # bounds the temporary mask of finite_array to 4 MB
 def finite_array(array: np.ndarray, name: str, owner: str, hint: str = "") -> None:
     """Refuse a host array holding NaN or inf: the message gives the count and the first bad sample
     (index along axis 0). Integer arrays pass at once; float ones are scanned in row chunks."""
-    if array.dtype.kind not in "fc" or array.size == 0:
+    if (array.dtype.kind not in "fc" and array.dtype != BFLOAT16) or array.size == 0:
         return
     rows = array.reshape(len(array), -1) if array.ndim > 1 else array.reshape(-1, 1)
     step = max(1, _CHUNK_ELEMENTS // max(1, rows.shape[1]))

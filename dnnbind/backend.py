@@ -206,7 +206,8 @@ def asarray(x: Any, device: "str | Device | None" = None, dtype: Any = None, str
         if is_device_array(x):
             if dtype is not None and normalize_dtype(dtype, "backend.asarray") != x.dtype:
                 raise TypeError(f"backend.asarray: x is a DeviceArray of dtype {x.dtype}, and dtype={dtype!r} asks "
-                                "for a conversion on the device: use dnnbind.kernels.cast(x, dtype)")
+                                "for a conversion on the device: use dnnbind.ops.cast(x, dtype) (a tensor) or "
+                                "dnnbind.kernels.cast(x, dtype) (a DeviceArray)")
             if x.device.index != dev.index:
                 return x.to(str(dev))
             return x

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import backend, kernels, ops
+from . import _validate, backend, kernels, ops
 from .autodiff.engine import FilledTensor
 from .autodiff.tensor import Tensor
 from .ops import _core as ops_core
@@ -268,7 +268,7 @@ class SparseCategoricalCrossentropy(Loss):
                 f"{what}: labels must be integer class indices of shape (batch,), got shape {tuple(y.shape)}"
                 + ("; for one-hot labels use loss='categorical_crossentropy'" if y.ndim == 2 else "")
             )
-        if y.dtype.kind == "f":
+        if y.dtype.kind == "f" or y.dtype == _validate.BFLOAT16:
             if not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
                 raise ValueError(f"{what}: labels must be integer class indices, got non-integer values")
         elif y.dtype.kind not in "iub":

@@ -2,7 +2,9 @@
 
 A metric keeps a running total in a 0-d float32 array on the predictions' device (updated in
 place by ``kernels.axpy``) and a host-side sample count (known without asking the device). Nothing
-is read back until :meth:`Metric.result` is called (the progress bar, the end of an epoch).
+is read back until :meth:`Metric.result` is called (the progress bar, the end of an epoch). Where a
+user's ``train_step`` reads ``result()`` inside the step (a CUDA graph replays it with no Python),
+the trainer has the metric keep its count on the device as well (:meth:`Metric._count_on_device`).
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ class Metric:
     def __init__(self, name: str | None = None, dtype: Any = None) -> None:
         self.name = name or _CLASS_TO_NAME.get(type(self).__name__, _snake(type(self).__name__))
         self._total = None
-        self._count = 0.0
+        self._host_count = 0.0
+        self._count_dev = None  # the count on the device too (0-d float32), once _count_on_device is asked
+        self._count_wanted = False
+        self._one = None
         self._device = None
         self._dtype = dtype
         self._variables: list = []
@@ -84,11 +89,37 @@ class Metric:
     def dtype(self) -> str:
         return self._dtype or "float32"
 
+    @property
+    def _count(self) -> float:
+        """The samples (weights) seen: a host number; a change is mirrored on the device in device-count mode."""
+        return self._host_count
+
+    @_count.setter
+    def _count(self, value: float) -> None:
+        delta = float(value) - self._host_count
+        self._host_count = float(value)
+        if delta and self._count_dev is not None:
+            kernels.axpy(delta, self._one, self._count_dev)
+
+    def _count_on_device(self) -> None:
+        """Keep the count on the device as well (made with the total, outside any capture: the trainer asks
+        before the warm-up step), so :meth:`result` inside a captured step reads the replay's count."""
+        self._count_wanted = True
+        if self._total is not None and self._count_dev is None:
+            self._make_device_count(backend.device_of(self._total))
+
+    def _make_device_count(self, dev: Any) -> None:
+        self._count_dev = backend.asarray(np.full((), self._host_count, _F32), device=dev)
+        self._one = backend.asarray(np.ones((), _F32), device=dev)
+
     def _accumulator(self, like: Any) -> Any:
         dev = backend.device_of(like)
         if self._total is None or self._device != dev:
             self._total = backend.asarray(np.zeros((), _F32), device=dev)
             self._device = dev
+            self._count_dev = None
+            if self._count_wanted and backend.is_device_array(self._total):
+                self._make_device_count(dev)
         return self._total
 
     def _add(self, value: Any, like: Any, weight: float = 1.0) -> None:
@@ -104,13 +135,19 @@ class Metric:
     def reset_state(self) -> None:
         if self._total is not None:
             kernels.fill(self._total, 0.0)
-        self._count = 0.0
+        if self._count_dev is not None:
+            kernels.fill(self._count_dev, 0.0)
+        self._host_count = 0.0
         for v, init in zip(self._variables, self._initial):
             v.assign(init)
 
     def result(self) -> Any:
         """The metric so far: a 0-d float32 tensor, computed on the device (no host read until one is asked
         for: ``float(m.result())``)."""
+        if self._count_dev is not None:  # total / count on the device (0 while the count is 0)
+            from . import ops
+
+            return ops.divide_no_nan(Tensor(self._total), Tensor(self._count_dev))
         if self._count == 0 or self._total is None:
             return Tensor(np.zeros((), _F32)) if self._total is None else Tensor(kernels.scale(self._total, 0.0))
         return Tensor(kernels.scale(self._total, 1.0 / self._count))

@@ -267,6 +267,15 @@ def release_pending_state(since: "int | None" = None, until: "int | None" = None
         saved["state"] = None
 
 
+_LOSSES_ADDED = [0]
+
+
+def losses_added() -> int:
+    """How many ``add_loss`` calls there have been (a trainer compares it around a step: a step that added
+    none need not walk the layers to drop them)."""
+    return _LOSSES_ADDED[0]
+
+
 def applied_twice() -> bool:
     """Whether the recorded forward of this step applied one of dnnbind's own layers more than once (its
     weight gradients are then summed by the engine, which the trainer wants in the weights' dtype)."""
@@ -689,6 +698,7 @@ class Layer:
         """Keras's ``add_loss``: a scalar tensor (or a zero-argument callable returning one) added to the
         training loss; cleared at the start of each outermost call."""
         self._own_losses.append(loss)
+        _LOSSES_ADDED[0] += 1
 
     def _clear_losses(self) -> None:
         self.__dict__["_own_losses"] = []

@@ -188,7 +188,7 @@ def test_layer_on_cuda_matches_numpy(rng, policy, label, name, make, n_inputs):
     layer.to("cuda")
     xd = [dev(x) for x in xs]
     y = layer(xd if layer.multi_input else xd[0], training=True)
-    assert dnnbind.backend.is_device_array(y)
+    assert isinstance(y, dnnbind.Tensor) and dnnbind.backend.is_device_array(y.data)  # a layer gives tensors
     if not isinstance(layer, (layers.Reshape, layers.Permute)):  # these two move data as it is
         assert y.dtype == _validate.normalize_dtype(layer.compute_dtype)
     g = layer.backward(dev(dy, y.dtype))

@@ -18,6 +18,7 @@ Usage (on a machine with a GPU and compute-sanitizer)::
     python tools/sanitize.py --tool racecheck --tests tests/test_kernels_losses_gpu.py --no-models
     python tools/sanitize.py --tool memcheck --shard 2/3 --out san  # a third of the targets
     python tools/sanitize.py --tool memcheck --models mnist_cnn --no-tests
+    python tools/sanitize.py --tool memcheck --no-models --tests tests/test_ops_registry_gpu.py --select float32
 
 compute-sanitizer is looked up in ``$COMPUTE_SANITIZER``, ``PATH``, ``$CUDA_HOME/bin`` and
 ``/usr/local/cuda/bin``. ``--report-api-errors no`` is always passed: cuda-bindings probes
@@ -137,11 +138,13 @@ def report_kernels(text: str) -> dict[str, int]:
 
 
 def run_target(sanitizer: str, tool: str, target: dict, out: Path, timeout: float, max_batch: int,
-               print_limit: int = 1000) -> dict:
+               print_limit: int = 1000, select: "str | None" = None) -> dict:
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{tool}-{target['name']}")
     log = out / f"{tag}.log"
     if target["kind"] == "tests":
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", target["file"]]
+        if select:
+            cmd += ["-k", select]
     else:
         script = STEP_SCRIPT.format(bench=str(ROOT / "benchmarks"), name=target["model"],
                                     precision=target["precision"], steps=6, max_batch=max_batch)
@@ -226,6 +229,7 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--tests", nargs="*", help="test files (default: every file with GPU tests)")
     parser.add_argument("--models", nargs="*", choices=MODELS, help="benchmark models (default: all three)")
     parser.add_argument("--precisions", nargs="+", default=["float32", "mixed_bfloat16"])
+    parser.add_argument("--select", help="pytest -k expression for the test targets (a slice of a large file)")
     parser.add_argument("--no-tests", action="store_true")
     parser.add_argument("--no-models", action="store_true")
     parser.add_argument("--shard", help="i/n: run every n-th target starting at the i-th (1-based)")
@@ -248,7 +252,7 @@ def main(argv: "list[str] | None" = None) -> int:
     jobs = [(tool, t) for tool in (args.tool or TOOLS) for t in targets(args)]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda job: run_target(sanitizer, job[0], job[1], out, args.timeout,
-                                                       args.max_batch, args.print_limit), jobs))
+                                                       args.max_batch, args.print_limit, args.select), jobs))
     for r in results:
         print(f"{r['tool']:9s} {r['target']:45s} errors={r['errors']} outcome={r['outcome']} {r['seconds']}s",
               file=sys.stderr)

@@ -154,6 +154,9 @@ class GradientTape:
             if not (hasattr(s, "_leaf") or hasattr(s, "_node")):
                 raise TypeError(f"GradientTape.gradient: sources must be Variables or Tensors, got "
                                 f"{type(s).__name__}")
+        if any(t is None for t in targets):
+            raise TypeError("GradientTape.gradient: a target is None (a loss function that returned nothing?); "
+                            "targets must be tensors")
         tensors = [ops.convert_to_tensor(t) if not hasattr(t, "_node") else t for t in targets]
         if output_gradients is None:
             seeds = [_seed(t) for t in tensors]

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _validate
 from ..backend import is_device_array
 from ._dispatch import as_array, check_float, param_dtype, route, scalar, to_compute
 from .elementwise import cast
@@ -48,7 +49,7 @@ def _check_labels(op: str, pred: Any, labels: Any) -> bool:
         if tuple(labels.shape) not in ((n,), (n, 1)):
             raise ValueError(f"{op}: integer labels must have shape ({n},), got {tuple(labels.shape)}")
         return True
-    if labels.dtype.kind != "f":
+    if labels.dtype.kind != "f" and labels.dtype != _validate.BFLOAT16:
         raise TypeError(f"{op}: labels must be integer class indices or float rows, got dtype {labels.dtype}")
     if tuple(labels.shape) != (n, c):
         raise ValueError(

@@ -445,7 +445,14 @@ def reduce(op: str, x: Any, axis: Any = None, keepdims: bool = False, *, dtype: 
         src = x.astype(_compute(dt) if _is_float(dt) else dt, copy=False) if x.dtype != dt or x.dtype in _LOW \
             else x
     with np.errstate(all="ignore"):
-        return _result(REDUCTIONS[op](src, axes, keepdims), dt, out)
+        res = REDUCTIONS[op](src, axes, keepdims)
+        if op == "mean" and dt.kind in "iu":
+            # the float64 mean back to the integer type saturates (as the device's conversion does), where a
+            # plain cast of a value past the type's range is undefined (x86 gives the minimum)
+            info = np.iinfo(dt)
+            res = np.where(res >= float(info.max), info.max,
+                           np.where(res <= float(info.min), info.min, np.asarray(res).astype(dt)))
+        return _result(res, dt, out)
 
 
 CUMULATIVE = ("cumsum", "cumprod", "cummax", "cummin")
@@ -844,9 +851,9 @@ def argsort(x: Any, axis: int = -1, *, descending: bool = False, dtype: Any = No
             src = src.astype(np.int8)
         if src.dtype.kind == "u":
             src = src.astype(np.int64)
-        neg = -src if src.dtype.kind in "fi" else src
+        neg = -src if src.dtype.kind in "fi" or src.dtype == BFLOAT16 else src
         # NaN first when descending (NumPy's sort puts NaN last ascending)
-        if src.dtype.kind == "f":
+        if src.dtype.kind == "f" or src.dtype == BFLOAT16:
             neg = np.where(np.isnan(src), -np.inf, neg)
         res = np.argsort(neg, axis=ax, kind="stable")
     else:

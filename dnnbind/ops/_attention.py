@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..autodiff.tensor import Tensor
@@ -118,7 +119,7 @@ def _composed(q: Tensor, k: Tensor, v: Tensor, bias: "Tensor | None", mask: "Ten
         causal = Tensor(N.binary("greater_equal", rows, cols).reshape(1, 1, t_len, s_len))
         keep = causal if keep is None else logical_and(keep, causal)
     if keep is not None:
-        big = min(float(np.finfo(logits_dt).max), float(np.finfo(np.float32).max))
+        big = min(float(ml_dtypes.finfo(logits_dt).max), float(np.finfo(np.float32).max))
         logits = where(keep, logits, -0.7 * big)
     probs = softmax_last(to_dtype(logits, np_dtype(result_type(logits_dt, "float32"))), False)
     probs = reshape(to_dtype(probs, k.dtype), (b, kv_heads, groups, t_len, s_len))

@@ -21,7 +21,7 @@ __all__ = ["take", "take_along_axis", "gather_nd", "index_add", "scatter", "scat
 
 def _int_index(t: Tensor) -> Tensor:
     if t.dtype.kind not in "iu":
-        if t.dtype.kind == "f" or t.dtype.kind == "b":
+        if is_float(t.dtype) or t.dtype.kind == "b":
             raise TypeError(f"indices must be integers, got dtype {t.dtype}")
     return t
 

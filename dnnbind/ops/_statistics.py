@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .. import backend
@@ -258,7 +259,7 @@ def nan_to_num(x: Any, nan: float = 0.0, posinf: Any = None, neginf: Any = None)
     (t,) = tensors(x)
     if not is_float(t.dtype):
         return t
-    info = np.finfo(t.dtype)  # (ml_dtypes registers bfloat16's)
+    info = ml_dtypes.finfo(t.dtype)  # (bfloat16's too; NumPy >= 2.5's finfo refuses it)
     hi = float(info.max) if posinf is None else float(posinf)
     lo = float(info.min) if neginf is None else float(neginf)
     out = where(isnan(t), float(nan), t)  # first, as JAX and NumPy: nan=inf then becomes posinf

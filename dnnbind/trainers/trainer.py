@@ -50,7 +50,7 @@ from ..errors import DnnbindError
 from ..autodiff import GradientTape
 from ..autodiff import engine as autodiff_engine
 from ..autodiff.tensor import Tensor
-from ..layers.base import applied_twice, cast_generation, release_pending_state
+from ..layers.base import applied_twice, cast_generation, losses_added, release_pending_state
 from ..ops import _core as ops_core
 from ..mixed_precision import global_policy
 from ..kernels._dispatch import FLOAT_DTYPES
@@ -448,10 +448,10 @@ class Trainer:
             if id(m) in seen:
                 continue
             seen.add(id(m))
-            pairs.append((m, "_count"))
+            pairs.append((m, "_host_count"))
             impl = getattr(m, "_impl", None)  # Accuracy counts in the concrete metric it resolved to
             if impl is not None:
-                pairs.append((impl, "_count"))
+                pairs.append((impl, "_host_count"))
         if self.optimizer is not None:
             # the update count's host estimate (``iterations`` itself may read the device)
             pairs += [(self.optimizer, "_iterations"), (self.optimizer, "_unconfirmed")]
@@ -481,6 +481,10 @@ class Trainer:
         """Host-to-device work a graph step needs first (not capturable): the learning rate, if it changed."""
         if kind == "train" and self.optimizer is not None and self.optimizer.built:
             self.optimizer._sync_lr(stream)
+        by_kind = self.__dict__.get("_custom_logs_by_kind")
+        if by_kind and kind in by_kind:
+            # a replay runs no Python: the logs it writes are in the buffers its capture kept
+            self.__dict__["_custom_logs"] = by_kind[kind]
 
     def _eager_step(self, kind: str, x: Any, y: Any) -> Any:
         if kind == "train":
@@ -828,16 +832,20 @@ class Trainer:
         """
         layers = self._flat_layers()
         touched = []
+        added = losses_added()
         try:
             touched = self._precast_weights(layers)
             if self._has_custom_train_step():
-                self._keep_logs(self.train_step(self._step_data(x, y)))
+                self._count_metrics_on_device()
+                self._keep_logs(self.train_step(self._step_data(x, y)), "train")
             else:
                 self._builtin_train_step(_unpack(x), _unpack(y), touched)
         finally:
-            # drop what the forward kept for backwards that did not run: nothing allocated inside the step
-            # outlives it (graph capture)
+            # drop what the forward kept for backwards that did not run, and the add_loss tensors: nothing
+            # allocated inside the step outlives it (graph capture)
             release_pending_state()
+            if losses_added() != added:
+                self._clear_losses()
             self._end_precast(touched)
 
     def _builtin_train_step(self, xs: list, ys: list, touched: list) -> None:
@@ -907,16 +915,29 @@ class Trainer:
             return (xt, yt, weights[0] if len(weights) == 1 else weights)
         return (xt, yt)
 
-    def _keep_logs(self, logs: Any) -> None:
-        """A user's step returned ``logs`` (a dict of tensors or numbers): copied into persistent buffers (so a
-        captured step's values outlive it), read when the progress bar or History asks."""
+    def _count_metrics_on_device(self) -> None:
+        """A user's step reads ``m.result()`` inside the step: the metrics keep their sample counts on the
+        device too, so a replayed step's result divides by the count of that replay (not the one its
+        capture saw)."""
+        for m in list(self._all_metrics()) + list(self.metrics):
+            for metric in (m, getattr(m, "_impl", None)):
+                if metric is not None and hasattr(metric, "_count_on_device"):
+                    metric._count_on_device()
+
+    def _keep_logs(self, logs: Any, kind: str) -> None:
+        """A user's ``kind`` step returned ``logs`` (a dict of tensors or numbers): copied into persistent
+        buffers of that kind (so a captured step's values outlive it, and a validation step's do not
+        overwrite the training step's), read when the progress bar or History asks."""
+        by_kind = self.__dict__.setdefault("_custom_logs_by_kind", {})
         if logs is None:
             self._custom_logs = None
+            by_kind.pop(kind, None)
             return
         if not isinstance(logs, dict):
             raise TypeError(f"{self._owner}: train_step/test_step must return a dict of metric values (Keras), got "
                             f"{type(logs).__name__}")
-        kept = self.__dict__.get("_custom_log_buffers") or {}
+        buffers = self.__dict__.setdefault("_custom_log_buffers", {})
+        kept = buffers.setdefault(kind, {})
         out = {}
         for name, value in logs.items():
             raw = value.data if isinstance(value, Tensor) else value
@@ -933,8 +954,8 @@ class Trainer:
                 out[name] = buf
             else:
                 out[name] = value
-        self._custom_log_buffers = kept
         self._custom_logs = out
+        by_kind[kind] = out
 
     def train_step(self, data: Any) -> dict:
         """One training step on ``data`` (``(x, y)`` or ``(x, y, sample_weight)``), Keras 3's ``train_step``:
@@ -1024,16 +1045,21 @@ class Trainer:
 
     def _test_step(self, x: Any, y: Any) -> None:
         touched = self._precast_weights(self._flat_layers())
+        added = losses_added()
         try:
             if type(self).test_step is not Trainer.test_step:
-                self._keep_logs(self.test_step(self._step_data(x, y)))
+                self._count_metrics_on_device()
+                self._keep_logs(self.test_step(self._step_data(x, y)), "test")
             else:
                 self._loss_and_metrics(_unpack(x), _unpack(y), training=False)
         finally:
+            if losses_added() != added:
+                self._clear_losses()
             self._end_precast(touched)
 
     def _predict_step(self, x: Any) -> Any:
         touched = self._precast_weights(self._flat_layers())
+        added = losses_added()
         try:
             if type(self).predict_step is not Trainer.predict_step:
                 out = self.predict_step(self._step_data(x, None))
@@ -1041,6 +1067,8 @@ class Trainer:
             else:
                 outs = self._run_forward(_unpack(x), training=False, logits=[False] * len(self.output_names))
         finally:
+            if losses_added() != added:
+                self._clear_losses()
             self._end_precast(touched)
         return _pack([_to_f32(o.data if isinstance(o, Tensor) else o) for o in outs])
 

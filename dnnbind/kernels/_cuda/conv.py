@@ -279,8 +279,18 @@ def conv2d_forward(x: Any, w: Any, *, params: ConvParams, layout: str = "NCHW", 
 
 def conv2d_backward_data(dy: Any, w: Any, x_shape, *, params: ConvParams, layout: str = "NCHW",
                          out: Any = None, stream: Any = None) -> Any:
-    """``dx`` of shape ``x_shape`` from ``dy`` and ``w``."""
+    """``dx`` of shape ``x_shape`` from ``dy`` and ``w``.
+
+    float64 channels-last runs channels-first between two transposes: cuDNN 9 has no float64
+    backward-data algorithm for NHWC at many shapes (every candidate reports NOT_SUPPORTED)."""
     s = cm.stream_of(stream)
+    if layout == "NHWC" and np.dtype(dy.dtype) == np.float64:
+        from .reshaping import transpose
+
+        n, h, wd, c = (int(d) for d in x_shape)
+        dx_c = conv2d_backward_data(transpose(dy, (0, 3, 1, 2), stream=s), transpose(w, (0, 3, 1, 2), stream=s),
+                                    (n, c, h, wd), params=params, layout="NCHW", stream=s)
+        return transpose(dx_c, (0, 2, 3, 1), out=out, stream=s)
     g = _geometry(tuple(x_shape), w.shape, params, layout, dy.dtype)
     dx = cm.output(out, tuple(x_shape), dy.dtype, s)
     dxp = dx if g.explicit is None else cm.empty(g.layout_shape(g.xp_dims), dy.dtype, s)
