@@ -137,7 +137,10 @@ CASES = [
          ref=lambda x, t, l, target_height, target_width: x[:, 1:3, 2:5]),
     Case("crop_images", (ONE,), {"bottom_cropping": 2, "right_cropping": 1, "target_height": 3, "target_width": 5},
          name="single", ref=lambda x, **k: x[1:4, 1:6]),
-    Case("elastic_transform", (G,), {"alpha": 2.0, "sigma": 1.0, "seed": 7}, grad=(0,), keras=False),
+    # The displacement fields are float32 Box-Muller draws on both backends, so float64 inputs agree
+    # only to float32 resolution (~1e-8 here); the GPU case runs in the float32-based dtypes.
+    Case("elastic_transform", (G,), {"alpha": 2.0, "sigma": 1.0, "seed": 7}, grad=(0,), keras=False,
+         gpu_dtypes=("float32", "float16", "bfloat16")),
 ]
 
 # One or two Keras comparisons per op (each compiles on JAX, about a second); the rest are checked

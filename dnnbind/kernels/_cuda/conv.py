@@ -34,6 +34,7 @@ from .._params import ConvParams
 from . import _common as cm
 from . import activation as act_mod
 from . import conv_graph, fused
+from .reshaping import crop_nchw, pad_nchw, transpose
 
 __all__ = [
     "conv2d_forward",
@@ -170,32 +171,6 @@ def _tensor(dims_nchw: tuple, dtype: np.dtype, layout: str) -> cudnn.TensorDescr
     return cudnn.TensorDescriptor.cached(_layout_order(dims_nchw, layout), dtype, layout)
 
 
-# ------------------------------------------------------------------------- explicit padding
-
-def pad_nchw(x: Any, dims: tuple, pad: tuple, layout: str, value: float, stream, out: Any = None) -> Any:
-    """``x`` (dims (N, C, H, W) in ``layout``) padded by (t, b, l, r) with ``value``, into ``out`` (the padded
-    shape; default: a new array)."""
-    n, c, h, w = dims
-    t, b, l, r = pad
-    hp, wp = h + t + b, w + l + r
-    shape = (n, c, hp, wp) if layout == "NCHW" else (n, hp, wp, c)
-    xp = cm.empty(shape, x.dtype, stream) if out is None else out
-    cm.launch("layout.cu", f"pad2d_{cm.suffix(x.dtype)}", n * c * hp * wp,
-              (cm.p(x), cm.p(xp), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(hp), cm.i32(wp),
-               cm.i32(t), cm.i32(l), cm.f32(value), cm.i32(layout == "NHWC")), stream)
-    return xp
-
-
-def crop_nchw(xp: Any, dims: tuple, pad: tuple, layout: str, out: Any, stream) -> Any:
-    """Write the interior of padded ``xp`` (unpadded dims ``dims``) into ``out``."""
-    n, c, h, w = dims
-    t, b, l, r = pad
-    cm.launch("layout.cu", f"crop2d_{cm.suffix(xp.dtype)}", n * c * h * w,
-              (cm.p(xp), cm.p(out), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(h + t + b),
-               cm.i32(w + l + r), cm.i32(t), cm.i32(l), cm.i32(layout == "NHWC")), stream)
-    return out
-
-
 def _padded_input(x: Any, g: _Geometry, stream) -> Any:
     return x if g.explicit is None else pad_nchw(x, g.x_dims, g.explicit, g.layout, 0.0, stream)
 
@@ -282,11 +257,10 @@ def conv2d_backward_data(dy: Any, w: Any, x_shape, *, params: ConvParams, layout
     """``dx`` of shape ``x_shape`` from ``dy`` and ``w``.
 
     float64 channels-last runs channels-first between two transposes: cuDNN 9 has no float64
-    backward-data algorithm for NHWC at many shapes (every candidate reports NOT_SUPPORTED)."""
+    backward algorithm for NHWC at many shapes (every candidate reports NOT_SUPPORTED; the H200 run's
+    registry cases, 1-d to 3-d, grouped and dilated)."""
     s = cm.stream_of(stream)
     if layout == "NHWC" and np.dtype(dy.dtype) == np.float64:
-        from .reshaping import transpose
-
         n, h, wd, c = (int(d) for d in x_shape)
         dx_c = conv2d_backward_data(transpose(dy, (0, 3, 1, 2), stream=s), transpose(w, (0, 3, 1, 2), stream=s),
                                     (n, c, h, wd), params=params, layout="NCHW", stream=s)
@@ -308,8 +282,14 @@ def conv2d_backward_data(dy: Any, w: Any, x_shape, *, params: ConvParams, layout
 
 def conv2d_backward_filter(x: Any, dy: Any, w_shape, *, params: ConvParams, layout: str = "NCHW",
                            out: Any = None, stream: Any = None) -> Any:
-    """``dw`` of shape ``w_shape`` (KCRS for NCHW, KRSC for NHWC) from ``x`` and ``dy``."""
+    """``dw`` of shape ``w_shape`` (KCRS for NCHW, KRSC for NHWC) from ``x`` and ``dy``; float64 channels-last
+    runs channels-first between transposes, as :func:`conv2d_backward_data` does."""
     s = cm.stream_of(stream)
+    if layout == "NHWC" and np.dtype(x.dtype) == np.float64:
+        k, r, sw, c = (int(d) for d in w_shape)
+        dw_c = conv2d_backward_filter(transpose(x, (0, 3, 1, 2), stream=s), transpose(dy, (0, 3, 1, 2), stream=s),
+                                      (k, c, r, sw), params=params, layout="NCHW", stream=s)
+        return transpose(dw_c, (0, 2, 3, 1), out=out, stream=s)
     g = _geometry(x.shape, tuple(w_shape), params, layout, x.dtype)
     dw = cm.output(out, tuple(w_shape), x.dtype, s)
     xin = _padded_input(x, g, s)

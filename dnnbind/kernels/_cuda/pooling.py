@@ -33,7 +33,7 @@ from ..._lib import cudnn as C
 from ...cuda.array import constant
 from .._params import PoolParams
 from . import _common as cm
-from .conv import crop_nchw, pad_nchw
+from .reshaping import crop_nchw, pad_nchw
 
 __all__ = ["pool2d_forward", "pool2d_backward", "global_avg_pool2d_forward", "global_avg_pool2d_backward"]
 

@@ -8,9 +8,33 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import _common as cm
-from .conv import crop_nchw, pad_nchw
 
 __all__ = ["pad2d", "crop2d", "upsample2d_forward", "upsample2d_backward", "transpose"]
+
+
+def pad_nchw(x: Any, dims: tuple, pad: tuple, layout: str, value: float, stream, out: Any = None) -> Any:
+    """``x`` (dims (N, C, H, W) in ``layout``) padded by (t, b, l, r) with ``value``, into ``out`` (the padded
+    shape; default: a new array)."""
+    n, c, h, w = dims
+    t, b, l, r = pad
+    hp, wp = h + t + b, w + l + r
+    shape = (n, c, hp, wp) if layout == "NCHW" else (n, hp, wp, c)
+    xp = cm.empty(shape, x.dtype, stream) if out is None else out
+    cm.launch("layout.cu", f"pad2d_{cm.suffix(x.dtype)}", n * c * hp * wp,
+              (cm.p(x), cm.p(xp), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(hp), cm.i32(wp),
+               cm.i32(t), cm.i32(l), cm.f32(value), cm.i32(layout == "NHWC")), stream)
+    return xp
+
+
+def crop_nchw(xp: Any, dims: tuple, pad: tuple, layout: str, out: Any, stream) -> Any:
+    """Write the interior of padded ``xp`` (unpadded dims ``dims``) into ``out``."""
+    n, c, h, w = dims
+    t, b, l, r = pad
+    cm.launch("layout.cu", f"crop2d_{cm.suffix(xp.dtype)}", n * c * h * w,
+              (cm.p(xp), cm.p(out), cm.i64(n), cm.i32(c), cm.i32(h), cm.i32(w), cm.i32(h + t + b),
+               cm.i32(w + l + r), cm.i32(t), cm.i32(l), cm.i32(layout == "NHWC")), stream)
+    return out
+
 
 _FILE = "reshaping.cu"
 _MAX_RANK = 8  # the transpose kernel's fixed argument count
