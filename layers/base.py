@@ -279,15 +279,11 @@ def losses_added() -> int:
 def applied_twice() -> bool:
     """Whether the recorded forward of this step applied one of dnnbind's own layers more than once (its
     weight gradients are then summed by the engine, which the trainer wants in the weights' dtype)."""
-    seen: set = set()
-    for entry in getattr(_ctx, "pending", None) or ():
-        if entry is None:
-            continue
-        layer = entry[0]
-        if id(layer) in seen:
-            return True
-        seen.add(id(layer))
-    return False
+    pending = getattr(_ctx, "pending", None)
+    if not pending:
+        return False
+    applied = [entry[0] for entry in pending if entry is not None]
+    return len(set(map(id, applied))) != len(applied)
 
 
 def _trainable_edge(w: Variable) -> "tuple | None":
@@ -299,6 +295,23 @@ def _trainable_edge(w: Variable) -> "tuple | None":
             tape._note_access(w)
             watched = True
     return (w._leaf_node(), 0) if watched else None
+
+
+def _trainable_edges(weights: Sequence[Variable]) -> tuple:
+    """``tuple(_trainable_edge(w) for w in weights)``, with one tape (the training step's) read once."""
+    tapes = _engine.active_tapes()
+    if len(tapes) != 1:
+        return tuple(_trainable_edge(w) for w in weights)
+    tape = tapes[0]
+    watched, accessed, auto = tape._watched, tape._accessed, tape.watch_accessed_variables
+    out = []
+    for w in weights:
+        if id(w) in watched or (auto and w.trainable):
+            accessed.setdefault(id(w), w)
+            out.append((w._leaf or w._leaf_node(), 0))
+        else:
+            out.append(None)
+    return tuple(out)
 
 
 class Layer:
@@ -378,9 +391,12 @@ class Layer:
 
     # ----- attribute tracking -------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
+        if name[0] == "_":  # the hot path: private names are never tracked (see below)
+            object.__setattr__(self, name, value)
+            return
         d = self.__dict__
         tracked = d.get("_tracked")
-        if name[0] == "_" or name == "grads" or not isinstance(value, _TRACKABLE_TYPES):  # the hot path
+        if name == "grads" or not isinstance(value, _TRACKABLE_TYPES):
             if tracked and name in tracked:
                 del tracked[name]
                 _bump_structure()
@@ -1036,7 +1052,7 @@ class Layer:
             return out if isinstance(out, Tensor) else Tensor(out)
         weights = self.trainable_weights if self.trainable else []
         in_edges = tuple(None if t is None else _ops_core.edge(t) for t in tensors)
-        w_edges = tuple(_trainable_edge(w) for w in weights)
+        w_edges = _trainable_edges(weights)
         if all(e is None for e in in_edges) and all(e is None for e in w_edges):
             out = self.forward_logits(arg, training=training) if logits else self.forward(arg, training=training)
             return Tensor(out)
@@ -1081,6 +1097,8 @@ class Layer:
             keys = (tuple(state), found)
             self.__dict__["_activation_keys"] = keys
             state["_activation_keys"] = keys
+        if not keys[1]:
+            return state, {}
         nested = {k: state[k].__dict__.copy() for k in keys[1] if isinstance(state.get(k), ActivationFn)}
         return state, nested
 

@@ -22,6 +22,8 @@ instead of returning a wrong zero.
 
 from __future__ import annotations
 
+import operator
+
 import itertools
 import threading
 from typing import Any, Callable, Sequence
@@ -108,9 +110,10 @@ class Node:
         self.outputs_raw: Any = None
         self.once_differentiable = once_differentiable
         self.holders = 0
-        # set by gradient() while the VJP runs: emit(i, grad) delivers input i's gradient before the VJP
-        # returns (it then returns None there), so a leaf's final gradient can be reported early (the
-        # data-parallel all-reduce of a weight overlaps the rest of the backward, as DDP's hooks do)
+        # set by gradient() while the VJP runs, when its caller hears of final leaf gradients (on_leaf):
+        # emit(i, grad) delivers input i's gradient before the VJP returns (it then returns None there), so a
+        # leaf's final gradient can be reported early (the data-parallel all-reduce of a weight overlaps the
+        # rest of the backward, as DDP's hooks do); None otherwise, and the VJP returns every gradient
         self.emit = None
 
     def output(self, index: int = 0) -> Any:
@@ -184,74 +187,96 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     tape that was active when they were recorded still holds them). ``on_leaf(owner, grad)``: called once
     per source leaf as soon as its gradient is final (every node that read it has delivered), before the
     sweep ends."""
+    # (nodes are dict keys by identity: Node defines no __eq__/__hash__)
     # --- the keys of the sources: leaves by owner, recorded tensors by (node, index)
     want: dict = {}
     for i, s in enumerate(sources):
-        node = _source_node(s)
-        if node is None:
-            continue
-        want.setdefault((id(node), _source_index(s)), []).append(i)
-    # --- nodes reachable from the targets, and which of them lead to a source
-    starts = [t._node for t in targets if getattr(t, "_node", None) is not None]
-    order: dict[int, Node] = {}
-    stack = list(starts)
+        leaf = getattr(s, "_leaf", _NO_LEAF)  # a Variable: its leaf (None until first read while recording)
+        if leaf is _NO_LEAF:
+            node, index = getattr(s, "_node", None), getattr(s, "_index", 0)
+        else:
+            node, index = leaf, 0
+        if node is not None:
+            want.setdefault((node, index), []).append(i)
+    source_nodes = {k[0] for k in want}
+    # --- nodes reachable from the targets, inputs before their consumers, and which of them lead to a source
+    stack = [node for node in (getattr(t, "_node", None) for t in targets) if node is not None]
+    seen: set = set()
     while stack:
         node = stack.pop()
-        if id(node) in order:
+        if node in seen:
             continue
-        order[id(node)] = node
+        seen.add(node)
         for edge in node.edges:
-            if edge is not None and id(edge[0]) not in order:
+            if edge is not None and edge[0] not in seen:
                 stack.append(edge[0])
-    source_nodes = {k[0] for k in want}
-    relevant: dict[int, bool] = {}
-    for node in sorted(order.values(), key=_seq_of):  # inputs before their consumers
-        relevant[id(node)] = id(node) in source_nodes or any(
-            e is not None and relevant.get(id(e[0]), False) for e in node.edges)
+    order = sorted(seen, key=_SEQ)
+    relevant: set = set()
+    for node in order:
+        if node in source_nodes:
+            relevant.add(node)
+            continue
+        for e in node.edges:
+            if e is not None and e[0] in relevant:
+                relevant.add(node)
+                break
     # --- seeds
     grads: dict = {}
     for t, g in zip(targets, seeds):
         node = getattr(t, "_node", None)
-        if node is None or not relevant.get(id(node), False):
+        if node is None or node not in relevant:
             continue
-        key = (id(node), t._index)
+        key = (node, t._index)
         grads[key] = _accumulate(grads.get(key), g)
     results: list = [None] * len(sources)
     interval = None if tape is None else (tape._first_seq, tape._last_seq)
     # --- how many deliveries each source leaf waits for (to report it as soon as it is final)
-    pending: dict[int, int] = {}
+    pending: dict = {}
     if on_leaf is not None:
-        for node in order.values():
-            if relevant.get(id(node), False) and not node.is_leaf:
+        for node in relevant:
+            if not node.is_leaf:
                 for e in node.edges:
-                    if e is not None and e[0].is_leaf and (id(e[0]), 0) in want:
-                        pending[id(e[0])] = pending.get(id(e[0]), 0) + 1
+                    if e is not None and e[0].is_leaf and (e[0], 0) in want:
+                        pending[e[0]] = pending.get(e[0], 0) + 1
+    wrap = hooks.wrap
 
     def deliver(edge: tuple, g: Any, poison: bool, node: Node) -> None:
         if not hasattr(g, "_node"):
-            g = hooks.wrap(g)
+            g = wrap(g)
         if poison:
             g = _poisoned(g, node)
-        key = (id(edge[0]), edge[1])
-        grads[key] = _accumulate(grads.get(key), g)
-        if on_leaf is not None and edge[0].is_leaf and id(edge[0]) in pending:
-            pending[id(edge[0])] -= 1
-            if pending[id(edge[0])] == 0:
-                on_leaf(edge[0].owner, grads[key])
+        old = grads.get(edge)
+        grads[edge] = g if old is None else hooks.add(old, g)
+        if pending:
+            target = edge[0]
+            left = pending.get(target)
+            if left is not None:
+                pending[target] = left - 1
+                if left == 1:
+                    on_leaf(target.owner, grads[edge])
 
     # --- reverse sweep
-    for node in sorted(order.values(), key=_seq_of, reverse=True):
-        nid = id(node)
-        if not relevant.get(nid, False):
+    for node in reversed(order):
+        if node not in relevant:
             continue
-        outs = []
-        for i in range(node.n_outputs):
-            key = (nid, i)
-            g = grads.get(key) if key in want else grads.pop(key, None)
-            outs.append(g)
-        for i in range(node.n_outputs):
-            for j in want.get((nid, i), ()):
-                results[j] = outs[i]
+        if node.n_outputs == 1:
+            key = (node, 0)
+            wanted = want.get(key)
+            g = grads.get(key) if wanted is not None else grads.pop(key, None)
+            outs = [g]
+            if wanted is not None:
+                for j in wanted:
+                    results[j] = g
+        else:
+            outs = []
+            for i in range(node.n_outputs):
+                key = (node, i)
+                wanted = want.get(key)
+                g = grads.get(key) if wanted is not None else grads.pop(key, None)
+                outs.append(g)
+                if wanted is not None:
+                    for j in wanted:
+                        results[j] = g
         if node.is_leaf or all(g is None for g in outs):
             continue
         if node.vjp is None:
@@ -259,35 +284,43 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                 f"the backward of {node.name} was already run and its saved tensors were freed: a "
                 "non-persistent GradientTape computes one set of gradients; use "
                 "GradientTape(persistent=True) to call gradient() more than once")
-        node.needs_input_grad = tuple(e is not None and relevant.get(id(e[0]), False) for e in node.edges)
+        edges = node.edges
+        needs = node.needs_input_grad = tuple(e is not None and e[0] in relevant for e in edges)
         poison = node.once_differentiable and recording()
         emitted: set = set()
+        if on_leaf is not None:  # early delivery matters only to whoever hears of final leaf gradients
 
-        def emit(i: int, g: Any, _node: Node = node, _emitted: set = emitted, _poison: bool = poison) -> None:
-            if g is not None and _node.needs_input_grad[i] and i not in _emitted:
-                _emitted.add(i)
-                deliver(_node.edges[i], g, _poison, _node)
+            def emit(i: int, g: Any, _node: Node = node, _emitted: set = emitted, _poison: bool = poison) -> None:
+                if g is not None and _node.needs_input_grad[i] and i not in _emitted:
+                    _emitted.add(i)
+                    deliver(_node.edges[i], g, _poison, _node)
 
-        node.emit = emit
-        try:
+            node.emit = emit
+            try:
+                in_grads = node.vjp(node, *outs)
+            finally:
+                node.emit = None
+        else:
             in_grads = node.vjp(node, *outs)
-        finally:
-            node.emit = None
         if not isinstance(in_grads, (tuple, list)):
             in_grads = (in_grads,)
-        if len(in_grads) != len(node.edges):
+        if len(in_grads) != len(edges):
             raise RuntimeError(f"the VJP of {node.name} returned {len(in_grads)} gradients for "
-                               f"{len(node.edges)} inputs")
-        for i, (edge, g, need) in enumerate(zip(node.edges, in_grads, node.needs_input_grad)):
-            if not need or g is None or i in emitted:
+                               f"{len(edges)} inputs")
+        for i, g in enumerate(in_grads):
+            if g is None or not needs[i] or (emitted and i in emitted):
                 continue
-            deliver(edge, g, poison, node)
+            deliver(edges[i], g, poison, node)
         if release and interval is not None and node.holders > 0 and interval[0] <= node.seq <= interval[1]:
             node.holders -= 1
             if node.holders == 0:
                 node.release()
     # leaves that are sources were filled when their (leaf) node came up in the sweep
     return results
+
+
+_NO_LEAF = object()
+_SEQ = operator.attrgetter("seq")
 
 
 def _seq_of(node: Node) -> int:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from .. import kernels
 from ..autodiff import engine
 from ..autodiff.tensor import Tensor
-from ..layers.base import Layer, _pending, _trainable_edge, structure_version
+from ..layers.base import Layer, _pending, _trainable_edges, structure_version
 from ..layers.conv import Conv2D
 from ..layers.core import Activation, ReLU
 from ..layers.normalization import BatchNormalization
@@ -165,9 +165,10 @@ class LayerChain:
             per_layer: dict = {}
             for i, (layer, w) in enumerate(weights):
                 per_layer.setdefault(id(layer), []).append((w.name, i + 1))
-            memo = (version, weights, per_layer, {id(w): i + 1 for i, (_, w) in enumerate(weights)})
+            memo = (version, weights, per_layer, {id(w): i + 1 for i, (_, w) in enumerate(weights)},
+                    [w for _, w in weights])
             self._weights_memo = memo
-        return memo[1], memo[2], memo[3]
+        return memo[1], memo[2], memo[3], memo[4]
 
 
     def apply(self, x: Any, training: bool, logits: bool = False) -> Tensor:
@@ -177,9 +178,9 @@ class LayerChain:
         if not engine.recording():
             y, _ = self.forward(raw, training, logits)
             return Tensor(y)
-        weights, per_layer, position = self._weights()
+        weights, per_layer, position, variables = self._weights()
         in_edge = None if t is None else ops_core.edge(t)
-        w_edges = tuple(_trainable_edge(w) for _, w in weights)
+        w_edges = _trainable_edges(variables)
         if in_edge is None and all(e is None for e in w_edges):
             y, _ = self.forward(raw, training, logits)
             return Tensor(y)
@@ -193,8 +194,7 @@ class LayerChain:
         y, plan = self.forward(raw, run_training, logits)
         saved = {"state": None, "done": False}
         self._last_saved = saved
-        for layer, before in states:
-            _pending().append((layer, before, saved))
+        _pending().extend([(layer, before, saved) for layer, before in states])
         def vjp(node: Any, dy: Tensor) -> tuple:
             need_dx = node.needs_input_grad[0]
             results: list = [None] * (1 + len(weights))
@@ -216,7 +216,12 @@ class LayerChain:
                     layer._restore_call_state(state)
             for layer in self.layers:
                 layer.__dict__["grads"] = {}
-            dx = self.backward(dy.data, plan, need_dx, finished)
+            if emit is not None:  # each layer's weight gradients are delivered as soon as they are final
+                dx = self.backward(dy.data, plan, need_dx, finished)
+            else:
+                dx = self.backward(dy.data, plan, need_dx)
+                for layer in self.layers:
+                    finished(layer)
             saved["done"] = True
             results[0] = dx if need_dx else None
             return tuple(results)

@@ -720,15 +720,35 @@ class Trainer:
         return total
 
     def _may_have_losses(self) -> bool:
-        """Whether :attr:`losses` may give anything this step: weight or activity regularizers anywhere, or a
-        layer or model with a ``call`` of its own (it may ``add_loss``). Kept while the structure stays."""
+        """Whether :attr:`losses` may give anything this step: weight or activity regularizers anywhere
+        (known from the structure), or an ``add_loss`` that a model or layer with a ``call`` of its own made
+        (read per step from those few, not by walking every layer)."""
         memo = getattr(self, "_memo", None)
         if memo is None:
             return True
-        sources = memo("loss_sources", lambda: [layer for layer in [self, *self._flat_layers()]
-                                                if not layer._is_legacy() or layer.activity_regularizer is not None
-                                                or any(w.regularizer is not None for w in layer._weights)])
-        return bool(sources) and self._has_losses()
+        static, dynamic = memo("loss_sources", self._loss_sources)
+        return static or any(holder.__dict__.get("_own_losses") for holder in dynamic)
+
+    def _loss_sources(self) -> "tuple[bool, list]":
+        """``(regularized, holders)``: whether a weight or activity regularizer exists anywhere, and the
+        models and layers that may ``add_loss`` in a step (this model, nested models, layers with a
+        ``call`` of their own). Kept while the structure stays (``Model._memo``)."""
+        holders: list = [self]
+        stack = [self]
+        regularized = any(w.regularizer is not None for w in self._own_variables())
+        while stack:
+            for inner in stack.pop()._direct_layers():
+                if hasattr(inner, "_direct_layers") and all(inner is not h for h in holders):  # a nested model
+                    holders.append(inner)
+                    stack.append(inner)
+                    regularized = regularized or any(w.regularizer is not None for w in inner._own_variables())
+        for layer in self._flat_layers():
+            if layer.activity_regularizer is not None or any(
+                    w.regularizer is not None for w in layer._weights + layer._tracked_variables()):
+                regularized = True
+            if not layer._is_legacy():
+                holders.append(layer)
+        return regularized, holders
 
     @staticmethod
     def _update_metric(m: Any, y: Any, out: Tensor) -> None:
