@@ -198,7 +198,7 @@ class StepGraphs:
     (``(object, attribute)`` pairs the step advances in Python), ``_graph_refs()``,
     ``_before_launch(kind, stream)`` (uploads the learning rate if it changed), ``_flat_layers()``
     (whose ``grads`` a failed capture clears) and ``_discard_forward()`` (drops the recorded forward
-    of a functional or subclassed model likewise).
+    of a functional or subclassed model likewise): :class:`dnnbind.trainers.protocol.GraphStepped`.
     """
 
     def __init__(self, backend: Any = None, max_graphs: int = MAX_GRAPHS) -> None:

@@ -402,7 +402,7 @@ class Trainer:
         a tensor (recorded on the active tape when training).
 
         ``ys``: the targets of the outputs with a loss, then, for a weighted batch, one ``(N,)``
-        float32 sample-weight array per such output (:meth:`_step_targets`). The loss tracker is
+        float32 sample-weight array per such output (:func:`.feeds.step_targets`). The loss tracker is
         weighted by the batch size (Keras 3); metrics are not weighted."""
         fused = self._fused_outputs()
         outs = self._run_forward(xs, training=training, logits=fused)
