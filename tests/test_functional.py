@@ -19,7 +19,7 @@ import dnnbind as keras
 from dnnbind.autodiff import GradientTape
 from dnnbind.layers.base import release_pending_state
 from dnnbind import layers, mixed_precision
-from dnnbind._step_graphs import StepGraphs
+from dnnbind.trainers.step_graphs import StepGraphs
 from dnnbind.models import Functional, Model, model_from_config
 from testutil import rel_error
 

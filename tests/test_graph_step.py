@@ -19,7 +19,7 @@ import pytest
 import dnnbind
 import dnnbind as keras
 from dnnbind import layers, mixed_precision, kernels
-from dnnbind._step_graphs import StepGraphs, step_key
+from dnnbind.trainers.step_graphs import StepGraphs, step_key
 from testutil import rel_error
 
 

@@ -1,5 +1,5 @@
 """Mixed-precision train steps: the weights' compute-dtype copies made by one multi-tensor cast before
-the forward (``Trainer._precast_weights``), and weight gradients left in the compute dtype for the
+the forward (``dnnbind.trainers.precision.precast_weights``), and weight gradients left in the compute dtype for the
 fused optimizer update, give bitwise the results of the per-tensor casts they replace.
 
 CPU: NumPy computes in float32 whatever the policy says, so these tests make the layers compute in
@@ -17,7 +17,8 @@ import dnnbind as keras
 from dnnbind import layers, mixed_precision, kernels
 from dnnbind import optimizers as optimizers_module
 from dnnbind.layers import base as layers_base
-from dnnbind.trainers.trainer import Trainer
+from dnnbind.trainers import precision
+from dnnbind.trainers import trainer as trainer_module
 from testutil import rel_error
 
 F16 = np.dtype(np.float16)
@@ -41,7 +42,7 @@ def f16_on_numpy(monkeypatch):
 
 def _per_tensor_casts(monkeypatch):
     """The step as it was: no precast copies, gradients cast to float32 layer by layer."""
-    monkeypatch.setattr(Trainer, "_precast_weights", lambda self, layers: [])
+    monkeypatch.setattr(trainer_module, "precast_weights", lambda model, layers: [])
     monkeypatch.setattr(optimizers_module.Optimizer, "_reads_compute_grads", lambda self: False)
 
 
@@ -140,14 +141,14 @@ def test_precast_groups_follow_weight_replacement_and_policy(f16_on_numpy):
     x, y = _data((6, 6, 2))
     model.train_on_batch(x[:12], y[:12])
     layers_ = model._flat_layers()
-    first = model._precast_groups(layers_)
-    assert model._precast_groups(layers_) is first  # kept while nothing changed
+    first = precision.precast_groups(model, layers_)
+    assert precision.precast_groups(model, layers_) is first  # kept while nothing changed
     dense = layers_[2]
     dense.kernel.value = dense.kernel.value.copy()  # a new array: the group is remade around it
-    second = model._precast_groups(layers_)
+    second = precision.precast_groups(model, layers_)
     assert second is not first and any(a is dense.kernel.value for _, cast in second for a in cast.xs)
     dense.dtype_policy = mixed_precision.Policy("float32")  # computes in float32: no copy for it
-    third = model._precast_groups(layers_)
+    third = precision.precast_groups(model, layers_)
     assert not any(layer is dense for entries, _ in third for layer, _ in entries)
 
 

@@ -14,7 +14,7 @@ import pytest
 import dnnbind
 import dnnbind as keras
 from dnnbind import layers, mixed_precision, kernels
-from dnnbind._step_graphs import StepGraphs
+from dnnbind.trainers.step_graphs import StepGraphs
 from test_functional import check_gradients
 from testutil import rel_error
 

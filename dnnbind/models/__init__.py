@@ -2,8 +2,8 @@
 and ``load_model`` / ``save_model`` / ``model_from_config``.
 
 Rooms: :mod:`.model` (the base class and subclassing), :mod:`.functional`, :mod:`.sequential`;
-the training loop is :mod:`dnnbind.trainers.trainer` and the data feeding
-:mod:`dnnbind.trainers.data_adapters`.
+the training loop is :class:`dnnbind.trainers.trainer.Trainer` (its rooms: :mod:`dnnbind.trainers`)
+and the data feeding :mod:`dnnbind.trainers.data_adapters`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import saving_lib
 from ..saving_lib import save_model
-from ..trainers.trainer import LossScale as _LossScale
+from ..trainers.precision import LossScale as _LossScale
 from .functional import Functional
 from .model import Model
 from .sequential import Sequential

@@ -11,8 +11,9 @@
 
 A model is a :class:`~dnnbind.layers.Layer` (as in Keras 3): it can be called inside another model,
 symbolically too, its weights shared. The training loop lives in
-:class:`dnnbind.trainers.trainer.Trainer`; this module holds what does not depend on the model's
-structure (weights, devices, summary, saving) and the subclassed forward.
+:class:`dnnbind.trainers.trainer.Trainer` (what it needs from a model: :mod:`dnnbind.trainers.protocol`);
+this module holds what does not depend on the model's structure (weights, devices, summary, saving)
+and the subclassed forward.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from ..backend import Device
 from ..layers.base import Layer, _snake_case, is_symbolic, structure_version, unique_name
 from ..layers.core import _QuantizableMixin, check_calibration
 from ..layers.graph import InputLayer, KerasTensor
-from ..trainers.trainer import LossScale, Trainer
+from ..trainers.precision import LossScale
+from ..trainers.trainer import Trainer
 
 __all__ = ["Model"]
 

@@ -387,7 +387,8 @@ class EpochIterator:
     def _ran_out(self, stop: bool) -> None:
         self.ran_out = stop
         self._current = None
-        warnings.warn(f"{_RAN_OUT} (here {self.steps_per_epoch} per epoch).", UserWarning, stacklevel=4)
+        # frames: this, epoch(), the loop in dnnbind.trainers.loops, the Trainer method, its caller
+        warnings.warn(f"{_RAN_OUT} (here {self.steps_per_epoch} per epoch).", UserWarning, stacklevel=5)
 
     def epoch(self, rng: np.random.Generator, into: Any = None) -> Iterator[Batch]:
         """The batches of one epoch."""

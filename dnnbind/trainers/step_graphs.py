@@ -39,8 +39,8 @@ import warnings
 from collections import OrderedDict
 from typing import Any, Callable
 
-from . import kernels
-from .errors import DnnbindError
+from .. import kernels
+from ..errors import DnnbindError
 
 __all__ = ["StepGraphs", "CudaGraphBackend", "MAX_GRAPHS", "KINDS"]
 
@@ -59,7 +59,7 @@ class CudaGraphBackend:
         return bool(device.is_cuda)
 
     def current_stream(self) -> Any:
-        from .cuda import current_stream  # deferred: CUDA only (class docstring)
+        from ..cuda import current_stream  # deferred: CUDA only (class docstring)
 
         return current_stream()
 
@@ -69,7 +69,7 @@ class CudaGraphBackend:
     def capture(self, stream: Any, fn: Callable[[], Any]) -> Any:
         """Capture ``fn()``'s work on ``stream`` and instantiate the graph (so instantiation errors
         count as capture errors); an exception ends the capture and propagates."""
-        from .cuda import capture  # deferred: CUDA only (class docstring)
+        from ..cuda import capture  # deferred: CUDA only (class docstring)
 
         with capture(stream) as graph:
             fn()
@@ -93,7 +93,7 @@ class CudaGraphBackend:
         graph.launch(stream)
 
     def empty(self, shape: tuple, dtype: Any, stream: Any) -> Any:
-        from .cuda import empty  # deferred: CUDA only (class docstring)
+        from ..cuda import empty  # deferred: CUDA only (class docstring)
 
         return empty(shape, dtype, stream=stream)
 
@@ -112,7 +112,7 @@ class CudaGraphBackend:
 
     def trim(self, stream: Any) -> None:
         """Give the graph memory no remaining graph uses back to the driver (after graphs were closed)."""
-        from .cuda._util import rt  # deferred: CUDA only (class docstring)
+        from ..cuda._util import rt  # deferred: CUDA only (class docstring)
 
         rt.cudaDeviceGraphMemTrim(stream.device_index)
 
@@ -122,13 +122,13 @@ class CudaGraphBackend:
         It is cached per stream and replaced (the old one freed) when a larger one is needed, so a
         graph keeps a reference to the one it baked in.
         """
-        from .cudnn import workspace_buffer  # deferred: CUDA only (class docstring)
+        from ..cudnn import workspace_buffer  # deferred: CUDA only (class docstring)
 
         return workspace_buffer(stream)
 
     def release_scratch(self) -> None:
         """Drop cached workspaces (one grew during a capture, so it is the graph's memory now)."""
-        from .cudnn import release_workspaces  # deferred: CUDA only (class docstring)
+        from ..cudnn import release_workspaces  # deferred: CUDA only (class docstring)
 
         release_workspaces()
 
@@ -198,7 +198,7 @@ class StepGraphs:
     (``(object, attribute)`` pairs the step advances in Python), ``_graph_refs()``,
     ``_before_launch(kind, stream)`` (uploads the learning rate if it changed), ``_flat_layers()``
     (whose ``grads`` a failed capture clears) and ``_discard_forward()`` (drops the recorded forward
-    of a functional or subclassed model likewise).
+    of a functional or subclassed model likewise): :class:`dnnbind.trainers.protocol.GraphStepped`.
     """
 
     def __init__(self, backend: Any = None, max_graphs: int = MAX_GRAPHS) -> None:
