@@ -469,3 +469,34 @@ def test_gpu_a_layer_written_in_ops_trains_in_graphs_as_eagerly(rng):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     calls = [w for w in graphed.weights if w.name == "calls"][0]
     assert float(np.asarray(calls)) == 3 * 4  # the state update ran on every replay
+
+
+class _Penalized(keras.Model):
+    """A subclassed model whose call adds a constant loss (it is nested inside a Sequential below)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = layers.Dense(3)
+
+    def call(self, x):
+        self.add_loss(ops.convert_to_tensor(np.float32(0.75)))
+        return self.dense(x)
+
+
+@pytest.mark.parametrize("where", ["nested_model", "activity_regularizer_in_nested_sequential", "none"])
+def test_step_loss_includes_losses_from_nested_models_and_layers(where):
+    """The step's loss lookup (made once per structure) still sees add_loss of a nested subclassed model and
+    activity regularizers deep inside nested models, and adds nothing when there is nothing."""
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    y = np.zeros((8, 3), np.float32)
+    inner = (_Penalized() if where == "nested_model"
+             else keras.Sequential([layers.Dense(3, activity_regularizer=keras.regularizers.L2(0.5)
+                                                 if where != "none" else None)]))
+    model = keras.Sequential([keras.Input((4,)), inner])
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    got = float(model.train_on_batch(x, y))
+    out = np.asarray(model.predict(x, verbose=0))
+    mse = float(np.mean(out ** 2))
+    extra = {"nested_model": 0.75, "none": 0.0,
+             "activity_regularizer_in_nested_sequential": 0.5 * float(np.sum(out ** 2)) / len(x)}[where]
+    np.testing.assert_allclose(got, mse + extra, rtol=1e-4)

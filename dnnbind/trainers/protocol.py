@@ -108,8 +108,10 @@ class TrainedModel(TrainedLayer, Protocol):
     def _fusable_outputs(self) -> list:
         """Per output: whether its final softmax can be skipped (produced by one layer, read by nothing else)."""
 
-    def _has_losses(self) -> bool:
-        """Whether ``losses`` may give anything now (``add_loss`` calls or weight regularizers)."""
+    def _own_variables(self) -> list:
+        """The variables the model itself tracks (not its layers'): their regularizers are loss sources.
+        (The loss-source walk also descends into nested models through their ``_direct_layers()`` and reads
+        ``_own_losses`` from each holder's ``__dict__``.)"""
 
     def _clear_losses(self) -> None:
         """Drop the ``add_loss`` tensors of the model and its layers (at the end of every step)."""
