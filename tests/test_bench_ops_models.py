@@ -110,6 +110,7 @@ def test_the_loss_check_refuses_models_that_differ():
     with pytest.raises(AssertionError, match="ops_eager step 2"):
         ops_models.check_losses(second, "mixed_bfloat16")
     assert math.isclose(ops_models.RTOL["float32"], 1e-4)
+    ops_models.check_losses(off, "float32", rtol=1e-3)  # --rtol
 
 
 def test_a_wrong_model_name_or_kind_is_refused_by_name():
