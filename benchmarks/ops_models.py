@@ -15,9 +15,10 @@ Models (each built twice, (a) from ``dnnbind.layers`` and (b) from the ``Ops*`` 
 Both compile with ``Adam(1e-3)`` and ``SparseCategoricalCrossentropy(from_logits=True)``. (b) gets (a)'s
 initial weights (``set_weights``), so both compute the same function: before any timing, every
 contender's first ``train_on_batch`` loss must match the layer model's to ``rtol`` (1e-4 in float32,
-2e-2 in mixed_bfloat16; ``--rtol`` sets another), and the next two steps' losses (after Adam updates: the gradients agree too; on a
-GPU the graph contenders' captured step and first replay) to 10x that; a mismatch fails the row. A graph
-contender whose timed steps were not all replayed (a failed capture falls back to eager) fails too.
+2e-2 in mixed_bfloat16; ``--rtol`` sets another), and the next two steps' losses (after Adam updates:
+the gradients agree too; on a GPU the graph contenders' captured step and first replay) to 10x that; a
+mismatch fails the row. A graph contender whose timed steps were not all replayed (a failed capture
+falls back to eager) fails too.
 
 Contenders, each timed in every one of ``--rounds`` alternating rounds (the table shows medians over
 rounds): ``model.train_on_batch`` with ``jit_compile="auto"`` (graph: the step replayed as a CUDA
@@ -29,7 +30,7 @@ before timing. Graph ratios above 1.2 are flagged.
 
 ``--fake`` (no GPU needed) replaces the CUDA runtime/driver, cuDNN and cuBLAS calls by no-op fakes
 (``host_path.py``'s) and reports host µs per eager step, the Python cost of each path; the loss check
-is skipped there (the fake device computes nothing). ``--profile`` cProfiles (b)'s and (a)'s eager
+is skipped there (the fake device computes nothing). ``--profile`` cProfiles (a)'s and (b)'s eager
 steps (``--profile-steps``, default 50) and prints the top ``--top`` entries of each.
 
     python benchmarks/ops_models.py --json ops_models.json          # four rows on a GPU
