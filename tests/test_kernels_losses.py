@@ -49,6 +49,26 @@ def test_softmax_cross_entropy(rng, sparse, ls):
     assert rel_error(dx, 2.0 * num) < FD_TOL
 
 
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_softmax_cross_entropy_unnormalised_dense_labels_match_finite_differences(rng, ls):
+    # rows summing to 3.7, 0.25, 0 and 1: the loss is sum(t) logsumexp(z) - t.z per row and its
+    # gradient softmax(z) sum(t) - t (the CUDA kernel's formula), not softmax(z) - t
+    n, c = 4, 5
+    x = random(rng, (n, c), low=-3, high=3)
+    labels = rng.uniform(0.0, 1.0, (n, c))
+    labels *= np.array([3.7, 0.25, 0.0, 1.0])[:, None] / labels.sum(axis=1, keepdims=True)
+    w = np.array([1.0, 2.0, 0.5, 1.5])
+    loss, dx = kernels.softmax_cross_entropy(x, labels, label_smoothing=ls, grad_scale=2.0, sample_weight=w)
+    t = _targets(labels, n, c, ls)
+    lse = np.log(np.exp(x).sum(axis=1))
+    assert abs(float(loss) - np.sum(w * (t.sum(axis=1) * lse - (t * x).sum(axis=1))) / n) < 1e-14
+    num = numerical_grad(lambda: float(kernels.softmax_cross_entropy(x, labels, label_smoothing=ls,
+                                                                     sample_weight=w)[0]), x)
+    assert rel_error(dx, 2.0 * num) < FD_TOL
+    softmax = np.exp(x - lse[:, None])
+    assert rel_error(dx, 2.0 * w[:, None] * (softmax * t.sum(axis=1, keepdims=True) - t) / n) < 1e-13
+
+
 def test_softmax_cross_entropy_float32_loss_and_scale(rng):
     x = random(rng, (8, 10), np.float32)
     labels = rng.integers(0, 10, 8).astype(np.int32)

@@ -112,9 +112,11 @@ def softmax_cross_entropy(
 ) -> tuple[Any, Any]:
     """Categorical cross-entropy of ``softmax(logits)`` (Keras ``from_logits=True``), fused.
 
-    ``logits`` ``(N, C)``; ``labels`` int ``(N,)`` or float ``(N, C)``. Returns
-    ``(loss, dlogits)`` with ``dlogits = w (softmax(logits) - y) / N * grad_scale`` (``w`` the
-    sample weights, 1 without).
+    ``logits`` ``(N, C)``; ``labels`` int ``(N,)`` or float ``(N, C)``. Per row the loss is
+    ``sum(y) * logsumexp(logits) - sum(y * logits)`` (``y`` the smoothed target row), and
+    ``(loss, dlogits)`` is returned with ``dlogits = w (softmax(logits) * sum(y) - y) / N * grad_scale``
+    (``w`` the sample weights, 1 without): exact also for dense label rows that do not sum to 1,
+    as the CUDA kernel computes it (``sum(y)`` is 1 for sparse and normalised rows).
 
     CUDA: ``_cuda.losses.softmax_cross_entropy(logits, labels, label_smoothing=ls, grad_scale=grad_scale,
     sample_weight=w, stream=stream)`` with ``ls`` a float, ``grad_scale`` a float or a 0-d DeviceArray
@@ -139,6 +141,8 @@ def softmax_cross_entropy(
     log_p = shifted - log_z
     loss = -(rw * y * log_p).sum() / n
     grad = np.exp(log_p)
+    if not sparse:  # an unnormalised row y: d/dz [sum(y) logsumexp(z) - y.z] = softmax(z) sum(y) - y
+        grad *= y.sum(axis=1, keepdims=True)
     grad -= y
     grad *= rw * (scalar(grad_scale, op, "grad_scale") / n)
     return np.asarray(loss, dtype=param_dtype(logits.dtype)), grad.astype(logits.dtype, copy=False)

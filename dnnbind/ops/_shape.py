@@ -139,8 +139,16 @@ def transpose(x: Any, axes: Any = None) -> Tensor:
     out = N.strided_copy(t.data, shape, strides, 0)
     if not is_float(t.dtype):
         return Tensor(out)
-    inverse = tuple(int(i) for i in np.argsort(perm))
-    return make(out, (t,), lambda node, g: (transpose(g, inverse),), "transpose")
+    return make(out, (t,), lambda node, g: (transpose(g, inverse_permutation(perm)),), "transpose")
+
+
+def inverse_permutation(perm: Sequence[int]) -> tuple:
+    """The axes that undo ``perm`` (``np.argsort(perm)``, without NumPy's per-call array conversion:
+    transpose runs it for every recorded call, twice per conv layer and step through ``ops.conv``)."""
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return tuple(inverse)
 
 
 @keras_op

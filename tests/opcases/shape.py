@@ -11,6 +11,7 @@ CASES = [
     Case("ravel", (X,), grad=(0,), ref=np.ravel),
     Case("transpose", (X, (2, 0, 1)), grad=(0,), ref=np.transpose),
     Case("transpose", (X,), grad=(0,), ref=np.transpose, name="reverse"),
+    Case("transpose", (A((2, 3, 4, 5)), (3, 0, 1, -2)), grad=(0,), ref=np.transpose, name="4d filter"),
     Case("moveaxis", (X, 0, -1), grad=(0,), ref=np.moveaxis),
     Case("swapaxes", (X, 0, 2), grad=(0,), ref=np.swapaxes),
     Case("flip", (X, 1), grad=(0,), ref=np.flip),
