@@ -240,6 +240,8 @@ _BY_NAME: dict[str, type] = {
     "lecun_uniform": LecunUniform,
 }
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
+# Keras 3's short aliases (Embedding's default is "uniform"); kept apart so serialize keeps the full names
+_ALIASES = {"uniform": "random_uniform", "normal": "random_normal", "one": "ones", "zero": "zeros"}
 
 
 def get(identifier: "str | Initializer | dict | Callable | None") -> Initializer:
@@ -249,6 +251,7 @@ def get(identifier: "str | Initializer | dict | Callable | None") -> Initializer
     if isinstance(identifier, str):
         key = identifier.strip()
         name = _CLASS_TO_NAME.get(key, key.lower())
+        name = _ALIASES.get(name, name)
         if name not in _BY_NAME:
             raise ValueError(f"unknown initializer {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
         return _BY_NAME[name]()

@@ -287,6 +287,14 @@ def test_initializers_match_keras_fans():
         initializers.get("nope")
 
 
+def test_initializer_short_aliases_of_keras():
+    """Keras 3's "uniform"/"normal"/"one"/"zero" (Embedding's default is "uniform"); serialized by full name."""
+    for alias, cls in [("uniform", initializers.RandomUniform), ("normal", initializers.RandomNormal),
+                       ("one", initializers.Ones), ("zero", initializers.Zeros)]:
+        assert type(initializers.get(alias)) is cls
+    assert initializers.serialize(initializers.get("uniform"))["class_name"] == "RandomUniform"
+
+
 def test_a_bfloat16_layer_takes_its_own_weights_back():
     import dnnbind as keras
     from dnnbind._validate import BFLOAT16
