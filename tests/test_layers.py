@@ -145,6 +145,46 @@ def test_batchnorm_2d_and_channels_first(rng):
         layers.BatchNormalization(axis=2)(xc)
 
 
+def test_batchnorm_on_sequences_and_volumes(rng):
+    """Conv1D's (batch, steps, channels) and other ranks: the per-channel statistics of Keras (computed as
+    4-d); values, moving statistics, inference and the gradients, channels last and first."""
+    for shape, axis in [((6, 7, 3), -1), ((6, 3, 7), 1), ((3, 4, 2, 3, 2), -1)]:
+        x = rng.normal(1.0, 2.0, size=shape)
+        bn = layers.BatchNormalization(axis=axis, momentum=0.5, dtype="float64")
+        bn.build(shape[1:])
+        gamma, beta = rng.uniform(0.5, 2, shape[axis]), rng.normal(size=shape[axis])
+        bn.set_weights([gamma, beta, np.zeros(shape[axis]), np.ones(shape[axis])])
+        red = tuple(i for i in range(len(shape)) if i != axis % len(shape))
+        keep = [1 if i in red else shape[i] for i in range(len(shape))]
+        xhat = (x - x.mean(axis=red, keepdims=True)) / np.sqrt(x.var(axis=red, keepdims=True) + 1e-3)
+        y = bn.forward(x, training=True)
+        assert y.shape == shape and rel_error(y, gamma.reshape(keep) * xhat + beta.reshape(keep)) < 1e-6
+        assert rel_error(bn.get_weights()[2], 0.5 * x.mean(axis=red)) < 1e-6
+        r = rng.normal(size=shape)
+        dx = bn.backward(r)
+
+        def f():
+            xh = (x - x.mean(axis=red, keepdims=True)) / np.sqrt(x.var(axis=red, keepdims=True) + 1e-3)
+            return float(((bn.gamma.value.reshape(keep) * xh) * r).sum())
+
+        assert dx.shape == shape and rel_error(dx, numerical_grad(f, x)) < 1e-6
+        assert rel_error(np.array(bn.grads["gamma"]), (r * xhat).sum(axis=red)) < 1e-5
+        _, _, mm, mv = bn.get_weights()
+        y_inf = bn.forward(x, training=False)
+        assert rel_error(y_inf, gamma.reshape(keep) * (x - mm.reshape(keep)) / np.sqrt(mv.reshape(keep) + 1e-3)
+                         + beta.reshape(keep)) < 1e-6
+        assert rel_error(bn.backward(r), r * (gamma / np.sqrt(mv + 1e-3)).reshape(keep)) < 1e-6
+    # in a model (Sequential's BN+ReLU fusion schedule passes it by), through the trainer
+    import dnnbind as keras
+
+    model = keras.Sequential([keras.Input((8, 2)), layers.Conv1D(4, 3), layers.BatchNormalization(), layers.ReLU(),
+                              layers.GlobalAveragePooling1D(), layers.Dense(1)])
+    model.compile("adam", "mse")
+    xs = rng.normal(size=(16, 8, 2)).astype(np.float32)
+    h = model.fit(xs, xs.sum(axis=(1, 2))[:, None], epochs=4, verbose=0)
+    assert np.all(np.isfinite(h.history["loss"])) and h.history["loss"][-1] < h.history["loss"][0]
+
+
 def test_frozen_batchnorm_runs_in_inference_mode(rng):
     bn = layers.BatchNormalization(dtype="float64")
     bn.build((3,))
