@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from . import backend, kernels
+from . import _validate, backend, kernels
+from . import ops as _ops
 from .autodiff.tensor import Tensor
 from .autodiff.variable import Variable
 
@@ -27,6 +28,12 @@ __all__ = [
     "BinaryAccuracy",
     "TopKCategoricalAccuracy",
     "SparseTopKCategoricalAccuracy",
+    "TruePositives",
+    "FalsePositives",
+    "TrueNegatives",
+    "FalseNegatives",
+    "Precision",
+    "Recall",
     "get",
     "known_names",
 ]
@@ -289,6 +296,113 @@ class Accuracy(Metric):
             self._impl.reset_state()
 
 
+class _ConfusionMatrixMetric(Metric):
+    """Counts of the confusion matrix at one or more thresholds (Keras 3's ``metrics_utils``
+    ``update_confusion_matrix_variables``): a prediction is positive where ``y_pred > threshold``, a
+    label where ``y_true != 0``; ``sample_weight`` (broadcast to ``y_pred``'s shape) weights each element.
+    The state is one float32 variable per count, of shape ``(len(thresholds),)``, updated in ``keras.ops``.
+    ``thresholds`` None means 0.5; a float gives a scalar result, a list one result per threshold."""
+
+    _kinds: tuple = ()
+
+    def __init__(self, thresholds: Any = None, name: "str | None" = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        owner = f"{type(self).__name__} '{self.name}'"
+        self.init_thresholds = thresholds
+        values = [0.5] if thresholds is None else (list(thresholds) if isinstance(thresholds, (list, tuple))
+                                                   else [thresholds])
+        if not values:
+            raise ValueError(f"{owner}: thresholds must not be empty")
+        for t in values:
+            _validate.number(t, "thresholds", owner, low=0.0, high=1.0)
+        self.thresholds = [float(t) for t in values]
+        self._scalar = not isinstance(thresholds, (list, tuple))
+        self._counts = {kind: self.add_variable((len(self.thresholds),), "zeros", dtype="float32", name=kind)
+                        for kind in self._kinds}
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        y_pred = _ops.cast(_ops.convert_to_tensor(y_pred), "float32")
+        y_true = _ops.convert_to_tensor(y_true)
+        if tuple(y_true.shape) != tuple(y_pred.shape) and y_true.size == y_pred.size:
+            y_true = _ops.reshape(y_true, tuple(y_pred.shape))  # (N,) labels for (N, 1) predictions
+        if tuple(y_true.shape) != tuple(y_pred.shape):
+            raise ValueError(f"{type(self).__name__} '{self.name}': y_true of shape {tuple(y_true.shape)} does not "
+                             f"match y_pred of shape {tuple(y_pred.shape)}")
+        label = _ops.reshape(_ops.cast(_ops.not_equal(y_true, 0), "float32"), (-1, 1))
+        pred = _ops.cast(_ops.greater(_ops.reshape(y_pred, (-1, 1)),
+                                      _ops.convert_to_tensor(np.array([self.thresholds], np.float32))), "float32")
+        if sample_weight is None:
+            weight = _ops.ones_like(label)
+        else:
+            w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
+            w = _ops.reshape(w, tuple(w.shape) + (1,) * (y_pred.ndim - w.ndim))
+            weight = _ops.reshape(_ops.broadcast_to(w, tuple(y_pred.shape)), (-1, 1))
+        cells = {"tp": label * pred, "fp": (1.0 - label) * pred, "tn": (1.0 - label) * (1.0 - pred),
+                 "fn": label * (1.0 - pred)}
+        for kind, variable in self._counts.items():
+            variable.assign_add(_ops.sum(cells[kind] * weight, axis=0))
+
+    def _value(self, kind: str) -> Any:
+        return _ops.convert_to_tensor(self._counts[kind])
+
+    def _finish(self, value: Any) -> Any:
+        return value[0] if self._scalar else value
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "thresholds": self.init_thresholds}
+
+
+class _Count(_ConfusionMatrixMetric):
+    def result(self) -> Any:
+        return self._finish(self._value(self._kinds[0]))
+
+
+class TruePositives(_Count):
+    """The (weighted) number of true positives (Keras 3's ``keras.metrics.TruePositives``)."""
+    _kinds = ("tp",)
+
+
+class FalsePositives(_Count):
+    """The (weighted) number of false positives (``keras.metrics.FalsePositives``)."""
+    _kinds = ("fp",)
+
+
+class TrueNegatives(_Count):
+    """The (weighted) number of true negatives (``keras.metrics.TrueNegatives``)."""
+    _kinds = ("tn",)
+
+
+class FalseNegatives(_Count):
+    """The (weighted) number of false negatives (``keras.metrics.FalseNegatives``)."""
+    _kinds = ("fn",)
+
+
+class _Ratio(_ConfusionMatrixMetric):
+    def __init__(self, thresholds: Any = None, top_k: Any = None, class_id: Any = None, name: "str | None" = None,
+                 dtype: Any = None) -> None:
+        if top_k is not None or class_id is not None:
+            raise NotImplementedError(f"{type(self).__name__}: top_k and class_id are not supported (binary "
+                                      "predictions with thresholds only)")
+        super().__init__(thresholds=thresholds, name=name, dtype=dtype)
+
+    def result(self) -> Any:
+        tp, other = self._value("tp"), self._value(self._kinds[1])
+        return self._finish(_ops.divide_no_nan(tp, tp + other))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "top_k": None, "class_id": None}
+
+
+class Precision(_Ratio):
+    """``tp / (tp + fp)`` (0 while nothing was predicted positive) (``keras.metrics.Precision``)."""
+    _kinds = ("tp", "fp")
+
+
+class Recall(_Ratio):
+    """``tp / (tp + fn)`` (0 while no label was positive) (``keras.metrics.Recall``)."""
+    _kinds = ("tp", "fn")
+
+
 for _cls in (Mean, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, TopKCategoricalAccuracy,
              SparseTopKCategoricalAccuracy, Accuracy):
     if "update_state" in _cls.__dict__:
@@ -301,6 +415,12 @@ _BY_NAME: dict[str, type] = {
     "binary_accuracy": BinaryAccuracy,
     "top_k_categorical_accuracy": TopKCategoricalAccuracy,
     "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
+    "true_positives": TruePositives,
+    "false_positives": FalsePositives,
+    "true_negatives": TrueNegatives,
+    "false_negatives": FalseNegatives,
+    "precision": Precision,
+    "recall": Recall,
 }
 _ALIASES = {"acc": "accuracy"}
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}

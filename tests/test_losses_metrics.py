@@ -99,6 +99,46 @@ def test_accuracy_metrics(rng):
     assert b.result() == pytest.approx(0.5)  # 0.5 is not > 0.5
 
 
+@pytest.mark.parametrize("thresholds", [None, 0.3, [0.0, 0.25, 0.5, 0.9]])
+def test_confusion_matrix_metrics(rng, thresholds, cpu):
+    """TP/FP/TN/FN, Precision, Recall: Keras 3's counts (pred > threshold, label != 0), weighted, over
+    several updates; a float threshold gives a scalar, a list one value per threshold."""
+    ts = [0.5] if thresholds is None else (thresholds if isinstance(thresholds, list) else [thresholds])
+    batches = [(rng.integers(0, 2, size=(7, 1)), rng.uniform(size=(7, 1)).astype(np.float32), rng.uniform(size=7))
+               for _ in range(3)]
+    want = {k: np.zeros(len(ts)) for k in ("tp", "fp", "tn", "fn")}
+    for y, p, w in batches:
+        for i, t in enumerate(ts):
+            pos, lab = p[:, 0] > t, y[:, 0] != 0
+            want["tp"][i] += (w * (pos & lab)).sum()
+            want["fp"][i] += (w * (pos & ~lab)).sum()
+            want["tn"][i] += (w * (~pos & ~lab)).sum()
+            want["fn"][i] += (w * (~pos & lab)).sum()
+    made = {"tp": metrics.TruePositives(thresholds), "fp": metrics.FalsePositives(thresholds),
+            "tn": metrics.TrueNegatives(thresholds), "fn": metrics.FalseNegatives(thresholds),
+            "precision": metrics.Precision(thresholds), "recall": metrics.Recall(thresholds)}
+    for m in made.values():
+        for y, p, w in batches:
+            m.update_state(y, p, sample_weight=w)
+    want["precision"] = want["tp"] / (want["tp"] + want["fp"])
+    want["recall"] = want["tp"] / (want["tp"] + want["fn"])
+    for k, m in made.items():
+        got = np.asarray(m.result().data)
+        assert got.shape == (() if not isinstance(thresholds, list) else (len(ts),)), k
+        np.testing.assert_allclose(got.reshape(-1), want[k], rtol=1e-5, err_msg=k)
+    assert made["precision"].name == "precision" and made["fn"].name == "false_negatives"
+    made["tp"].reset_state()
+    assert not np.asarray(made["tp"].result().data).any()
+    assert type(metrics.get("recall")) is metrics.Recall
+    assert metrics.Precision.__name__ in [metrics.serialize(made["precision"])["class_name"]]
+    # no positive prediction yet: precision is 0, not NaN (divide_no_nan, as Keras)
+    assert float(metrics.Precision().result().data) == 0.0
+    with pytest.raises(ValueError, match="Precision 'precision': thresholds must be"):
+        metrics.Precision(thresholds=1.5)
+    with pytest.raises(NotImplementedError, match="top_k and class_id"):
+        metrics.Recall(top_k=2)
+
+
 def test_accuracy_resolution_as_keras():
     acc = metrics.get("accuracy")
     assert isinstance(acc.resolve((), (10,)), metrics.SparseCategoricalAccuracy)
