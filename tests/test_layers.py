@@ -335,6 +335,23 @@ def test_initializer_short_aliases_of_keras():
     assert initializers.serialize(initializers.get("uniform"))["class_name"] == "RandomUniform"
 
 
+def test_orthogonal_initializer():
+    """Keras 3's Orthogonal: orthonormal columns (or rows, for wide shapes) times gain; seeded; by name."""
+    for shape in [(6, 4), (4, 6), (3, 3, 2, 5)]:
+        w = initializers.Orthogonal(gain=2.0, seed=3)(shape)
+        assert w.shape == shape and w.dtype == np.float32
+        flat = w.astype(np.float64).reshape(-1, shape[-1])
+        gram = flat.T @ flat if flat.shape[0] >= flat.shape[1] else flat @ flat.T
+        np.testing.assert_allclose(gram, 4.0 * np.eye(len(gram)), atol=1e-5)
+    assert np.array_equal(initializers.Orthogonal(seed=1)((3, 3)), initializers.OrthogonalInitializer(seed=1)((3, 3)))
+    for name in ("orthogonal", "Orthogonal", "OrthogonalInitializer"):
+        assert type(initializers.get(name)) is initializers.OrthogonalInitializer
+    cfg = initializers.serialize(initializers.Orthogonal(gain=0.5))
+    assert cfg == {"class_name": "OrthogonalInitializer", "config": {"gain": 0.5, "seed": None}}
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        initializers.Orthogonal()((4,))
+
+
 def test_a_bfloat16_layer_takes_its_own_weights_back():
     import dnnbind as keras
     from dnnbind._validate import BFLOAT16
