@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _validate, backend, kernels
+from . import losses as _losses
 from . import ops as _ops
 from .autodiff.tensor import Tensor
 from .autodiff.variable import Variable
@@ -34,6 +35,8 @@ __all__ = [
     "FalseNegatives",
     "Precision",
     "Recall",
+    "MeanSquaredError",
+    "MeanAbsoluteError",
     "get",
     "known_names",
 ]
@@ -296,6 +299,33 @@ class Accuracy(Metric):
             self._impl.reset_state()
 
 
+class _MeanMetricWrapper(Metric):
+    """The (weighted) mean of a per-sample function's values (Keras 3's ``MeanMetricWrapper``)."""
+
+    _fn: Any = None
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        values = type(self)._fn(y_true, y_pred)
+        if sample_weight is None:
+            self._add(_ops.sum(values), values)
+            self._count += int(values.size)
+            return
+        w = _ops.cast(_ops.convert_to_tensor(sample_weight), values.dtype)
+        w = _ops.broadcast_to(_ops.reshape(w, tuple(w.shape) + (1,) * (values.ndim - w.ndim)), tuple(values.shape))
+        self._add(_ops.sum(values * w), values)
+        self._count += float(np.sum(_ops.convert_to_numpy(w)))
+
+
+class MeanSquaredError(_MeanMetricWrapper):
+    """The mean of ``mean((y_true - y_pred)**2, axis=-1)`` (``keras.metrics.MeanSquaredError``; ``"mse"``)."""
+    _fn = staticmethod(_losses.mean_squared_error)
+
+
+class MeanAbsoluteError(_MeanMetricWrapper):
+    """The mean of ``mean(|y_true - y_pred|, axis=-1)`` (``keras.metrics.MeanAbsoluteError``; ``"mae"``)."""
+    _fn = staticmethod(_losses.mean_absolute_error)
+
+
 class _ConfusionMatrixMetric(Metric):
     """Counts of the confusion matrix at one or more thresholds (Keras 3's ``metrics_utils``
     ``update_confusion_matrix_variables``): a prediction is positive where ``y_pred > threshold``, a
@@ -421,8 +451,10 @@ _BY_NAME: dict[str, type] = {
     "false_negatives": FalseNegatives,
     "precision": Precision,
     "recall": Recall,
+    "mean_squared_error": MeanSquaredError,
+    "mean_absolute_error": MeanAbsoluteError,
 }
-_ALIASES = {"acc": "accuracy"}
+_ALIASES = {"acc": "accuracy", "mse": "mean_squared_error", "mae": "mean_absolute_error"}
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
 _CLASS_TO_NAME["Mean"] = "mean"
 

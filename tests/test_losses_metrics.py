@@ -139,6 +139,28 @@ def test_confusion_matrix_metrics(rng, thresholds, cpu):
         metrics.Recall(top_k=2)
 
 
+def test_regression_functions_and_metrics(rng, cpu):
+    """mean_squared_error / mean_absolute_error squeeze (N,) labels against (N, 1) outputs, as Keras 3 (they
+    used to broadcast to (N, N)); the MeanSquaredError/MeanAbsoluteError metrics ("mse"/"mae") average them."""
+    y = rng.normal(size=6).astype(np.float32)
+    p = rng.normal(size=(6, 1)).astype(np.float32)
+    d = y - p[:, 0]
+    np.testing.assert_allclose(np.asarray(losses.mean_squared_error(y, p).data), d ** 2, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(losses.mae(y, p).data), np.abs(d), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(losses.mean_absolute_error(p, p[:, 0]).data), np.zeros(6), atol=0)
+    w = rng.uniform(size=6)
+    for name, want, cls in [("mse", d ** 2, metrics.MeanSquaredError), ("mae", np.abs(d), metrics.MeanAbsoluteError)]:
+        m = metrics.get(name)
+        assert type(m) is cls and m.name == name
+        m.update_state(y[:3], p[:3])
+        m.update_state(y[3:], p[3:])
+        assert float(m.result().data) == pytest.approx(want.mean(), rel=1e-5)
+        weighted = cls()
+        weighted.update_state(y, p, sample_weight=w)
+        assert float(weighted.result().data) == pytest.approx((want * w).sum() / w.sum(), rel=1e-5)
+    assert metrics.MeanSquaredError().name == "mean_squared_error"
+
+
 def test_accuracy_resolution_as_keras():
     acc = metrics.get("accuracy")
     assert isinstance(acc.resolve((), (10,)), metrics.SparseCategoricalAccuracy)
