@@ -441,3 +441,22 @@ def test_fit_validation_calls_the_test_hooks(cpu, rng):
         assert block[:3] == ["test_begin", "test_batch_0", "test_batch_1"]
         # on_test_end gets the validation logs that the epoch reports as val_*
         assert block[3][0] == "test_end" and block[4][0] == "epoch_end" and block[3][1] == block[4][1]
+
+
+def test_model_input_and_layer_input_make_a_feature_extractor(cpu, rng):
+    """Keras 3's ``Model.input`` and ``Layer.input`` (keras.io's "features before a layer" pattern)."""
+    inp = keras.Input((4,), name="x")
+    hidden = layers.Dense(5, name="hidden")(inp)
+    head = layers.Dense(3, name="head")
+    model = keras.Model(inp, head(hidden))
+    assert model.input is inp and head.input is hidden
+    extractor = keras.Model(inputs=model.input, outputs=head.input)
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    np.testing.assert_allclose(extractor.predict(x, verbose=0), model.get_layer("hidden")(x).numpy(), rtol=1e-6)
+    a, b = keras.Input((2,), name="a"), keras.Input((2,), name="b")
+    two = keras.Model([a, b], layers.Add()([a, b]))
+    assert two.input == [a, b] and two.layers[-1].input == [a, b]
+    keyed = keras.Model({"a": a, "b": b}, layers.Add()([a, b]))
+    assert keyed.input == {"a": a, "b": b}
+    with pytest.raises(AttributeError, match=r"Dense 'lonely' has never been called on symbolic inputs"):
+        layers.Dense(2, name="lonely").input

@@ -361,3 +361,23 @@ def test_a_bfloat16_layer_takes_its_own_weights_back():
     assert weights[0].dtype == BFLOAT16
     model.set_weights([w + np.ones_like(w) for w in weights])
     assert all(np.array_equal(a, b + np.ones_like(b)) for a, b in zip(model.get_weights(), weights))
+
+
+def test_build_with_a_keras_batch_shape_then_call(rng):
+    """Keras's ``layer.build(x.shape)`` includes the batch axis: a hand-built layer then takes batches of any
+    size (it used to take (64, 10) as the sample shape and refuse (5, 10)); a later wrong shape still fails."""
+    import dnnbind as keras
+
+    dense = layers.Dense(3)
+    dense.build((64, 10))
+    x = rng.normal(size=(5, 10)).astype(np.float32)
+    y = dense(x)
+    assert y.shape == (5, 3)
+    kernel, bias = dense.get_weights()
+    assert rel_error(keras.ops.convert_to_numpy(y), x @ kernel + bias) < 1e-6
+    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, 10\), got \(batch, 64, 10\)"):
+        dense(np.zeros((2, 64, 10), np.float32))
+    called = layers.Dense(3)
+    called(np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, 4\), got \(batch, 3, 4\)"):
+        called(np.zeros((2, 3, 4), np.float32))
