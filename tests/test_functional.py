@@ -460,3 +460,36 @@ def test_model_input_and_layer_input_make_a_feature_extractor(cpu, rng):
     assert keyed.input == {"a": a, "b": b}
     with pytest.raises(AttributeError, match=r"Dense 'lonely' has never been called on symbolic inputs"):
         layers.Dense(2, name="lonely").input
+
+
+class _FunctionalSubclass(keras.Model):
+    """Keras 3's "functional subclassing": a Model subclass whose __init__ builds a graph and calls
+    super().__init__(inputs=..., outputs=...)."""
+
+    def __init__(self, units=3, **kwargs):
+        inputs = keras.Input((4,), name="features")
+        hidden = layers.Dense(8, activation="relu", name="hidden")(inputs)
+        outputs = layers.Dense(units, activation="softmax", name="head")(hidden)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.units = units
+
+    def describe(self):
+        return f"{self.name}: {self.units} classes"
+
+
+def test_functional_subclassing(cpu, rng):
+    first, second = _FunctionalSubclass(name="first"), _FunctionalSubclass(units=2)
+    for model, units in ((first, 3), (second, 2)):
+        assert isinstance(model, _FunctionalSubclass) and isinstance(model, Functional)
+        assert [layer.name for layer in model.layers] == ["features", "hidden", "head"]
+        assert model.input.shape == (None, 4)
+    assert first.name == "first" and first.describe() == "first: 3 classes"
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 16)
+    first.compile(keras.optimizers.Adam(0.05), "sparse_categorical_crossentropy")
+    losses = first.fit(x, y, epochs=5, verbose=0).history["loss"]
+    assert losses[-1] < losses[0]
+    assert second.predict(x, verbose=0).shape == (16, 2)
+    # surgery on the subclass's graph
+    cut = keras.Model(first.input, first.get_layer("head").input)
+    assert cut.predict(x, verbose=0).shape == (16, 8)
