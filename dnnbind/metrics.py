@@ -37,6 +37,7 @@ __all__ = [
     "Recall",
     "MeanSquaredError",
     "MeanAbsoluteError",
+    "AUC",
     "get",
     "known_names",
 ]
@@ -345,9 +346,12 @@ class _ConfusionMatrixMetric(Metric):
             raise ValueError(f"{owner}: thresholds must not be empty")
         for t in values:
             _validate.number(t, "thresholds", owner, low=0.0, high=1.0)
-        self.thresholds = [float(t) for t in values]
         self._scalar = not isinstance(thresholds, (list, tuple))
-        self._counts = {kind: self.add_variable((len(self.thresholds),), "zeros", dtype="float32", name=kind)
+        self._set_thresholds([float(t) for t in values])
+
+    def _set_thresholds(self, values: list) -> None:
+        self.thresholds = values
+        self._counts = {kind: self.add_variable((len(values),), "zeros", dtype="float32", name=kind)
                         for kind in self._kinds}
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
@@ -433,6 +437,87 @@ class Recall(_Ratio):
     _kinds = ("tp", "fn")
 
 
+class AUC(_ConfusionMatrixMetric):
+    """Keras 3's ``keras.metrics.AUC``: the area under the ROC (or precision-recall) curve, from the confusion
+    counts at ``num_thresholds`` thresholds (``(i + 1) / (num_thresholds - 1)``, or the sorted ``thresholds``
+    given, plus ``-epsilon`` and ``1 + epsilon``), summed as Keras does (``summation_method``
+    ``"interpolation"``: trapezoids, and for PR Davis & Goadrich's interpolation; ``"minoring"`` /
+    ``"majoring"``: the lower / upper Riemann sums). ``from_logits=True`` applies a sigmoid first.
+    ``multi_label=True``, ``num_labels``, ``label_weights`` and the ``"PRGAIN"`` curve are not supported."""
+
+    _kinds = ("tp", "fp", "tn", "fn")
+
+    def __init__(self, num_thresholds: int = 200, curve: str = "ROC", summation_method: str = "interpolation",
+                 name: "str | None" = None, dtype: Any = None, thresholds: Any = None, multi_label: bool = False,
+                 num_labels: Any = None, label_weights: Any = None, from_logits: bool = False) -> None:
+        owner = f"AUC '{name or 'auc'}'"
+        if multi_label or num_labels is not None or label_weights is not None:
+            raise NotImplementedError(f"{owner}: multi_label, num_labels and label_weights are not supported")
+        if str(curve).upper() not in ("ROC", "PR"):
+            raise ValueError(f"{owner}: curve must be 'ROC' or 'PR', got {curve!r}")
+        if str(summation_method).lower() not in ("interpolation", "minoring", "majoring"):
+            raise ValueError(f"{owner}: summation_method must be 'interpolation', 'minoring' or 'majoring', "
+                             f"got {summation_method!r}")
+        if thresholds is not None:
+            inner = sorted(float(t) for t in thresholds)
+            for t in inner:
+                _validate.number(t, "thresholds", owner, low=0.0, high=1.0)
+        else:
+            num_thresholds = _validate.integer(num_thresholds, "num_thresholds", owner, minimum=2)
+            inner = [(i + 1) * 1.0 / (num_thresholds - 1) for i in range(num_thresholds - 2)]
+        eps = backend.epsilon()
+        Metric.__init__(self, name=name, dtype=dtype)
+        self._scalar = False
+        self._set_thresholds([0.0 - eps, *inner, 1.0 + eps])
+        self.num_thresholds = len(self.thresholds)
+        self.init_thresholds = None if thresholds is None else list(inner)
+        self.curve = str(curve).upper()
+        self.summation_method = str(summation_method).lower()
+        self.from_logits = bool(from_logits)
+        self.multi_label = False
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        if self.from_logits:
+            y_pred = _ops.sigmoid(_ops.convert_to_tensor(y_pred))
+        super().update_state(y_true, y_pred, sample_weight)
+
+    def _interpolate_pr_auc(self, tp: Any, fp: Any, fn: Any) -> Any:
+        n = self.num_thresholds
+        dtp = tp[: n - 1] - tp[1:]
+        p = tp + fp
+        dp = p[: n - 1] - p[1:]
+        prec_slope = _ops.divide_no_nan(dtp, _ops.maximum(dp, 0.0))
+        intercept = tp[1:] - prec_slope * p[1:]
+        safe_p_ratio = _ops.where(_ops.logical_and(p[: n - 1] > 0, p[1:] > 0),
+                                  _ops.divide_no_nan(p[: n - 1], _ops.maximum(p[1:], 0.0)), _ops.ones_like(p[1:]))
+        increment = _ops.divide_no_nan(prec_slope * (dtp + intercept * _ops.log(safe_p_ratio)),
+                                       _ops.maximum(tp[1:] + fn[1:], 0.0))
+        return _ops.sum(increment)
+
+    def result(self) -> Any:
+        tp, fp, tn, fn = (self._value(k) for k in self._kinds)
+        if self.curve == "PR" and self.summation_method == "interpolation":
+            return self._interpolate_pr_auc(tp, fp, fn)
+        recall = _ops.divide_no_nan(tp, tp + fn)
+        if self.curve == "ROC":
+            x, y = _ops.divide_no_nan(fp, fp + tn), recall
+        else:
+            x, y = recall, _ops.divide_no_nan(tp, tp + fp)
+        n = self.num_thresholds
+        if self.summation_method == "interpolation":
+            heights = (y[: n - 1] + y[1:]) / 2.0
+        elif self.summation_method == "minoring":
+            heights = _ops.minimum(y[: n - 1], y[1:])
+        else:
+            heights = _ops.maximum(y[: n - 1], y[1:])
+        return _ops.sum((x[: n - 1] - x[1:]) * heights)
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "num_thresholds": self.num_thresholds, "curve": self.curve,
+                "summation_method": self.summation_method, "multi_label": False, "num_labels": None,
+                "label_weights": None, "thresholds": self.init_thresholds, "from_logits": self.from_logits}
+
+
 for _cls in (Mean, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, TopKCategoricalAccuracy,
              SparseTopKCategoricalAccuracy, Accuracy):
     if "update_state" in _cls.__dict__:
@@ -453,6 +538,7 @@ _BY_NAME: dict[str, type] = {
     "recall": Recall,
     "mean_squared_error": MeanSquaredError,
     "mean_absolute_error": MeanAbsoluteError,
+    "auc": AUC,
 }
 _ALIASES = {"acc": "accuracy", "mse": "mean_squared_error", "mae": "mean_absolute_error"}
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}

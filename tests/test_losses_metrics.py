@@ -7,6 +7,24 @@ import pytest
 
 from dnnbind import losses, metrics, utils
 
+_AUC_CASES = [{}, {"curve": "PR"}, {"summation_method": "minoring"}, {"curve": "PR", "summation_method": "majoring"},
+              {"num_thresholds": 7}, {"thresholds": [0.3, 0.1, 0.8]}, {"from_logits": True}]
+
+_AUC_SCRIPT = r"""
+import json, sys
+import numpy as np
+import keras
+d = dict(np.load(sys.argv[1] + "/in.npz"))
+cases = json.loads(sys.argv[2])
+out = []
+for kw in cases:
+    m = keras.metrics.AUC(**kw)
+    m.update_state(d["y1"], d["p1"] if not kw.get("from_logits") else d["z1"], sample_weight=d["w1"])
+    m.update_state(d["y2"], d["p2"] if not kw.get("from_logits") else d["z2"])
+    out.append(float(m.result()))
+json.dump(out, open(sys.argv[1] + "/out.json", "w"))
+"""
+
 
 def softmax(z):
     e = np.exp(z - z.max(1, keepdims=True))
@@ -159,6 +177,44 @@ def test_regression_functions_and_metrics(rng, cpu):
         weighted.update_state(y, p, sample_weight=w)
         assert float(weighted.result().data) == pytest.approx((want * w).sum() / w.sum(), rel=1e-5)
     assert metrics.MeanSquaredError().name == "mean_squared_error"
+
+
+def test_auc_matches_real_keras(rng, cpu, tmp_path):
+    """keras.metrics.AUC (ROC/PR, the three summations, given thresholds, from_logits, sample weights, two
+    updates) against Keras 3 on JAX."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("keras") is None or importlib.util.find_spec("jax") is None:
+        pytest.skip("real Keras 3 with JAX is not installed (test extra)")
+    d = {"y1": rng.integers(0, 2, size=(40, 1)), "p1": rng.uniform(size=(40, 1)).astype(np.float32),
+         "w1": rng.uniform(size=40).astype(np.float32), "y2": rng.integers(0, 2, size=(25, 1)),
+         "p2": rng.uniform(size=(25, 1)).astype(np.float32)}
+    d["p1"][:20] = np.where(d["y1"][:20] == 1, 0.7, 0.2)  # some signal and ties
+    d["z1"], d["z2"] = np.log(d["p1"] / (1 - d["p1"])), np.log(d["p2"] / (1 - d["p2"]))
+    np.savez(tmp_path / "in.npz", **d)
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
+    env.update(KERAS_HOME=str(tmp_path / "kh"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _AUC_SCRIPT, str(tmp_path), json.dumps(_AUC_CASES)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = json.load(open(tmp_path / "out.json"))
+    for kw, ref in zip(_AUC_CASES, want):
+        m = metrics.AUC(**kw)
+        m.update_state(d["y1"], d["p1"] if not kw.get("from_logits") else d["z1"], sample_weight=d["w1"])
+        m.update_state(d["y2"], d["p2"] if not kw.get("from_logits") else d["z2"])
+        assert float(m.result().data) == pytest.approx(ref, rel=1e-5, abs=1e-6), kw
+    auc = metrics.get("auc")
+    assert type(auc) is metrics.AUC and auc.name == "auc" and len(auc.thresholds) == 200
+    cfg = metrics.AUC(thresholds=[0.3, 0.1]).get_config()
+    assert cfg["thresholds"] == [0.1, 0.3] and cfg["num_thresholds"] == 4
+    with pytest.raises(NotImplementedError, match="multi_label"):
+        metrics.AUC(multi_label=True)
+    with pytest.raises(ValueError, match="curve must be"):
+        metrics.AUC(curve="PRGAIN")
 
 
 def test_accuracy_resolution_as_keras():
