@@ -77,8 +77,8 @@ class BatchNormalization(Layer):
             return "spatial", "NCHW", shape[0]
         raise NotImplementedError(
             f"BatchNormalization '{self.name}': axis={self.axis} on inputs of shape (batch, "
-            f"{', '.join(map(str, shape))}) is not supported; use 4-d inputs with the channel axis "
-            "(-1 or 1) or 2-d (batch, features) inputs"
+            f"{', '.join(map(str, shape))}) is not supported; normalise over the channel axis: the last "
+            "(axis=-1) or the first after the batch (axis=1)"
         )
 
     def _folded(self) -> bool:
