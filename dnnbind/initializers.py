@@ -35,6 +35,8 @@ __all__ = [
     "HeUniform",
     "LecunNormal",
     "LecunUniform",
+    "OrthogonalInitializer",
+    "Orthogonal",
     "get",
     "serialize",
     "compute_fans",
@@ -224,6 +226,34 @@ class LecunUniform(_Preset):
     _preset = (1.0, "fan_in", "uniform")
 
 
+class OrthogonalInitializer(_Seeded):
+    """Keras 3's ``Orthogonal``: the Q of the QR decomposition of a normal matrix (signs fixed by R's
+    diagonal), of shape ``(prod(shape[:-1]), shape[-1])`` (transposed when it has fewer rows than
+    columns), reshaped to ``shape`` and times ``gain``. Needs at least 2 dimensions."""
+
+    def __init__(self, gain: float = 1.0, seed: int | None = None) -> None:
+        super().__init__(seed)
+        self.gain = float(gain)
+
+    def __call__(self, shape, dtype="float32"):
+        shape = tuple(int(s) for s in shape)
+        if len(shape) < 2:
+            raise ValueError(f"OrthogonalInitializer: the shape must have at least 2 dimensions, got {shape}")
+        rows, cols = math.prod(shape[:-1]), shape[-1]
+        a = self._rng.normal(0.0, 1.0, size=(max(rows, cols), min(rows, cols)))
+        q, r = np.linalg.qr(a)
+        q = q * np.sign(np.diag(r))
+        if rows < cols:
+            q = q.T
+        return (self.gain * q.reshape(shape)).astype(dtype)
+
+    def get_config(self) -> dict:
+        return {"gain": self.gain, "seed": self.seed}
+
+
+Orthogonal = OrthogonalInitializer
+
+
 _BY_NAME: dict[str, type] = {
     "zeros": Zeros,
     "ones": Ones,
@@ -238,8 +268,12 @@ _BY_NAME: dict[str, type] = {
     "he_uniform": HeUniform,
     "lecun_normal": LecunNormal,
     "lecun_uniform": LecunUniform,
+    "orthogonal": OrthogonalInitializer,
 }
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
+# Keras 3's short aliases (Embedding's default is "uniform"); kept apart so serialize keeps the full names
+_ALIASES = {"uniform": "random_uniform", "normal": "random_normal", "one": "ones", "zero": "zeros"}
+_CLASS_TO_NAME["Orthogonal"] = "orthogonal"  # Keras 3's legacy class name
 
 
 def get(identifier: "str | Initializer | dict | Callable | None") -> Initializer:
@@ -249,6 +283,7 @@ def get(identifier: "str | Initializer | dict | Callable | None") -> Initializer
     if isinstance(identifier, str):
         key = identifier.strip()
         name = _CLASS_TO_NAME.get(key, key.lower())
+        name = _ALIASES.get(name, name)
         if name not in _BY_NAME:
             raise ValueError(f"unknown initializer {identifier!r}; known: {', '.join(sorted(_BY_NAME))}")
         return _BY_NAME[name]()

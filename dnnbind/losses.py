@@ -35,6 +35,8 @@ __all__ = [
     "binary_crossentropy",
     "mean_squared_error",
     "mse",
+    "mean_absolute_error",
+    "mae",
     "get",
     "serialize",
     "deserialize",
@@ -422,7 +424,16 @@ def _mse(y_true: Any, y_pred: Any) -> Tensor:
     """Keras's ``mean_squared_error``: the mean over the last axis."""
     y_pred = ops.convert_to_tensor(y_pred)
     y_true = ops.cast(ops.convert_to_tensor(y_true), y_pred.dtype)
+    y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)  # (N,) labels of (N, 1) outputs, as Keras
     return ops.mean(ops.square(ops.subtract(y_pred, y_true)), axis=-1)
+
+
+def _mae(y_true: Any, y_pred: Any) -> Tensor:
+    """Keras's ``mean_absolute_error``: the mean of ``|y_true - y_pred|`` over the last axis."""
+    y_pred = ops.convert_to_tensor(y_pred)
+    y_true = ops.cast(ops.convert_to_tensor(y_true), y_pred.dtype)
+    y_true, y_pred = squeeze_or_expand_to_same_rank(y_true, y_pred)
+    return ops.mean(ops.absolute(ops.subtract(y_true, y_pred)), axis=-1)
 
 
 SparseCategoricalCrossentropy.call = lambda self, y_true, y_pred: _sparse_ce(y_true, y_pred, self.from_logits)
@@ -451,6 +462,9 @@ binary_crossentropy.__name__ = "binary_crossentropy"
 mean_squared_error = _mse
 mean_squared_error.__name__ = "mean_squared_error"
 mse = mean_squared_error
+mean_absolute_error = _mae
+mean_absolute_error.__name__ = "mean_absolute_error"
+mae = mean_absolute_error
 _FUNCTIONS = {"sparse_categorical_crossentropy": sparse_categorical_crossentropy,
               "categorical_crossentropy": categorical_crossentropy, "binary_crossentropy": binary_crossentropy,
               "mean_squared_error": mean_squared_error}

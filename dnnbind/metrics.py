@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from . import backend, kernels
+from . import _validate, backend, kernels
+from . import losses as _losses
+from . import ops as _ops
 from .autodiff.tensor import Tensor
 from .autodiff.variable import Variable
 
@@ -27,6 +29,15 @@ __all__ = [
     "BinaryAccuracy",
     "TopKCategoricalAccuracy",
     "SparseTopKCategoricalAccuracy",
+    "TruePositives",
+    "FalsePositives",
+    "TrueNegatives",
+    "FalseNegatives",
+    "Precision",
+    "Recall",
+    "MeanSquaredError",
+    "MeanAbsoluteError",
+    "AUC",
     "get",
     "known_names",
 ]
@@ -289,6 +300,224 @@ class Accuracy(Metric):
             self._impl.reset_state()
 
 
+class _MeanMetricWrapper(Metric):
+    """The (weighted) mean of a per-sample function's values (Keras 3's ``MeanMetricWrapper``)."""
+
+    _fn: Any = None
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        values = type(self)._fn(y_true, y_pred)
+        if sample_weight is None:
+            self._add(_ops.sum(values), values)
+            self._count += int(values.size)
+            return
+        w = _ops.cast(_ops.convert_to_tensor(sample_weight), values.dtype)
+        w = _ops.broadcast_to(_ops.reshape(w, tuple(w.shape) + (1,) * (values.ndim - w.ndim)), tuple(values.shape))
+        self._add(_ops.sum(values * w), values)
+        self._count += float(np.sum(_ops.convert_to_numpy(w)))
+
+
+class MeanSquaredError(_MeanMetricWrapper):
+    """The mean of ``mean((y_true - y_pred)**2, axis=-1)`` (``keras.metrics.MeanSquaredError``; ``"mse"``)."""
+    _fn = staticmethod(_losses.mean_squared_error)
+
+
+class MeanAbsoluteError(_MeanMetricWrapper):
+    """The mean of ``mean(|y_true - y_pred|, axis=-1)`` (``keras.metrics.MeanAbsoluteError``; ``"mae"``)."""
+    _fn = staticmethod(_losses.mean_absolute_error)
+
+
+class _ConfusionMatrixMetric(Metric):
+    """Counts of the confusion matrix at one or more thresholds (Keras 3's ``metrics_utils``
+    ``update_confusion_matrix_variables``): a prediction is positive where ``y_pred > threshold``, a
+    label where ``y_true != 0``; ``sample_weight`` (broadcast to ``y_pred``'s shape) weights each element.
+    The state is one float32 variable per count, of shape ``(len(thresholds),)``, updated in ``keras.ops``.
+    ``thresholds`` None means 0.5; a float gives a scalar result, a list one result per threshold."""
+
+    _kinds: tuple = ()
+
+    def __init__(self, thresholds: Any = None, name: "str | None" = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        owner = f"{type(self).__name__} '{self.name}'"
+        self.init_thresholds = thresholds
+        values = [0.5] if thresholds is None else (list(thresholds) if isinstance(thresholds, (list, tuple))
+                                                   else [thresholds])
+        if not values:
+            raise ValueError(f"{owner}: thresholds must not be empty")
+        for t in values:
+            _validate.number(t, "thresholds", owner, low=0.0, high=1.0)
+        self._scalar = not isinstance(thresholds, (list, tuple))
+        self._set_thresholds([float(t) for t in values])
+
+    def _set_thresholds(self, values: list) -> None:
+        self.thresholds = values
+        self._counts = {kind: self.add_variable((len(values),), "zeros", dtype="float32", name=kind)
+                        for kind in self._kinds}
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        y_pred = _ops.cast(_ops.convert_to_tensor(y_pred), "float32")
+        y_true = _ops.convert_to_tensor(y_true)
+        if tuple(y_true.shape) != tuple(y_pred.shape) and y_true.size == y_pred.size:
+            y_true = _ops.reshape(y_true, tuple(y_pred.shape))  # (N,) labels for (N, 1) predictions
+        if tuple(y_true.shape) != tuple(y_pred.shape):
+            raise ValueError(f"{type(self).__name__} '{self.name}': y_true of shape {tuple(y_true.shape)} does not "
+                             f"match y_pred of shape {tuple(y_pred.shape)}")
+        label = _ops.reshape(_ops.cast(_ops.not_equal(y_true, 0), "float32"), (-1, 1))
+        pred = _ops.cast(_ops.greater(_ops.reshape(y_pred, (-1, 1)),
+                                      _ops.convert_to_tensor(np.array([self.thresholds], np.float32))), "float32")
+        if sample_weight is None:
+            weight = _ops.ones_like(label)
+        else:
+            w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
+            w = _ops.reshape(w, tuple(w.shape) + (1,) * (y_pred.ndim - w.ndim))
+            weight = _ops.reshape(_ops.broadcast_to(w, tuple(y_pred.shape)), (-1, 1))
+        cells = {"tp": label * pred, "fp": (1.0 - label) * pred, "tn": (1.0 - label) * (1.0 - pred),
+                 "fn": label * (1.0 - pred)}
+        for kind, variable in self._counts.items():
+            variable.assign_add(_ops.sum(cells[kind] * weight, axis=0))
+
+    def _value(self, kind: str) -> Any:
+        return _ops.convert_to_tensor(self._counts[kind])
+
+    def _finish(self, value: Any) -> Any:
+        return value[0] if self._scalar else value
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "thresholds": self.init_thresholds}
+
+
+class _Count(_ConfusionMatrixMetric):
+    def result(self) -> Any:
+        return self._finish(self._value(self._kinds[0]))
+
+
+class TruePositives(_Count):
+    """The (weighted) number of true positives (Keras 3's ``keras.metrics.TruePositives``)."""
+    _kinds = ("tp",)
+
+
+class FalsePositives(_Count):
+    """The (weighted) number of false positives (``keras.metrics.FalsePositives``)."""
+    _kinds = ("fp",)
+
+
+class TrueNegatives(_Count):
+    """The (weighted) number of true negatives (``keras.metrics.TrueNegatives``)."""
+    _kinds = ("tn",)
+
+
+class FalseNegatives(_Count):
+    """The (weighted) number of false negatives (``keras.metrics.FalseNegatives``)."""
+    _kinds = ("fn",)
+
+
+class _Ratio(_ConfusionMatrixMetric):
+    def __init__(self, thresholds: Any = None, top_k: Any = None, class_id: Any = None, name: "str | None" = None,
+                 dtype: Any = None) -> None:
+        if top_k is not None or class_id is not None:
+            raise NotImplementedError(f"{type(self).__name__}: top_k and class_id are not supported (binary "
+                                      "predictions with thresholds only)")
+        super().__init__(thresholds=thresholds, name=name, dtype=dtype)
+
+    def result(self) -> Any:
+        tp, other = self._value("tp"), self._value(self._kinds[1])
+        return self._finish(_ops.divide_no_nan(tp, tp + other))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "top_k": None, "class_id": None}
+
+
+class Precision(_Ratio):
+    """``tp / (tp + fp)`` (0 while nothing was predicted positive) (``keras.metrics.Precision``)."""
+    _kinds = ("tp", "fp")
+
+
+class Recall(_Ratio):
+    """``tp / (tp + fn)`` (0 while no label was positive) (``keras.metrics.Recall``)."""
+    _kinds = ("tp", "fn")
+
+
+class AUC(_ConfusionMatrixMetric):
+    """Keras 3's ``keras.metrics.AUC``: the area under the ROC (or precision-recall) curve, from the confusion
+    counts at ``num_thresholds`` thresholds (``(i + 1) / (num_thresholds - 1)``, or the sorted ``thresholds``
+    given, plus ``-epsilon`` and ``1 + epsilon``), summed as Keras does (``summation_method``
+    ``"interpolation"``: trapezoids, and for PR Davis & Goadrich's interpolation; ``"minoring"`` /
+    ``"majoring"``: the lower / upper Riemann sums). ``from_logits=True`` applies a sigmoid first.
+    ``multi_label=True``, ``num_labels``, ``label_weights`` and the ``"PRGAIN"`` curve are not supported."""
+
+    _kinds = ("tp", "fp", "tn", "fn")
+
+    def __init__(self, num_thresholds: int = 200, curve: str = "ROC", summation_method: str = "interpolation",
+                 name: "str | None" = None, dtype: Any = None, thresholds: Any = None, multi_label: bool = False,
+                 num_labels: Any = None, label_weights: Any = None, from_logits: bool = False) -> None:
+        owner = f"AUC '{name or 'auc'}'"
+        if multi_label or num_labels is not None or label_weights is not None:
+            raise NotImplementedError(f"{owner}: multi_label, num_labels and label_weights are not supported")
+        if str(curve).upper() not in ("ROC", "PR"):
+            raise ValueError(f"{owner}: curve must be 'ROC' or 'PR', got {curve!r}")
+        if str(summation_method).lower() not in ("interpolation", "minoring", "majoring"):
+            raise ValueError(f"{owner}: summation_method must be 'interpolation', 'minoring' or 'majoring', "
+                             f"got {summation_method!r}")
+        if thresholds is not None:
+            inner = sorted(float(t) for t in thresholds)
+            for t in inner:
+                _validate.number(t, "thresholds", owner, low=0.0, high=1.0)
+        else:
+            num_thresholds = _validate.integer(num_thresholds, "num_thresholds", owner, minimum=2)
+            inner = [(i + 1) * 1.0 / (num_thresholds - 1) for i in range(num_thresholds - 2)]
+        eps = backend.epsilon()
+        Metric.__init__(self, name=name, dtype=dtype)
+        self._scalar = False
+        self._set_thresholds([0.0 - eps, *inner, 1.0 + eps])
+        self.num_thresholds = len(self.thresholds)
+        self.init_thresholds = None if thresholds is None else list(inner)
+        self.curve = str(curve).upper()
+        self.summation_method = str(summation_method).lower()
+        self.from_logits = bool(from_logits)
+        self.multi_label = False
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        if self.from_logits:
+            y_pred = _ops.sigmoid(_ops.convert_to_tensor(y_pred))
+        super().update_state(y_true, y_pred, sample_weight)
+
+    def _interpolate_pr_auc(self, tp: Any, fp: Any, fn: Any) -> Any:
+        n = self.num_thresholds
+        dtp = tp[: n - 1] - tp[1:]
+        p = tp + fp
+        dp = p[: n - 1] - p[1:]
+        prec_slope = _ops.divide_no_nan(dtp, _ops.maximum(dp, 0.0))
+        intercept = tp[1:] - prec_slope * p[1:]
+        safe_p_ratio = _ops.where(_ops.logical_and(p[: n - 1] > 0, p[1:] > 0),
+                                  _ops.divide_no_nan(p[: n - 1], _ops.maximum(p[1:], 0.0)), _ops.ones_like(p[1:]))
+        increment = _ops.divide_no_nan(prec_slope * (dtp + intercept * _ops.log(safe_p_ratio)),
+                                       _ops.maximum(tp[1:] + fn[1:], 0.0))
+        return _ops.sum(increment)
+
+    def result(self) -> Any:
+        tp, fp, tn, fn = (self._value(k) for k in self._kinds)
+        if self.curve == "PR" and self.summation_method == "interpolation":
+            return self._interpolate_pr_auc(tp, fp, fn)
+        recall = _ops.divide_no_nan(tp, tp + fn)
+        if self.curve == "ROC":
+            x, y = _ops.divide_no_nan(fp, fp + tn), recall
+        else:
+            x, y = recall, _ops.divide_no_nan(tp, tp + fp)
+        n = self.num_thresholds
+        if self.summation_method == "interpolation":
+            heights = (y[: n - 1] + y[1:]) / 2.0
+        elif self.summation_method == "minoring":
+            heights = _ops.minimum(y[: n - 1], y[1:])
+        else:
+            heights = _ops.maximum(y[: n - 1], y[1:])
+        return _ops.sum((x[: n - 1] - x[1:]) * heights)
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "num_thresholds": self.num_thresholds, "curve": self.curve,
+                "summation_method": self.summation_method, "multi_label": False, "num_labels": None,
+                "label_weights": None, "thresholds": self.init_thresholds, "from_logits": self.from_logits}
+
+
 for _cls in (Mean, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, TopKCategoricalAccuracy,
              SparseTopKCategoricalAccuracy, Accuracy):
     if "update_state" in _cls.__dict__:
@@ -301,8 +530,17 @@ _BY_NAME: dict[str, type] = {
     "binary_accuracy": BinaryAccuracy,
     "top_k_categorical_accuracy": TopKCategoricalAccuracy,
     "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
+    "true_positives": TruePositives,
+    "false_positives": FalsePositives,
+    "true_negatives": TrueNegatives,
+    "false_negatives": FalseNegatives,
+    "precision": Precision,
+    "recall": Recall,
+    "mean_squared_error": MeanSquaredError,
+    "mean_absolute_error": MeanAbsoluteError,
+    "auc": AUC,
 }
-_ALIASES = {"acc": "accuracy"}
+_ALIASES = {"acc": "accuracy", "mse": "mean_squared_error", "mae": "mean_absolute_error"}
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
 _CLASS_TO_NAME["Mean"] = "mean"
 

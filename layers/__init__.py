@@ -15,6 +15,7 @@ from .conv import (
     SeparableConvolution2D,
 )
 from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
+from .embedding import Embedding
 from .merging import (Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract, add, average, concatenate,
                       maximum, minimum, multiply, subtract)
 from .normalization import BatchNormalization, LayerNormalization, SyncBatchNormalization
@@ -46,5 +47,5 @@ __all__ = [
     "GlobalAvgPool1D", "SpatialDropout2D",
     "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Lambda",
     "add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate",
-    "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
+    "Embedding", "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
 ]

@@ -813,11 +813,18 @@ class Layer:
             if self.input_shape is not None and [tuple(s) for s in shape] != [tuple(s) for s in self.input_shape]:
                 raise ValueError(f"layer '{self.name}' ({type(self).__name__}) was built for inputs of shapes "
                                  f"{[(None, *s) for s in self.input_shape]}, got {[(None, *s) for s in shape]}")
+        elif (self.input_shape is not None and tuple(shape) != tuple(self.input_shape) and self._is_legacy()
+              and tuple(shape) == tuple(self.input_shape)[1:] and not self.__dict__.get("_called")):
+            # built by hand with a Keras shape that has the batch axis (``layer.build(x.shape)``): what
+            # Keras's build always means; the weights depend on the trailing axes only
+            self.input_shape = tuple(shape)
+            self.output_shape = tuple(self._output_shape(tuple(shape)))
         elif self.input_shape is not None and tuple(shape) != tuple(self.input_shape) and self._is_legacy():
             raise ValueError(
                 f"layer '{self.name}' ({type(self).__name__}) expects inputs of shape (batch, "
                 f"{', '.join(map(str, self.input_shape))}), got (batch, {', '.join(map(str, shape))})"
             )
+        self.__dict__["_called"] = True  # the shape is settled (see the batch-axis case above)
 
     def _build_from_call(self, args: tuple, kwargs: dict) -> None:
         """Build a user's layer on its first call (Keras's ``_maybe_build``): ``build`` gets the shape of the
@@ -875,6 +882,17 @@ class Layer:
         had_batch, shape = split_batch(input_shape)
         out = tuple(self._output_shape(shape))
         return (None, *out) if had_batch else out
+
+    @property
+    def input(self) -> Any:
+        """Keras 3's ``Layer.input``: the symbolic input of the layer's first call in a functional graph (a
+        list when that call took several)."""
+        nodes = self.__dict__.get("_inbound_nodes")
+        if not nodes:
+            raise AttributeError(f"{type(self).__name__} '{self.name}' has never been called on symbolic inputs "
+                                 "(keras.Input), so it has no input tensor")
+        tensors = nodes[0].input_tensors
+        return tensors[0] if len(tensors) == 1 else list(tensors)
 
     def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
         """Keras's mask propagation: layers that ``supports_masking`` pass the mask on, others drop it."""

@@ -23,8 +23,9 @@ __all__ = ["BatchNormalization", "SyncBatchNormalization", "LayerNormalization"]
 class BatchNormalization(Layer):
     """Normalise over the batch (and space) per channel of ``axis``.
 
-    Supported: 4-d inputs normalised over the channel axis (``axis=-1``/``3`` for channels_last,
-    ``axis=1`` for channels_first) and 2-d ``(N, C)`` inputs with ``axis=-1``/``1``.
+    Supported: inputs normalised over the channel axis (``axis=-1`` for channels_last, ``axis=1`` for
+    channels_first): 4-d images, 2-d ``(N, C)`` features, and other ranks (Conv1D's ``(N, steps, C)``,
+    volumes), which are computed as 4-d ``(N, prod(spatial), 1, C)`` / ``(N, C, prod(spatial), 1)``.
     ``moving = momentum * moving + (1 - momentum) * batch_statistic`` (Keras). The batch variance
     that feeds ``moving_variance`` is the unbiased one (cuDNN's convention; Keras uses the biased
     one, a relative difference of 1/(N*H*W - 1)).
@@ -69,15 +70,32 @@ class BatchNormalization(Layer):
             return "spatial", "NCHW", shape[0]
         if rank == 2 and axis == 1:
             return "per_activation", "NCHW", shape[0]
+        # other ranks (Conv1D's (batch, steps, channels), Conv3D's volumes): folded into 4-d (see _fold)
+        if rank >= 3 and axis == rank - 1:
+            return "spatial", "NHWC", shape[-1]
+        if rank >= 3 and axis == 1:
+            return "spatial", "NCHW", shape[0]
         raise NotImplementedError(
             f"BatchNormalization '{self.name}': axis={self.axis} on inputs of shape (batch, "
-            f"{', '.join(map(str, shape))}) is not supported; use 4-d inputs with the channel axis "
-            "(-1 or 1) or 2-d (batch, features) inputs"
+            f"{', '.join(map(str, shape))}) is not supported; normalise over the channel axis: the last "
+            "(axis=-1) or the first after the batch (axis=1)"
         )
+
+    def _folded(self) -> bool:
+        """True for inputs of rank 3 or >= 5: computed as 4-d (the same per-channel statistics)."""
+        return self.__dict__.get("_sample_rank", 1) not in (1, 3)
+
+    def _fold(self, x: Any) -> Any:
+        """``x`` (batch, *spatial, C) as (batch, prod(spatial), 1, C); (batch, C, *spatial) as
+        (batch, C, prod(spatial), 1). The batch size is read from ``x``."""
+        shape = tuple(x.shape)
+        rest = int(np.prod(shape[2:] if self.layout == "NCHW" else shape[1:-1], dtype=np.int64))
+        return x.reshape((shape[0], shape[1], rest, 1) if self.layout == "NCHW" else (shape[0], rest, 1, shape[-1]))
 
     def build(self, input_shape):
         _, shape = split_batch(input_shape)
         self._mode, self.layout, c = self._layout_for(shape)
+        self._sample_rank = len(shape)
         f32 = "float32"
         self.gamma = self._add_weight("gamma", (c,), self.gamma_initializer, dtype=f32) if self.scale else None
         self.beta = self._add_weight("beta", (c,), self.beta_initializer, dtype=f32) if self.center else None
@@ -113,8 +131,8 @@ class BatchNormalization(Layer):
 
     def _fusable(self, training: bool) -> bool:
         """Whether a forward with ``training`` runs the plain training op, the one a following relu
-        can fuse into (:meth:`_forward_fused`): trainable, and no replica to synchronise with."""
-        return bool(training) and self.trainable and self._replica() is None
+        can fuse into (:meth:`_forward_fused`): trainable, no replica to synchronise with, 2-d or 4-d."""
+        return bool(training) and self.trainable and self._replica() is None and not self._folded()
 
     def _forward_fused(self, x, training, activation: str):
         """``forward(x, training)`` followed by ``activation`` (``"relu"``), applied by the batch-norm
@@ -165,6 +183,9 @@ class BatchNormalization(Layer):
             dy, w, self._x, self._y, gamma, beta, self._saved, epsilon=self.epsilon, **conv_kwargs))
 
     def forward(self, x, training=False):
+        if self._folded():
+            self._unfolded_shape = tuple(x.shape)
+            return self._forward(self._fold(x), training, None).reshape(self._unfolded_shape)
         return self._forward(x, training, None)
 
     def _forward(self, x, training, activation):
@@ -192,6 +213,11 @@ class BatchNormalization(Layer):
                                                **self._kwargs())
 
     def backward(self, dy, need_dx=True):
+        if self._folded():
+            return self._backward(self._fold(dy)).reshape(self._unfolded_shape)
+        return self._backward(dy)
+
+    def _backward(self, dy):
         gamma = self._param(self.gamma, 1.0)
         if not getattr(self, "_training_forward", False):
             # frozen (inference-mode) BN is a per-channel affine map: dx = dy * gamma / sqrt(var + eps),

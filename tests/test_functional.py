@@ -441,3 +441,55 @@ def test_fit_validation_calls_the_test_hooks(cpu, rng):
         assert block[:3] == ["test_begin", "test_batch_0", "test_batch_1"]
         # on_test_end gets the validation logs that the epoch reports as val_*
         assert block[3][0] == "test_end" and block[4][0] == "epoch_end" and block[3][1] == block[4][1]
+
+
+def test_model_input_and_layer_input_make_a_feature_extractor(cpu, rng):
+    """Keras 3's ``Model.input`` and ``Layer.input`` (keras.io's "features before a layer" pattern)."""
+    inp = keras.Input((4,), name="x")
+    hidden = layers.Dense(5, name="hidden")(inp)
+    head = layers.Dense(3, name="head")
+    model = keras.Model(inp, head(hidden))
+    assert model.input is inp and head.input is hidden
+    extractor = keras.Model(inputs=model.input, outputs=head.input)
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    np.testing.assert_allclose(extractor.predict(x, verbose=0), model.get_layer("hidden")(x).numpy(), rtol=1e-6)
+    a, b = keras.Input((2,), name="a"), keras.Input((2,), name="b")
+    two = keras.Model([a, b], layers.Add()([a, b]))
+    assert two.input == [a, b] and two.layers[-1].input == [a, b]
+    keyed = keras.Model({"a": a, "b": b}, layers.Add()([a, b]))
+    assert keyed.input == {"a": a, "b": b}
+    with pytest.raises(AttributeError, match=r"Dense 'lonely' has never been called on symbolic inputs"):
+        layers.Dense(2, name="lonely").input
+
+
+class _FunctionalSubclass(keras.Model):
+    """Keras 3's "functional subclassing": a Model subclass whose __init__ builds a graph and calls
+    super().__init__(inputs=..., outputs=...)."""
+
+    def __init__(self, units=3, **kwargs):
+        inputs = keras.Input((4,), name="features")
+        hidden = layers.Dense(8, activation="relu", name="hidden")(inputs)
+        outputs = layers.Dense(units, activation="softmax", name="head")(hidden)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.units = units
+
+    def describe(self):
+        return f"{self.name}: {self.units} classes"
+
+
+def test_functional_subclassing(cpu, rng):
+    first, second = _FunctionalSubclass(name="first"), _FunctionalSubclass(units=2)
+    for model, units in ((first, 3), (second, 2)):
+        assert isinstance(model, _FunctionalSubclass) and isinstance(model, Functional)
+        assert [layer.name for layer in model.layers] == ["features", "hidden", "head"]
+        assert model.input.shape == (None, 4)
+    assert first.name == "first" and first.describe() == "first: 3 classes"
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 16)
+    first.compile(keras.optimizers.Adam(0.05), "sparse_categorical_crossentropy")
+    losses = first.fit(x, y, epochs=5, verbose=0).history["loss"]
+    assert losses[-1] < losses[0]
+    assert second.predict(x, verbose=0).shape == (16, 2)
+    # surgery on the subclass's graph
+    cut = keras.Model(first.input, first.get_layer("head").input)
+    assert cut.predict(x, verbose=0).shape == (16, 8)

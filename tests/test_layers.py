@@ -145,6 +145,46 @@ def test_batchnorm_2d_and_channels_first(rng):
         layers.BatchNormalization(axis=2)(xc)
 
 
+def test_batchnorm_on_sequences_and_volumes(rng):
+    """Conv1D's (batch, steps, channels) and other ranks: the per-channel statistics of Keras (computed as
+    4-d); values, moving statistics, inference and the gradients, channels last and first."""
+    for shape, axis in [((6, 7, 3), -1), ((6, 3, 7), 1), ((3, 4, 2, 3, 2), -1)]:
+        x = rng.normal(1.0, 2.0, size=shape)
+        bn = layers.BatchNormalization(axis=axis, momentum=0.5, dtype="float64")
+        bn.build(shape[1:])
+        gamma, beta = rng.uniform(0.5, 2, shape[axis]), rng.normal(size=shape[axis])
+        bn.set_weights([gamma, beta, np.zeros(shape[axis]), np.ones(shape[axis])])
+        red = tuple(i for i in range(len(shape)) if i != axis % len(shape))
+        keep = [1 if i in red else shape[i] for i in range(len(shape))]
+        xhat = (x - x.mean(axis=red, keepdims=True)) / np.sqrt(x.var(axis=red, keepdims=True) + 1e-3)
+        y = bn.forward(x, training=True)
+        assert y.shape == shape and rel_error(y, gamma.reshape(keep) * xhat + beta.reshape(keep)) < 1e-6
+        assert rel_error(bn.get_weights()[2], 0.5 * x.mean(axis=red)) < 1e-6
+        r = rng.normal(size=shape)
+        dx = bn.backward(r)
+
+        def f():
+            xh = (x - x.mean(axis=red, keepdims=True)) / np.sqrt(x.var(axis=red, keepdims=True) + 1e-3)
+            return float(((bn.gamma.value.reshape(keep) * xh) * r).sum())
+
+        assert dx.shape == shape and rel_error(dx, numerical_grad(f, x)) < 1e-6
+        assert rel_error(np.array(bn.grads["gamma"]), (r * xhat).sum(axis=red)) < 1e-5
+        _, _, mm, mv = bn.get_weights()
+        y_inf = bn.forward(x, training=False)
+        assert rel_error(y_inf, gamma.reshape(keep) * (x - mm.reshape(keep)) / np.sqrt(mv.reshape(keep) + 1e-3)
+                         + beta.reshape(keep)) < 1e-6
+        assert rel_error(bn.backward(r), r * (gamma / np.sqrt(mv + 1e-3)).reshape(keep)) < 1e-6
+    # in a model (Sequential's BN+ReLU fusion schedule passes it by), through the trainer
+    import dnnbind as keras
+
+    model = keras.Sequential([keras.Input((8, 2)), layers.Conv1D(4, 3), layers.BatchNormalization(), layers.ReLU(),
+                              layers.GlobalAveragePooling1D(), layers.Dense(1)])
+    model.compile("adam", "mse")
+    xs = rng.normal(size=(16, 8, 2)).astype(np.float32)
+    h = model.fit(xs, xs.sum(axis=(1, 2))[:, None], epochs=4, verbose=0)
+    assert np.all(np.isfinite(h.history["loss"])) and h.history["loss"][-1] < h.history["loss"][0]
+
+
 def test_frozen_batchnorm_runs_in_inference_mode(rng):
     bn = layers.BatchNormalization(dtype="float64")
     bn.build((3,))
@@ -287,6 +327,31 @@ def test_initializers_match_keras_fans():
         initializers.get("nope")
 
 
+def test_initializer_short_aliases_of_keras():
+    """Keras 3's "uniform"/"normal"/"one"/"zero" (Embedding's default is "uniform"); serialized by full name."""
+    for alias, cls in [("uniform", initializers.RandomUniform), ("normal", initializers.RandomNormal),
+                       ("one", initializers.Ones), ("zero", initializers.Zeros)]:
+        assert type(initializers.get(alias)) is cls
+    assert initializers.serialize(initializers.get("uniform"))["class_name"] == "RandomUniform"
+
+
+def test_orthogonal_initializer():
+    """Keras 3's Orthogonal: orthonormal columns (or rows, for wide shapes) times gain; seeded; by name."""
+    for shape in [(6, 4), (4, 6), (3, 3, 2, 5)]:
+        w = initializers.Orthogonal(gain=2.0, seed=3)(shape)
+        assert w.shape == shape and w.dtype == np.float32
+        flat = w.astype(np.float64).reshape(-1, shape[-1])
+        gram = flat.T @ flat if flat.shape[0] >= flat.shape[1] else flat @ flat.T
+        np.testing.assert_allclose(gram, 4.0 * np.eye(len(gram)), atol=1e-5)
+    assert np.array_equal(initializers.Orthogonal(seed=1)((3, 3)), initializers.OrthogonalInitializer(seed=1)((3, 3)))
+    for name in ("orthogonal", "Orthogonal", "OrthogonalInitializer"):
+        assert type(initializers.get(name)) is initializers.OrthogonalInitializer
+    cfg = initializers.serialize(initializers.Orthogonal(gain=0.5))
+    assert cfg == {"class_name": "OrthogonalInitializer", "config": {"gain": 0.5, "seed": None}}
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        initializers.Orthogonal()((4,))
+
+
 def test_a_bfloat16_layer_takes_its_own_weights_back():
     import dnnbind as keras
     from dnnbind._validate import BFLOAT16
@@ -296,3 +361,23 @@ def test_a_bfloat16_layer_takes_its_own_weights_back():
     assert weights[0].dtype == BFLOAT16
     model.set_weights([w + np.ones_like(w) for w in weights])
     assert all(np.array_equal(a, b + np.ones_like(b)) for a, b in zip(model.get_weights(), weights))
+
+
+def test_build_with_a_keras_batch_shape_then_call(rng):
+    """Keras's ``layer.build(x.shape)`` includes the batch axis: a hand-built layer then takes batches of any
+    size (it used to take (64, 10) as the sample shape and refuse (5, 10)); a later wrong shape still fails."""
+    import dnnbind as keras
+
+    dense = layers.Dense(3)
+    dense.build((64, 10))
+    x = rng.normal(size=(5, 10)).astype(np.float32)
+    y = dense(x)
+    assert y.shape == (5, 3)
+    kernel, bias = dense.get_weights()
+    assert rel_error(keras.ops.convert_to_numpy(y), x @ kernel + bias) < 1e-6
+    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, 10\), got \(batch, 64, 10\)"):
+        dense(np.zeros((2, 64, 10), np.float32))
+    called = layers.Dense(3)
+    called(np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, 4\), got \(batch, 3, 4\)"):
+        called(np.zeros((2, 3, 4), np.float32))

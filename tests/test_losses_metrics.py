@@ -7,6 +7,24 @@ import pytest
 
 from dnnbind import losses, metrics, utils
 
+_AUC_CASES = [{}, {"curve": "PR"}, {"summation_method": "minoring"}, {"curve": "PR", "summation_method": "majoring"},
+              {"num_thresholds": 7}, {"thresholds": [0.3, 0.1, 0.8]}, {"from_logits": True}]
+
+_AUC_SCRIPT = r"""
+import json, sys
+import numpy as np
+import keras
+d = dict(np.load(sys.argv[1] + "/in.npz"))
+cases = json.loads(sys.argv[2])
+out = []
+for kw in cases:
+    m = keras.metrics.AUC(**kw)
+    m.update_state(d["y1"], d["p1"] if not kw.get("from_logits") else d["z1"], sample_weight=d["w1"])
+    m.update_state(d["y2"], d["p2"] if not kw.get("from_logits") else d["z2"])
+    out.append(float(m.result()))
+json.dump(out, open(sys.argv[1] + "/out.json", "w"))
+"""
+
 
 def softmax(z):
     e = np.exp(z - z.max(1, keepdims=True))
@@ -97,6 +115,106 @@ def test_accuracy_metrics(rng):
     tb = np.array([[0.0], [1.0], [1.0], [0.0]], np.float32)
     b.update_state(tb, pb)
     assert b.result() == pytest.approx(0.5)  # 0.5 is not > 0.5
+
+
+@pytest.mark.parametrize("thresholds", [None, 0.3, [0.0, 0.25, 0.5, 0.9]])
+def test_confusion_matrix_metrics(rng, thresholds, cpu):
+    """TP/FP/TN/FN, Precision, Recall: Keras 3's counts (pred > threshold, label != 0), weighted, over
+    several updates; a float threshold gives a scalar, a list one value per threshold."""
+    ts = [0.5] if thresholds is None else (thresholds if isinstance(thresholds, list) else [thresholds])
+    batches = [(rng.integers(0, 2, size=(7, 1)), rng.uniform(size=(7, 1)).astype(np.float32), rng.uniform(size=7))
+               for _ in range(3)]
+    want = {k: np.zeros(len(ts)) for k in ("tp", "fp", "tn", "fn")}
+    for y, p, w in batches:
+        for i, t in enumerate(ts):
+            pos, lab = p[:, 0] > t, y[:, 0] != 0
+            want["tp"][i] += (w * (pos & lab)).sum()
+            want["fp"][i] += (w * (pos & ~lab)).sum()
+            want["tn"][i] += (w * (~pos & ~lab)).sum()
+            want["fn"][i] += (w * (~pos & lab)).sum()
+    made = {"tp": metrics.TruePositives(thresholds), "fp": metrics.FalsePositives(thresholds),
+            "tn": metrics.TrueNegatives(thresholds), "fn": metrics.FalseNegatives(thresholds),
+            "precision": metrics.Precision(thresholds), "recall": metrics.Recall(thresholds)}
+    for m in made.values():
+        for y, p, w in batches:
+            m.update_state(y, p, sample_weight=w)
+    want["precision"] = want["tp"] / (want["tp"] + want["fp"])
+    want["recall"] = want["tp"] / (want["tp"] + want["fn"])
+    for k, m in made.items():
+        got = np.asarray(m.result().data)
+        assert got.shape == (() if not isinstance(thresholds, list) else (len(ts),)), k
+        np.testing.assert_allclose(got.reshape(-1), want[k], rtol=1e-5, err_msg=k)
+    assert made["precision"].name == "precision" and made["fn"].name == "false_negatives"
+    made["tp"].reset_state()
+    assert not np.asarray(made["tp"].result().data).any()
+    assert type(metrics.get("recall")) is metrics.Recall
+    assert metrics.Precision.__name__ in [metrics.serialize(made["precision"])["class_name"]]
+    # no positive prediction yet: precision is 0, not NaN (divide_no_nan, as Keras)
+    assert float(metrics.Precision().result().data) == 0.0
+    with pytest.raises(ValueError, match="Precision 'precision': thresholds must be"):
+        metrics.Precision(thresholds=1.5)
+    with pytest.raises(NotImplementedError, match="top_k and class_id"):
+        metrics.Recall(top_k=2)
+
+
+def test_regression_functions_and_metrics(rng, cpu):
+    """mean_squared_error / mean_absolute_error squeeze (N,) labels against (N, 1) outputs, as Keras 3 (they
+    used to broadcast to (N, N)); the MeanSquaredError/MeanAbsoluteError metrics ("mse"/"mae") average them."""
+    y = rng.normal(size=6).astype(np.float32)
+    p = rng.normal(size=(6, 1)).astype(np.float32)
+    d = y - p[:, 0]
+    np.testing.assert_allclose(np.asarray(losses.mean_squared_error(y, p).data), d ** 2, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(losses.mae(y, p).data), np.abs(d), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(losses.mean_absolute_error(p, p[:, 0]).data), np.zeros(6), atol=0)
+    w = rng.uniform(size=6)
+    for name, want, cls in [("mse", d ** 2, metrics.MeanSquaredError), ("mae", np.abs(d), metrics.MeanAbsoluteError)]:
+        m = metrics.get(name)
+        assert type(m) is cls and m.name == name
+        m.update_state(y[:3], p[:3])
+        m.update_state(y[3:], p[3:])
+        assert float(m.result().data) == pytest.approx(want.mean(), rel=1e-5)
+        weighted = cls()
+        weighted.update_state(y, p, sample_weight=w)
+        assert float(weighted.result().data) == pytest.approx((want * w).sum() / w.sum(), rel=1e-5)
+    assert metrics.MeanSquaredError().name == "mean_squared_error"
+
+
+def test_auc_matches_real_keras(rng, cpu, tmp_path):
+    """keras.metrics.AUC (ROC/PR, the three summations, given thresholds, from_logits, sample weights, two
+    updates) against Keras 3 on JAX."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("keras") is None or importlib.util.find_spec("jax") is None:
+        pytest.skip("real Keras 3 with JAX is not installed (test extra)")
+    d = {"y1": rng.integers(0, 2, size=(40, 1)), "p1": rng.uniform(size=(40, 1)).astype(np.float32),
+         "w1": rng.uniform(size=40).astype(np.float32), "y2": rng.integers(0, 2, size=(25, 1)),
+         "p2": rng.uniform(size=(25, 1)).astype(np.float32)}
+    d["p1"][:20] = np.where(d["y1"][:20] == 1, 0.7, 0.2)  # some signal and ties
+    d["z1"], d["z2"] = np.log(d["p1"] / (1 - d["p1"])), np.log(d["p2"] / (1 - d["p2"]))
+    np.savez(tmp_path / "in.npz", **d)
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
+    env.update(KERAS_HOME=str(tmp_path / "kh"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _AUC_SCRIPT, str(tmp_path), json.dumps(_AUC_CASES)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = json.load(open(tmp_path / "out.json"))
+    for kw, ref in zip(_AUC_CASES, want):
+        m = metrics.AUC(**kw)
+        m.update_state(d["y1"], d["p1"] if not kw.get("from_logits") else d["z1"], sample_weight=d["w1"])
+        m.update_state(d["y2"], d["p2"] if not kw.get("from_logits") else d["z2"])
+        assert float(m.result().data) == pytest.approx(ref, rel=1e-5, abs=1e-6), kw
+    auc = metrics.get("auc")
+    assert type(auc) is metrics.AUC and auc.name == "auc" and len(auc.thresholds) == 200
+    cfg = metrics.AUC(thresholds=[0.3, 0.1]).get_config()
+    assert cfg["thresholds"] == [0.1, 0.3] and cfg["num_thresholds"] == 4
+    with pytest.raises(NotImplementedError, match="multi_label"):
+        metrics.AUC(multi_label=True)
+    with pytest.raises(ValueError, match="curve must be"):
+        metrics.AUC(curve="PRGAIN")
 
 
 def test_accuracy_resolution_as_keras():

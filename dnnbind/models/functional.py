@@ -116,6 +116,13 @@ class Functional(Model):
                                  "operation names should be unique. Give each layer its own name= (or none: an "
                                  "automatic name is unique), so the model can be saved and loaded again.")
 
+    @property
+    def input(self) -> Any:
+        """Keras 3's ``Model.input``: the input tensor, or the list (the dict) of them as given."""
+        if self._input_keys is not None:
+            return dict(zip(self._input_keys, self.inputs))
+        return self.inputs[0] if len(self.inputs) == 1 else list(self.inputs)
+
     @staticmethod
     def _topological_nodes(inputs: list[KerasTensor], outputs: list[KerasTensor]) -> list[Node]:
         """The nodes between ``inputs`` and ``outputs``, each after the nodes it reads (depth-first)."""

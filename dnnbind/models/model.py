@@ -46,6 +46,27 @@ def _is_functional_call(args: tuple, kwargs: dict) -> bool:
     return len(args) >= 2 or (len(args) == 1 and "outputs" in kwargs)
 
 
+def _functional_class() -> type:
+    from .functional import Functional  # deferred: functional.py subclasses this module's Model (DESIGN.md)
+
+    return Functional
+
+
+def _inject_functional(cls: type, functional: type) -> type:
+    """Keras 3's ``inject_functional_model_class``: a subclass of Model whose ``__init__`` calls
+    ``super().__init__(inputs, outputs)`` ("functional subclassing") gets Functional in place of Model in its
+    bases, so it is a Functional model with the subclass's own methods."""
+    if cls is Model:
+        return functional
+    if not issubclass(cls, Model) or issubclass(cls, functional):
+        return cls
+    cls.__bases__ = tuple(_inject_functional(base, functional) for base in cls.__bases__)
+    for memo in ("_legacy_kind", "_keras_build_kind", "_call_params_memo"):  # per-class caches of the old bases
+        if memo in cls.__dict__:
+            delattr(cls, memo)
+    return cls
+
+
 class Model(Trainer, Layer):
     """A model: ``Model(inputs, outputs)`` (functional) or a subclass with ``call`` (see the module).
 
@@ -57,13 +78,18 @@ class Model(Trainer, Layer):
     def __new__(cls, *args: Any, **kwargs: Any) -> "Model":
         if cls is Model and _is_functional_call(args, kwargs):
             # Keras 3: Model(inputs, outputs) is a Functional model
-            from .functional import Functional  # deferred: functional.py subclasses this module's Model
-
-            return Functional.__new__(Functional)
+            functional = _functional_class()
+            return functional.__new__(functional)
         return super().__new__(cls)
 
     def __init__(self, *args: Any, name: str | None = None, trainable: bool = True, dtype: Any = None,
                  **kwargs: Any) -> None:
+        if (args or kwargs) and _is_functional_call(args, kwargs):
+            # a subclass calling super().__init__(inputs=..., outputs=...): it becomes a Functional (Keras 3)
+            functional = _functional_class()
+            _inject_functional(type(self), functional)
+            functional.__init__(self, *args, name=name, trainable=trainable, **kwargs)
+            return
         if args or kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected arguments {list(args) + sorted(kwargs)}; a "
                             "functional model takes Model(inputs, outputs), a subclassed one only name/trainable")
