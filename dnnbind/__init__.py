@@ -3,12 +3,15 @@
 ``import dnnbind`` never touches a CUDA library: the binding layer loads them
 lazily, so the package imports (and the NumPy backend works) on any machine.
 
-Three ways in:
+Four ways in:
 
 * ``dnnbind.Sequential`` / ``dnnbind.Model`` (functional or subclassed) / ``dnnbind.layers``: the
   Keras-like API.
-* ``dnnbind.kernels``: forward and backward ops with one signature for a
-  :class:`dnnbind.cuda.DeviceArray` (cuDNN/cuBLAS) and a NumPy array.
+* ``dnnbind.ops`` (``keras.ops``), ``dnnbind.GradientTape``, custom ``Layer`` s and ``train_step``:
+  differentiable code of your own on the one op-level tape (:mod:`dnnbind.autodiff`).
+* ``dnnbind.kernels``: forward and backward primitives with one signature for a
+  :class:`dnnbind.cuda.DeviceArray` (cuDNN/cuBLAS) and a NumPy array (``dnnbind.ops.<name>`` before;
+  those names warn for one release).
 * ``dnnbind.cuda`` / ``dnnbind.cudnn`` / ``dnnbind.cublas``: the owned runtime
   objects, handles and descriptors, for pipelines of your own.
 """

@@ -1,5 +1,5 @@
 """Argument checks shared by the Keras entry points (``Sequential.compile/fit/evaluate/predict/...``),
-the layer constructors and ``build``, and the Python-level hyper-parameters of ``ops.optim``.
+the layer constructors and ``build``, and the Python-level hyper-parameters of ``kernels.optim``.
 
 Every check runs before any C call or allocation and raises with one message form::
 

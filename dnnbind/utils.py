@@ -3,11 +3,11 @@
 Seeding (as Keras 3): :func:`set_random_seed` seeds Python's ``random``, NumPy's global generator
 and dnnbind's own global seed generator. Everything random that is given no seed draws one from
 that generator with :func:`draw_seed`: an initialiser when it is created, a ``Dropout`` layer when
-it is created, an ``ops.DropoutState`` (hence the cuDNN dropout states) when it is created,
-``ops.random_crop_flip`` per call, and ``fit`` per call for its shuffling. So
+it is created, an ``kernels.DropoutState`` (hence the cuDNN dropout states) when it is created,
+``kernels.random_crop_flip`` per call, and ``fit`` per call for its shuffling. So
 ``set_random_seed(1)``, build and fit model A, ``set_random_seed(1)``, build and fit model B gives
 identical weights when the same draws happen in the same order (with
-``ops.config.deterministic = True`` on the GPU), while two models built without re-seeding differ.
+``kernels.config.deterministic = True`` on the GPU), while two models built without re-seeding differ.
 Until :func:`set_random_seed` is called the generator starts from fresh OS entropy.
 
 This module is a shared leaf (it imports only the standard library and NumPy), so that ``ops``,

@@ -125,7 +125,7 @@ def plan(x_shape, w_shape, padding):
 
 
 def run_gpu(x, w, b, dout, padding, descs, device):
-    """The same block on the GPU: ops + raw cuDNN calls + an NVRTC kernel, timed with events."""
+    """The same block on the GPU: kernels + raw cuDNN calls + an NVRTC kernel, timed with events."""
     from dnnbind import cuda
     from dnnbind._lib import cudnn as capi
 

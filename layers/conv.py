@@ -206,7 +206,7 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         """A training forward of this convolution (no bias, linear activation, float kernel) and of the
         ``BatchNormalization`` ``bn`` after it (then ``activation``) in one op
         (:meth:`BatchNormalization._forward_after_conv`); returns ``bn``'s output. The two layers'
-        backwards are the usual ones. For ``Sequential``'s fusion schedule (:func:`conv_bn_candidates`)."""
+        backwards are the usual ones. For a layer chain's fusion schedule (``models.chain.conv_bn_candidates``)."""
         if self.bias is not None or self.activation.kind is not None or self.quantization_mode is not None:
             raise RuntimeError(f"Conv2D '{self.name}': only a float convolution with no bias and a linear activation "
                                f"fuses with the batch norm after it (use_bias={self.use_bias}, activation="
@@ -221,7 +221,7 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         """This convolution's backward (no bias, linear activation) when its input was the relu'd output of the
         ``BatchNormalization`` ``bn``: the filter gradient as usual, then the data gradient, the relu's and
         ``bn``'s backward in one op (:meth:`BatchNormalization._backward_through_conv`); returns ``bn``'s dx.
-        For ``Sequential``'s fusion schedule."""
+        For a layer chain's fusion schedule (``models/chain.py``)."""
         if self.bias is not None or self.activation.kind is not None or self.quantization_mode is not None:
             raise RuntimeError(f"Conv2D '{self.name}': only a float convolution with no bias and a linear activation "
                                "fuses its backward with the batch norm before it")

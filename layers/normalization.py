@@ -137,7 +137,7 @@ class BatchNormalization(Layer):
     def _forward_fused(self, x, training, activation: str):
         """``forward(x, training)`` followed by ``activation`` (``"relu"``), applied by the batch-norm
         op itself; the next :meth:`backward` takes the gradient w.r.t. the activated output. For
-        ``Sequential``'s fusion schedule, which asks :meth:`_fusable` first."""
+        a layer chain's fusion schedule (``models/chain.py``), which asks :meth:`_fusable` first."""
         if activation != "relu" or not self._fusable(training):
             raise RuntimeError(f"BatchNormalization '{self.name}': cannot fuse activation {activation!r} into a "
                                f"forward with training={training!r} (trainable={self.trainable}, "
@@ -149,7 +149,7 @@ class BatchNormalization(Layer):
         then this batch norm (then ``activation``), through ``kernels.conv2d_batchnorm_forward_training``, which
         may compute the statistics in the convolution's epilogue. Returns this layer's output; the next
         :meth:`backward` is the usual one, its ``dx`` the gradient of the convolution's output. For
-        ``Sequential``'s fusion schedule, which asks :meth:`_fusable` first (and that the layout is NHWC)."""
+        a layer chain's fusion schedule, which asks :meth:`_fusable` first (and that the layout is NHWC)."""
         if not self._fusable(training) or activation not in (None, "relu") or self.layout != "NHWC":
             raise RuntimeError(f"BatchNormalization '{self.name}': cannot take a convolution into a forward with "
                                f"training={training!r} (trainable={self.trainable}, synchronized="
@@ -176,7 +176,7 @@ class BatchNormalization(Layer):
         from the convolution's output gradient ``dy``, down to this layer's input, through
         ``kernels.batchnorm_relu_conv2d_backward`` (on CUDA possibly one cuDNN graph: the data gradient, the relu
         and the batch-norm weight gradients). Fills this layer's grads like :meth:`backward`; returns dx. For
-        ``Sequential``'s fusion schedule, after a forward fused with the relu (:meth:`_forward_fused`)."""
+        a layer chain's fusion schedule, after a forward fused with the relu (:meth:`_forward_fused`)."""
         self._check_backward_through_conv()
         gamma, beta = self._param(self.gamma, 1.0), self._param(self.beta, 0.0)
         return self._finish_backward(*kernels.batchnorm_relu_conv2d_backward(

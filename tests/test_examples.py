@@ -196,7 +196,7 @@ def test_mnist_example_gpu(tmp_path, precision):
 
 @pytest.mark.gpu
 def test_cifar10_example_gpu_device_augmentation(tmp_path):
-    # Device-resident data set, ops.take + ops.random_crop_flip on DeviceArrays, train_on_batch.
+    # Device-resident data set, kernels.take + kernels.random_crop_flip on DeviceArrays, train_on_batch.
     out, accuracy = run_example("cifar10.py", "--synthetic", "--limit", "1024", "--epochs", "4",
                                 "--batch-size", "64", "--base-width", "16", "--device", "cuda",
                                 tmp_path=tmp_path, device="cuda")

@@ -1,4 +1,4 @@
-"""Low-bit inference on the GPU vs the NumPy reference (ops/quantize.py), outputs poisoned (NaN) first.
+"""Low-bit inference on the GPU vs the NumPy reference (kernels/quantize.py), outputs poisoned (NaN) first.
 
 * the quantizers (int8 per row and static, E4M3 bytes and scales, max|x|) agree with NumPy exactly;
 * cuBLASLt: the int8 GEMM is exact against NumPy's int32 product, the FP8 GEMM (A/B scale pointers, bias

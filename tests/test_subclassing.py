@@ -1,7 +1,7 @@
 """Subclassed models (``class Net(keras.Model)`` with ``call``) on the NumPy backend: attribute tracking,
-build on first call, the define-by-run tape's gradients against finite differences in float64 (a layer
-applied twice, a residual sum through a layer), fit, the rule for computations outside layers, and
-weights saving. GPU part: a subclassed model's graph-replayed steps match eager ones.
+build on first call, the op-level tape's gradients against finite differences in float64 (a layer
+applied twice, a residual sum through a layer), fit, keras.ops between layers (differentiated) and raw
+kernels (refused), and weights saving. GPU part: a subclassed model's graph-replayed steps match eager ones.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The gradient all-reduce of a train step, overlapped with backward (torch DDP's reducer).
 
-Backward runs layer by layer in reverse; the model calls :meth:`GradientReducer.layer_done` after
-each layer wrote its weight gradients (``Sequential`` and the tape of functional and subclassed
-models do; a model without the hook still works: :meth:`GradientReducer.finish` then issues every
-bucket after backward). The reducer counts the gradients of each bucket
+The trainer passes :meth:`GradientReducer.weight_done` to the engine's ``gradient(on_leaf=...)``, which
+calls it once per trainable weight as soon as that weight's gradient is final (a layer chain's node
+delivers each layer's weight gradients as soon as that layer's backward made them).
+:meth:`GradientReducer.layer_done` is the same hook per layer (it reads ``layer.grads``); without
+either, :meth:`GradientReducer.finish` issues every bucket after backward. The reducer counts the
+gradients of each bucket
 (:class:`~dnnbind.distribution.planning.BucketSchedule`) and, as soon as a bucket is complete and
 every bucket before it was issued:
 

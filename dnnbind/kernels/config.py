@@ -13,7 +13,8 @@
     activation; ``kernels/_cuda/conv_graph.py``: the plain convolutions; ``kernels/_cuda/conv_bn.py``: conv +
     batch-norm statistics, and the backward of conv(relu(batch norm))); False keeps the legacy calls only.
 ``fuse_layers``
-    let ``Sequential`` fuse adjacent layers in training forwards: a ``BatchNormalization`` followed
+    let a layer chain (``models/chain.py``: a ``Sequential``'s or a functional model's runs of dnnbind's layers)
+    fuse adjacent layers in training forwards: a ``BatchNormalization`` followed
     by a plain relu (``Activation("relu")`` / ``ReLU()``) runs as one batch-norm op with
     ``activation="relu"`` (on CUDA's channels-last path one cuDNN call each way); a plain ``Conv2D``
     (no bias, linear) followed by a ``BatchNormalization`` runs as ``conv2d_batchnorm_forward_training``,

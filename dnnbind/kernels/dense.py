@@ -77,7 +77,7 @@ def dense_backward_input(dy: Any, w: Any, *, out: Any = None, stream: Any = None
 
 
 def dense_backward_weight(x: Any, dy: Any, *, out: Any = None, stream: Any = None) -> Any:
-    """``dw = x.T @ dy`` over all leading axes: ``(in, out)``. (The bias gradient is ``ops.bias_backward(dy)``.)
+    """``dw = x.T @ dy`` over all leading axes: ``(in, out)``. (The bias gradient is ``kernels.bias_backward(dy)``.)
 
     CUDA: ``_cuda.dense.dense_backward_weight(x, dy, out=out, stream=stream)``.
     """

@@ -45,7 +45,7 @@ class DropoutState:
         self.rate = rate
         self.seed = int(seed)
         self.rng = np.random.default_rng(self.seed)
-        #: per-device CUDA state (cuDNN dropout descriptor and its states buffer), owned by ops._cuda.dropout
+        #: per-device CUDA state (cuDNN dropout descriptor and its states buffer), owned by kernels._cuda.dropout
         self.device_states: dict[Any, Any] = {}
 
     def __repr__(self) -> str:

@@ -540,7 +540,7 @@ class PreparedUpdate:
         self._type = type(params[0])
         self._device = getattr(params[0], "device_index", None)
         self._impl_fn = None if self._impl is None else getattr(self._impl, self._op)
-        # kept by the CUDA implementation (ops._cuda.optim): {gradient dtypes: grouping}
+        # kept by the CUDA implementation (kernels._cuda.optim): {gradient dtypes: grouping}
         self._groupings: dict = {}
 
     def matches(self, params: Sequence[Any], *states: Any, **hyper: Any) -> bool:

@@ -4,7 +4,7 @@ Quantized weights use the "TN" layout cuBLASLt's int8 and FP8 kernels need: ``(o
 (the reduction axis contiguous), one row per output channel, which is also a convolution's internal
 KRSC/KCRS kernel flattened to ``(filters, kh * kw * in)``. The definitions (scales, rounding,
 saturation) are :mod:`dnnbind.quantizers`'; each op's NumPy implementation below is the reference the
-CUDA one (``ops._cuda.quant``) is tested against.
+CUDA one (``kernels._cuda.quant``) is tested against.
 
 * ``int8_dense_forward``: ``x`` quantized per row (``input_scale=None``: dynamic abs-max, one scale per
   row) or per tensor (``input_scale``: a calibrated ``(1,)`` float32 quantize scale); int8 x int8 products
@@ -299,7 +299,7 @@ def int4_dense_forward(x: Any, kernel: Any, kernel_scale: Any, bias: Any = None,
                        group_size: int = Q.DEFAULT_INT4_GROUP_SIZE, out: Any = None, stream: Any = None) -> Any:
     """``x (rows, in) @ dequant(kernel).T (+ bias)`` with a packed int4 ``(out, ceil(in / 2))`` weight and
     float32 ``(out, ceil(in / group_size))`` scales; ``x`` is not quantized. CUDA: dequantize to ``x``'s dtype
-    then cuBLAS, or one fused NVRTC kernel (``ops._cuda.quant.INT4_PATH``)."""
+    then cuBLAS, or one fused NVRTC kernel (``kernels._cuda.quant.INT4_PATH``)."""
     op = "int4_dense_forward"
     x = as_array(x)
     _check_x(op, x)

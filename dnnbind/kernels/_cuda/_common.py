@@ -62,7 +62,7 @@ def config():
 
 
 # ------------------------------------------------------------------------ streams and handles
-# This room is imported only when an op runs on a DeviceArray (ops._dispatch imports it by name),
+# This room is imported only when an op runs on a DeviceArray (kernels._dispatch imports it by name),
 # so it imports the CUDA rooms at its top: importing dnnbind.kernels alone still never touches them.
 
 

@@ -186,7 +186,7 @@ def _size_key(device: int, x: Any, fused: bool = False) -> tuple:
 
 
 def _relu_desc() -> cudnn.ActivationDescriptor:
-    # the descriptor ops.activation_forward uses for relu (NaN propagated): one cached object
+    # the descriptor kernels.activation_forward uses for relu (NaN propagated): one cached object
     return _act_desc("relu", None)
 
 

@@ -278,7 +278,7 @@ class _CastPlan:
 
 
 def _cast_entry(xs: Sequence[Any], dt: np.dtype, stream, tables: "UpdateTables | None", owner: Any) -> tuple:
-    """(device table, plan) for casting ``xs`` to ``dt``: ``owner``'s (an ``ops.elementwise.CastMany``,
+    """(device table, plan) for casting ``xs`` to ``dt``: ``owner``'s (an ``kernels.elementwise.CastMany``,
     which holds ``xs``, so the addresses in its table stay theirs), else kept in ``tables`` by the
     sources' addresses and shapes (a hit is right whatever lives at those addresses now: the table
     holds nothing else). While ``stream`` is captured nothing is looked up or kept (see UpdateTables)."""
@@ -313,7 +313,7 @@ def cast_many(xs: Sequence[Any], dtype: Any, *, tables: "UpdateTables | None" = 
               owner: Any = None) -> list:
     """Every array of ``xs`` (one float dtype, contiguous) converted to float ``dtype`` by one
     launch; the results are views of one new allocation, each at a 256-byte boundary. ``owner``:
-    the ``ops.elementwise.CastMany`` holding ``xs`` (it keeps their table)."""
+    the ``kernels.elementwise.CastMany`` holding ``xs`` (it keeps their table)."""
     s = cm.stream_of(stream)
     dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
     table, plan = _cast_entry(xs, dt, s, tables, owner)

@@ -206,7 +206,7 @@ def _prepare(params: list, grads: list, states: list, stream, tables: "UpdateTab
              prepared: Any = None) -> dict:
     """{group key: (params, grads, states, (table, ntensors, nchunks, chunk))}: one table per dtype
     group, shared by the clipping reduction and the update. ``prepared`` (an
-    ``ops.optim.PreparedUpdate`` of these parameters and states) keeps, per tuple of gradient
+    ``kernels.optim.PreparedUpdate`` of these parameters and states) keeps, per tuple of gradient
     dtypes, the grouping (gradient indices, parameter and state lists) and each group's static key."""
     tables = _tables_for(tables, params)
     if prepared is None:

@@ -1,4 +1,4 @@
-// Low-bit inference kernels (ops/quantize.py): activation quantizers, GEMM epilogues, weight dequantizers
+// Low-bit inference kernels (kernels/quantize.py): activation quantizers, GEMM epilogues, weight dequantizers
 // and a fused int4 GEMM. Every scale and rounding step is the float32 operation dnnbind/quantizers.py
 // defines (explicit __f*_rn intrinsics: no contraction into FMAs), so the quantizers match NumPy bit for bit.
 // Suffixes: f32 / f16 / bf16 = the activation (and output) type.

@@ -16,7 +16,7 @@
 * int4 (weight-only): ``INT4_PATH = "dequantize"`` (default) writes the weight in the input dtype
   (``dequant_int4``) for a cuBLAS GEMM; ``"fused"`` runs ``int4_gemm``, one NVRTC kernel that dequantizes
   tiles in shared memory (no weight-sized temporary; slower at large batches). ``benchmarks/quantize.py``
-  measures both. The switch is part of ``ops.config.capture_key()``.
+  measures both. The switch is part of ``kernels.config.capture_key()``.
 
 Nothing here reads a device value on the host: the activation scales stay on the device, so the ops
 may be captured into a CUDA graph (temporaries die with the call).

@@ -3,7 +3,7 @@
 
 The draw counter of a :class:`dnnbind.kernels.DropoutState` on a device is a one-element int64
 DeviceArray in ``state.device_states[("spatial", device)]`` (the cuDNN dropout states of
-``ops._cuda.dropout`` use the plain device index as key). It is made, zeroed, on the first
+``kernels._cuda.dropout`` use the plain device index as key). It is made, zeroed, on the first
 eager call; a CUDA-graph capture cannot make it (it would be graph memory outliving the
 capture), so capturing before one eager call raises.
 """
