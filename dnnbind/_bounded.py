@@ -17,7 +17,8 @@ the read stops at the first limit passed, before the bytes are kept:
   bound in :mod:`zipfile`).
 
 Every limit can be raised for a file you trust: an argument (``ReadLimits(max_ratio=1000)`` given as
-``limits=`` to ``load_model``/``load_weights``) or the environment (``DNNBIND_READ_MAX_BYTES``,
+``limits=`` to ``load_model``, ``Model.load_weights``, ``saving.load_weights`` or the data sets'
+``load_data``) or the environment (``DNNBIND_READ_MAX_BYTES``,
 ``DNNBIND_READ_MAX_TOTAL_BYTES``, ``DNNBIND_READ_MAX_RATIO``, ``DNNBIND_READ_MAX_JSON_BYTES``,
 ``DNNBIND_READ_MAX_JSON_DEPTH``; ``inf`` lifts the ratio), in that order of precedence. Going over one
 raises :class:`dnnbind.errors.ReadLimitError` naming the file, the limit and both spellings.

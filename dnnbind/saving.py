@@ -6,7 +6,8 @@
   (dnnbind's zip, with the optimizer state) or a checkpoint directory;
 * ``atomic_write`` / ``remove_stale_temporaries``: the crash-safe writing every save uses;
 * ``ReadLimits`` / ``ReadLimitError``: how much an untrusted file may make a load read (sizes,
-  compression ratio, JSON depth), as ``limits=`` of ``load_model``/``load_weights`` or the
+  compression ratio, JSON depth), as ``limits=`` of ``load_model``/``load_weights`` (and
+  ``Model.load_weights``, the data sets' ``load_data``) or the
   ``DNNBIND_READ_*`` environment (:mod:`dnnbind._bounded`).
 
 The formats, their checks and their crash safety are described in :mod:`dnnbind.saving_lib`. This

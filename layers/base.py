@@ -22,6 +22,7 @@ Weights live on the layer's device in an internal layout chosen for speed; ``get
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import math
@@ -45,6 +46,8 @@ from dnnbind.autodiff.variable import Variable
 from dnnbind.backend import Device
 from dnnbind.mixed_precision import Policy, global_policy
 from dnnbind.ops import _core as _ops_core
+
+from . import _state_guard
 
 __all__ = ["Layer", "Weight", "ActivationFn", "register", "deserialize", "get_layer_class", "is_symbolic",
            "unique_name", "split_batch", "cast_generation", "release_pending_state", "pending_mark", "applied_twice"]
@@ -187,6 +190,8 @@ def structure_version() -> int:
 def _bump_structure() -> None:
     _structure[0] += 1
 
+
+_NO_WATCH = contextlib.nullcontext()
 
 # ----- the call context: training propagates from an outer call to the calls inside it ---------------
 _ctx = threading.local()
@@ -625,6 +630,7 @@ class Layer:
         w.constraint = self._policy_for(name, "constraint")
         self._weights.append(w)
         _bump_structure()
+        _state_guard.note_weight(w)
         return w
 
     def _check_weight_size(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -977,7 +983,8 @@ class Layer:
         elif "mask" not in call_params:
             kwargs.pop("mask", None)
         mixed = self.dtype_policy.compute_dtype != self.dtype_policy.variable_dtype and self.autocast
-        with _CallContext(training):
+        # from its second call on, a layer's call may not create or assign state (_state_guard)
+        with _state_guard.CallWatch(self, structure_version) if outermost else _NO_WATCH, _CallContext(training):
             if mixed:
                 with _ops_core.autocast_scope(self._effective_compute_dtype()):
                     outputs = self.call(*args, **kwargs)

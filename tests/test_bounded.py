@@ -262,3 +262,68 @@ def test_a_datasets_npz_header_must_match_its_bytes(tmp_path):
     with pytest.raises(keras.datasets.DatasetFormatError,
                        match=r"x_train\.npy: its header declares shape \(9999999999,\) .* but it holds 12 data bytes"):
         keras.datasets.mnist.load_data(path=tmp_path / "mnist.npz")
+
+
+def _idx_gz(path, shape, type_byte=0x08) -> None:
+    """An IDX file of zeros (MNIST's layout), gzipped: zeros compress about 1000:1."""
+    head = struct.pack(">HBB", 0, type_byte, len(shape)) + b"".join(struct.pack(">I", d) for d in shape)
+    path.write_bytes(gzip.compress(head + bytes(int(np.prod(shape))), 9))
+
+
+def test_model_load_weights_and_the_data_sets_take_limits_by_argument_and_environment(tmp_path, monkeypatch):
+    """Every reader of untrusted files takes ``limits=`` (a ReadLimits or a dict) and the environment:
+    Model.load_weights (Keras's load_weights(filepath, ...) plus the keyword), MNIST's IDX files and
+    CIFAR-10's archive, each refused by default (zeros compress far past the ratio) and read with the
+    limit raised either way."""
+    model = keras.Sequential([keras.Input((512,)), layers.Dense(2048, kernel_initializer="zeros"), layers.Dense(2)])
+    model.save(tmp_path / "plain.dnnbind")
+    packed = tmp_path / "packed.dnnbind"
+    with zipfile.ZipFile(tmp_path / "plain.dnnbind") as src, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as dst:
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+    with pytest.raises(ReadLimitError, match="max_ratio=100"):
+        model.load_weights(packed)
+    model.load_weights(packed, limits=saving.ReadLimits(max_ratio=float("inf")))
+    model.load_weights(packed, limits={"max_ratio": 10_000})
+    with pytest.raises(ReadLimitError, match=r"model\.safetensors is [\d,]+ bytes .* max_bytes=4,096"):
+        model.load_weights(tmp_path / "plain.dnnbind", limits={"max_bytes": 4096})
+    with pytest.raises(TypeError, match="limits must be a dnnbind.saving.ReadLimits"):
+        model.load_weights(packed, limits=100)
+
+    mnist, cifar10 = keras.datasets.mnist, keras.datasets.cifar10
+    for prefix, n in (("train", 2000), ("t10k", 2000)):
+        _idx_gz(tmp_path / f"{prefix}-images-idx3-ubyte.gz", (n, 28, 28))
+        _idx_gz(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", (n,))
+    with pytest.raises(ReadLimitError, match=r"t10k-images-idx3-ubyte\.gz expands .* max_ratio=100"):
+        mnist.load_subset("test", data_dir=tmp_path)
+    (x_train, _), (x_test, y_test) = mnist.load_data(data_dir=tmp_path, limits={"max_ratio": float("inf")})
+    assert x_train.shape == x_test.shape == (2000, 28, 28) and y_test.shape == (2000,)
+    assert mnist.load_subset("test", data_dir=tmp_path, limits=ReadLimits(max_ratio=1e6))[0].shape == (2000, 28, 28)
+    assert mnist.load_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", limits={"max_bytes": 4096}).shape == (2000,)
+
+    records = bytes(cifar10._RECORD * 400)  # 1.2 MB of zeros per batch
+    archive = tmp_path / "cifar" / cifar10.ARCHIVE.filename
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in (*cifar10.TRAIN_FILES, cifar10.TEST_FILE):
+            info = tarfile.TarInfo(f"{cifar10.MEMBER_DIR}/{name}")
+            info.size = len(records)
+            tar.addfile(info, io.BytesIO(records))
+    with pytest.raises(ReadLimitError, match=r"cifar-10-binary\.tar\.gz expands .* max_ratio=100"):
+        cifar10.load_data(data_dir=archive.parent)
+    (x_train, _), (x_test, _) = cifar10.load_data(data_dir=archive.parent, limits={"max_ratio": float("inf")})
+    assert x_train.shape == (2000, 32, 32, 3) and x_test.shape == (400, 32, 32, 3)
+    with pytest.raises(ReadLimitError, match=r"max_total_bytes=2,097,152"):
+        cifar10.load_data(data_dir=archive.parent, limits={"max_ratio": float("inf"), "max_total_bytes": 2 * MiB})
+
+    monkeypatch.setenv("DNNBIND_READ_MAX_RATIO", "inf")  # the environment reaches every one of them
+    model.load_weights(packed)
+    assert mnist.load_data(data_dir=tmp_path)[0][0].shape == (2000, 28, 28)
+    assert cifar10.load_data(data_dir=archive.parent)[1][0].shape == (400, 32, 32, 3)
+    monkeypatch.setenv("DNNBIND_READ_MAX_BYTES", "4096")
+    with pytest.raises(ReadLimitError, match="max_bytes=4,096.*DNNBIND_READ_MAX_BYTES"):
+        mnist.load_subset("test", data_dir=tmp_path)
+    with pytest.raises(ReadLimitError, match="max_bytes=4,096.*DNNBIND_READ_MAX_BYTES"):
+        cifar10.load_data(data_dir=archive.parent)
+    # an argument wins over the environment
+    assert cifar10.load_data(data_dir=archive.parent, limits={"max_bytes": 10 * MiB})[1][0].shape == (400, 32, 32, 3)

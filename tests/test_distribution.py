@@ -252,6 +252,19 @@ def test_the_store_admits_only_clients_holding_the_token():
             raw.sendall(b'{"op": "set", "key": "dnnbind/failure", "value": "00"}\n')
             assert json.loads(raw.makefile("rb").readline()) == {"ok": False, "error": "token"}
         assert server.check("dnnbind/failure") is None
+        # a hello nested 1000 deep (it fits the handshake's 1 KiB) is refused the same way: it used to end
+        # the connection's thread in a RecursionError traceback, unanswered
+        thread_errors = []
+        hook, threading.excepthook = threading.excepthook, lambda args: thread_errors.append(args.exc_type)
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+                reader = raw.makefile("rb")
+                reader.readline()
+                raw.sendall(b"[" * 1000 + b"\n")
+                assert json.loads(reader.readline()) == {"ok": False, "error": "token"}
+        finally:
+            threading.excepthook = hook
+        assert thread_errors == []
         client = dd.TCPStore("127.0.0.1", server.port, timeout=5, token="job-secret")
         client.set("k", b"v")
         assert server.get("k", 1) == b"v"

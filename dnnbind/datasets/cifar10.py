@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._bounded import BoundedReader
+from .._bounded import BoundedReader, ReadLimits
 from .download import DatasetFormatError, RemoteFile, fetch_all
 
 __all__ = ["load_data", "parse_records", "ARCHIVE", "MIRRORS", "TRAIN_FILES", "TEST_FILE", "CLASS_NAMES"]
@@ -56,12 +56,12 @@ def parse_records(data: bytes, source: str = "<bytes>") -> tuple[np.ndarray, np.
     return images, labels
 
 
-def _read_archive(path: Path) -> dict[str, bytes]:
+def _read_archive(path: Path, limits: "ReadLimits | dict | None" = None) -> dict[str, bytes]:
     """The batches, read in one pass of the gzip stream (decompressed within the read limits, each
     member's declared size checked before it is read)."""
     wanted = {f"{MEMBER_DIR}/{name}": name for name in (*TRAIN_FILES, TEST_FILE)}
     found: dict[str, bytes] = {}
-    reader = BoundedReader()
+    reader = BoundedReader(limits)
     try:
         with open(path, "rb") as raw, reader.inflating(raw, str(path)) as stream, \
                 tarfile.open(fileobj=stream, mode="r|") as tar:
@@ -81,37 +81,40 @@ def _read_archive(path: Path) -> dict[str, bytes]:
     return found
 
 
-def _read_directory(directory: Path) -> dict[str, bytes]:
+def _read_directory(directory: Path, limits: "ReadLimits | dict | None" = None) -> dict[str, bytes]:
     for base in (directory / MEMBER_DIR, directory):
         if all((base / n).is_file() for n in (*TRAIN_FILES, TEST_FILE)):
-            reader = BoundedReader()
+            reader = BoundedReader(limits)
             return {n: reader.read_file(base / n) for n in (*TRAIN_FILES, TEST_FILE)}
     archive = directory / ARCHIVE.filename
     if archive.is_file():
-        return _read_archive(archive)
+        return _read_archive(archive, limits)
     raise FileNotFoundError(
         f"cifar10: {directory.resolve()} holds neither {ARCHIVE.filename}, nor the files "
         f"{', '.join(TRAIN_FILES)}, {TEST_FILE} (directly or in {MEMBER_DIR}/). Download "
         f"{MIRRORS[0]}{ARCHIVE.filename} (the binary version, md5 {ARCHIVE.md5}).")
 
 
-def load_data(data_dir: str | os.PathLike | None = None):
+def load_data(data_dir: str | os.PathLike | None = None, *, limits: "ReadLimits | dict | None" = None):
     """Load CIFAR-10 as ``(x_train, y_train), (x_test, y_test)``, as Keras does.
 
     Args:
         data_dir: a directory holding ``cifar-10-binary.tar.gz``, or its extracted
             ``cifar-10-batches-bin/`` folder, or the six ``.bin`` files themselves.
             Without it the archive is downloaded once into the cache.
+        limits: how much the files may make this process read (:class:`dnnbind.saving.ReadLimits`
+            or a dict of its fields; default: the ``DNNBIND_READ_*`` environment, else the
+            built-in limits: see :mod:`dnnbind._bounded`); over them, ``ReadLimitError``.
 
     Returns:
         uint8 images (N, 32, 32, 3) channels_last, uint8 labels (N, 1).
     """
     if data_dir is not None:
-        blobs = _read_directory(Path(data_dir))
+        blobs = _read_directory(Path(data_dir), limits)
         source = str(Path(data_dir))
     else:
         archive = fetch_all([ARCHIVE], MIRRORS, "cifar10", dataset="CIFAR-10")[0]
-        blobs = _read_archive(archive)
+        blobs = _read_archive(archive, limits)
         source = str(archive)
     parts = [parse_records(blobs[n], f"{source}:{n}") for n in TRAIN_FILES]
     x_train = np.concatenate([p[0] for p in parts])

@@ -143,9 +143,10 @@ def find_files(data_dir: str | os.PathLike, subset: str) -> tuple[Path, Path] | 
     return found[0], found[1]
 
 
-def _read_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.ndarray]:
-    images = load_idx(images_path)
-    labels = load_idx(labels_path)
+def _read_pair(images_path: Path, labels_path: Path,
+               limits: "ReadLimits | dict | None" = None) -> tuple[np.ndarray, np.ndarray]:
+    images = load_idx(images_path, limits=limits)
+    labels = load_idx(labels_path, limits=limits)
     if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != (28, 28):
         raise DatasetFormatError(
             f"{images_path}: expected uint8 images of shape (N, 28, 28), "
@@ -161,12 +162,13 @@ def _read_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.nda
     return images, labels
 
 
-def load_subset(subset: str, data_dir: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+def load_subset(subset: str, data_dir: str | os.PathLike | None = None, *,
+                limits: "ReadLimits | dict | None" = None) -> tuple[np.ndarray, np.ndarray]:
     """Load only ``"train"`` or ``"test"`` as ``(images, labels)``.
 
     With ``data_dir`` the files are read from there (useful when, say, only the
     ``t10k-*`` test files are at hand); without it they come from the cache,
-    downloading them if needed.
+    downloading them if needed. ``limits``: as :func:`load_data`'s.
     """
     if subset not in _PREFIX:
         raise ValueError(f"mnist subset must be 'train' or 'test', got {subset!r}")
@@ -176,10 +178,10 @@ def load_subset(subset: str, data_dir: str | os.PathLike | None = None) -> tuple
             names = " and ".join(FILES[f"{subset}_{k}"].filename for k in ("images", "labels"))
             raise FileNotFoundError(
                 f"mnist: {names} (gzipped or not) not found in {Path(data_dir).resolve()}")
-        return _read_pair(*pair)
+        return _read_pair(*pair, limits=limits)
     specs = [FILES[f"{subset}_images"], FILES[f"{subset}_labels"]]
     images_path, labels_path = fetch_all(specs, MIRRORS, "mnist", dataset="MNIST")
-    return _read_pair(images_path, labels_path)
+    return _read_pair(images_path, labels_path, limits=limits)
 
 
 def _npy_array(data: bytes, what: str) -> np.ndarray:
@@ -250,7 +252,7 @@ def _fallback_notice(error: DownloadError) -> str:
 
 
 def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None, *,
-              fallback: bool = True):
+              fallback: bool = True, limits: "ReadLimits | dict | None" = None):
     """Load MNIST as ``(x_train, y_train), (x_test, y_test)``, as Keras does.
 
     Args:
@@ -262,6 +264,9 @@ def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike
         fallback: when the download fails (no network), print one line to stderr and return
             :func:`load_embedded` (8,000 training and 2,000 test digits from the shipped MNIST
             test set) instead of raising :class:`~dnnbind.datasets.DownloadError`.
+        limits: how much each file may make this process read (:class:`dnnbind.saving.ReadLimits`
+            or a dict of its fields; default: the ``DNNBIND_READ_*`` environment, else the
+            built-in limits: see :mod:`dnnbind._bounded`); over them, ``ReadLimitError``.
 
     Without ``path``/``data_dir``, the files are downloaded once into the cache (see module docs).
 
@@ -276,7 +281,7 @@ def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike
         if path.is_dir():
             data_dir = path
         elif path.suffix == ".npz" and path.is_file():
-            return _load_npz(path)
+            return _load_npz(path, limits)
         else:
             raise FileNotFoundError(
                 f"mnist.load_data: path={str(path)!r} is neither a directory of IDX files "
@@ -289,15 +294,15 @@ def load_data(path: str | os.PathLike | None = None, data_dir: str | os.PathLike
                 "Put train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz there too, or "
                 "use mnist.load_subset('test', data_dir=...) and split it yourself "
                 "(examples/mnist.py does this automatically).")
-        return load_subset("train", directory), load_subset("test", directory)
+        return load_subset("train", directory, limits=limits), load_subset("test", directory, limits=limits)
     specs = [FILES[k] for k in ("train_images", "train_labels", "test_images", "test_labels")]
     if not fallback:
         # All four at once, so that an offline error lists every file that is missing.
         paths = fetch_all(specs, MIRRORS, "mnist", dataset="MNIST")
-        return _read_pair(paths[0], paths[1]), _read_pair(paths[2], paths[3])
+        return _read_pair(paths[0], paths[1], limits), _read_pair(paths[2], paths[3], limits)
     try:
         paths = fetch_all(specs, MIRRORS, "mnist", dataset="MNIST", timeout=_FALLBACK_TIMEOUT, fail_fast=True)
     except DownloadError as exc:
         print(_fallback_notice(exc), file=sys.stderr)
         return load_embedded()
-    return _read_pair(paths[0], paths[1]), _read_pair(paths[2], paths[3])
+    return _read_pair(paths[0], paths[1], limits), _read_pair(paths[2], paths[3], limits)

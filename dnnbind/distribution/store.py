@@ -86,7 +86,7 @@ def _hello_reply(line: "bytes | None") -> dict:
     """A handshake line as a dict ({} when it is not one)."""
     try:
         message = json.loads(line) if line else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # a handshake line nested ~1000 deep fits its 1 KiB
         return {}
     return message if isinstance(message, dict) else {}
 

@@ -633,10 +633,14 @@ class Model(Trainer, Layer):
         """The weights to a file (see :func:`dnnbind.saving.save_weights`)."""
         saving_lib.save_weights(self, filepath, overwrite=overwrite)
 
-    def load_weights(self, filepath: "str | os.PathLike") -> None:
+    def load_weights(self, filepath: "str | os.PathLike", *,
+                     limits: "saving_lib.ReadLimits | dict | None" = None) -> None:
         """Weights from :meth:`save_weights`' file; all are checked (names, shapes, float dtypes) before
-        any is written, so a failed call changes no weight. Unused tensors are named in a warning."""
-        saving_lib.load_weights(self, filepath)
+        any is written, so a failed call changes no weight. Unused tensors are named in a warning.
+        ``limits``: how much the file may make this process read (:class:`dnnbind.saving.ReadLimits`, or a
+        dict of its fields; default: the ``DNNBIND_READ_*`` environment, else the built-in limits), as
+        :func:`dnnbind.saving.load_weights` and ``load_model`` take it."""
+        saving_lib.load_weights(self, filepath, limits=limits)
 
     def save(self, filepath: "str | os.PathLike", overwrite: bool = True, include_optimizer: bool = True) -> None:
         """The whole model (config, weights, compile config, optimizer state); see :func:`dnnbind.saving.save_model`."""
