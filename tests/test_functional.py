@@ -441,3 +441,44 @@ def test_fit_validation_calls_the_test_hooks(cpu, rng):
         assert block[:3] == ["test_begin", "test_batch_0", "test_batch_1"]
         # on_test_end gets the validation logs that the epoch reports as val_*
         assert block[3][0] == "test_end" and block[4][0] == "epoch_end" and block[3][1] == block[4][1]
+
+
+class _StepCounting(keras.Model):
+    """A subclass used functionally (keras.io's CustomModel(inputs, outputs)) with its own train_step."""
+
+    def train_step(self, data):
+        x, y = data
+        with GradientTape() as tape:
+            loss = self.compute_loss(y=y, y_pred=self(x, training=True))
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+        self.steps_seen = getattr(self, "steps_seen", 0) + 1
+        return {"loss": loss}
+
+
+class _Pair(keras.Model):
+    """A subclass taking two positional arguments of its own (keras.io's VAE(encoder, decoder))."""
+
+    def __init__(self, first, second, **kwargs):
+        super().__init__(**kwargs)
+        self.first, self.second = first, second
+
+    def call(self, x):
+        return self.second(self.first(x))
+
+
+def test_a_subclass_called_with_inputs_and_outputs_is_functional_with_its_own_methods(cpu, rng):
+    # regression: CustomModel(inputs, outputs) raised "unexpected arguments"; Keras 3 builds a functional
+    # model whose train_step is the subclass's
+    inputs = keras.Input((3,))
+    model = _StepCounting(inputs, layers.Dense(1)(inputs), name="counting")
+    assert isinstance(model, Functional) and isinstance(model, _StepCounting) and model.name == "counting"
+    assert type(model).__name__ == "_StepCounting" and len(model.layers) == 2
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert model.steps_seen == 2
+    # the choice is made on the arguments Model.__init__ gets: two positional arguments of the subclass's
+    # own __init__ (super().__init__(**kwargs)) keep it a subclassed model
+    pair = _Pair(layers.Dense(2), layers.Dense(1))
+    assert not isinstance(pair, Functional)
+    assert pair(x).shape == (8, 1)

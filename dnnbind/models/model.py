@@ -44,6 +44,20 @@ def _is_functional_call(args: tuple, kwargs: dict) -> bool:
     return len(args) >= 2 or (len(args) == 1 and "outputs" in kwargs)
 
 
+_FUNCTIONAL_SUBCLASSES: dict = {}
+
+
+def _functional_subclass(cls: type, functional: type) -> type:
+    """``cls`` with Functional's graph machinery under it (Keras 3 injects Functional into the bases the
+    same way): the subclass's own methods (``train_step``, ``compute_loss``, ``__init__``) come first,
+    ``super().__init__(inputs, outputs)`` reaches ``Functional.__init__``. One class per ``cls``."""
+    made = _FUNCTIONAL_SUBCLASSES.get(cls)
+    if made is None:
+        made = type(cls.__name__, (cls, functional), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        _FUNCTIONAL_SUBCLASSES[cls] = made
+    return made
+
+
 class Model(Trainer, Layer):
     """A model: ``Model(inputs, outputs)`` (functional) or a subclass with ``call`` (see the module).
 
@@ -62,6 +76,17 @@ class Model(Trainer, Layer):
 
     def __init__(self, *args: Any, name: str | None = None, trainable: bool = True, dtype: Any = None,
                  **kwargs: Any) -> None:
+        if _is_functional_call(args, kwargs):
+            # Keras 3: a subclass that hands Model.__init__ (inputs, outputs) is a functional model with the
+            # subclass's own methods (keras.io's CustomModel(inputs, outputs) with its train_step). Decided on
+            # the arguments Model.__init__ gets, as Keras does: VAE(encoder, decoder), whose __init__ calls
+            # super().__init__(**kwargs), stays a subclassed model.
+            from .functional import Functional  # deferred: functional.py subclasses this module's Model
+
+            if not isinstance(self, Functional):
+                self.__class__ = _functional_subclass(type(self), Functional)
+            Functional.__init__(self, *args, name=name, trainable=trainable, **kwargs)
+            return
         if args or kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected arguments {list(args) + sorted(kwargs)}; a "
                             "functional model takes Model(inputs, outputs), a subclassed one only name/trainable")
