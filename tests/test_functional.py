@@ -482,3 +482,42 @@ def test_a_subclass_called_with_inputs_and_outputs_is_functional_with_its_own_me
     pair = _Pair(layers.Dense(2), layers.Dense(1))
     assert not isinstance(pair, Functional)
     assert pair(x).shape == (8, 1)
+
+
+class _Affine(layers.Layer):
+    """A user's layer whose get_config leaves out name (keras.io's functional_api CustomDense)."""
+
+    def __init__(self, units=2):
+        super().__init__()
+        self.units = units
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], self.units), initializer="random_normal")
+
+    def call(self, inputs):
+        return keras.ops.matmul(inputs, self.w)
+
+    def get_config(self):
+        return {"units": self.units}
+
+
+def test_model_from_config_rebuilds_a_functional_config_with_custom_objects(cpu, rng):
+    # regression: keras.Model.from_config(config, custom_objects=...) called Model(**config) and failed; a
+    # layer whose config has no name could not be found in the graph
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, layers.Dense(2)(_Affine(4)(inputs)))
+    again = keras.Model.from_config(model.get_config(), custom_objects={"_Affine": _Affine})
+    assert isinstance(again, Functional) and again.output_shape == (None, 2)
+    again.set_weights(model.get_weights())
+    x = rng.normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(again.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+    with pytest.raises(TypeError, match="custom_objects must be a dict"):
+        Functional.from_config(model.get_config(), custom_objects=[_Affine])
+
+
+def test_a_static_batch_size_input_feeds_built_in_layers(cpu, rng):
+    # regression: Input(batch_shape=(4, 6, 3)) made Conv1D see a sample shape (4, 6, 3)
+    inputs = keras.Input(batch_shape=(4, 6, 3))
+    model = keras.Model(inputs, layers.Dense(1)(layers.Conv1D(2, 3)(inputs)))
+    assert model.output_shape[1:] == (4, 1)
+    assert model.predict(rng.normal(size=(4, 6, 3)).astype(np.float32), batch_size=4, verbose=0).shape == (4, 4, 1)

@@ -630,7 +630,13 @@ class Model(Trainer, Layer):
         return {"name": self.name, "trainable": self.trainable}
 
     @classmethod
-    def from_config(cls, config: dict, **kwargs: Any) -> "Model":
+    def from_config(cls, config: dict, custom_objects: "dict | None" = None, **kwargs: Any) -> "Model":
+        """``cls(**config)``; a functional model's config (``layers``, ``input_layers``, ``output_layers``)
+        is rebuilt as a graph, as Keras 3's ``Model.from_config`` does."""
+        if isinstance(config, dict) and {"layers", "input_layers", "output_layers"} <= set(config):
+            from .functional import Functional  # deferred: functional.py subclasses this module's Model
+
+            return Functional.from_config(config, custom_objects=custom_objects, **kwargs)
         return cls(**config)
 
     def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
