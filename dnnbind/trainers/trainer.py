@@ -1165,7 +1165,11 @@ class Trainer:
                              f"{'' if len(names) == 1 else f' for output {names[i]!r}'}; x and y must have the "
                              "same length")
         who = f"{owner}: " if len(names) == 1 else f"{owner}: output '{names[i]}': "
-        arr = self._losses[i].prepare_labels(arr, self._output_shapes()[i], owner=who)
+        loss = self._losses[i]
+        # no compiled loss: the targets go to the custom step as given, so the output shape is not needed (a
+        # GAN with no call() has none)
+        shape = None if isinstance(loss, _NoLoss) else self._output_shapes()[i]
+        arr = loss.prepare_labels(arr, shape, owner=who)
         _validate.finite_array(arr, "y" if len(names) == 1 else f"y['{names[i]}']", f"{owner}: {what}",
                                hint="clean the targets first")
         return arr
