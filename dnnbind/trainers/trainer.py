@@ -688,6 +688,7 @@ class Trainer:
         outs = self._run_forward(xs, training=training, logits=fused)
         n = int(xs[0].shape[0])
         total = None
+        ys = list(ys or ())  # fit(x) without targets: a model whose loss comes from add_loss only
         n_targets = sum(loss is not None for loss in self._losses)
         targets = iter(ys[:n_targets])
         weights = iter(ys[n_targets:]) if len(ys) > n_targets else None
@@ -695,7 +696,7 @@ class Trainer:
         for i, (out, loss) in enumerate(zip(outs, self._losses)):
             if loss is None:
                 continue
-            y = next(targets)
+            y = next(targets, None)
             sw = None if weights is None else next(weights)
             if isinstance(loss, _NoLoss):
                 continue
