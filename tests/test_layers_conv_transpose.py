@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 import zlib
 
 import numpy as np
@@ -186,3 +187,19 @@ def test_wrong_rank_input_names_the_layer():
     layer = layers.Conv2DTranspose(2, 3, name="up")
     with pytest.raises(ValueError, match=r"Conv2DTranspose 'up' expects 4-d inputs.*\(2, 5, 3\)"):
         layer(np.zeros((2, 5, 3), np.float32))
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".dnnbind"])
+def test_a_model_with_transposed_convolutions_saves_and_loads(rng, tmp_path, suffix):
+    inputs = keras.Input((4, 4, 2))
+    x = layers.Conv2DTranspose(3, 3, strides=2, padding="same", activation="relu")(inputs)
+    outputs = layers.Conv1DTranspose(2, 2, strides=2)(layers.Reshape((64, 3))(x))
+    model = keras.Model(inputs, outputs)
+    path = tmp_path / f"m{suffix}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # .keras files keep no optimizer state (not compiled here)
+        model.save(path)
+    loaded = keras.models.load_model(path)
+    x = rng.normal(size=(2, 4, 4, 2)).astype(np.float32)
+    assert loaded.output_shape == (None, 128, 2)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
