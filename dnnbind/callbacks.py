@@ -89,8 +89,16 @@ class Callback:
     def on_train_end(self, logs=None): ...
     def on_epoch_begin(self, epoch, logs=None): ...
     def on_epoch_end(self, epoch, logs=None): ...
-    def on_train_batch_begin(self, batch, logs=None): ...
-    def on_train_batch_end(self, batch, logs=None): ...
+    def on_batch_begin(self, batch, logs=None): ...
+    def on_batch_end(self, batch, logs=None): ...
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # Keras: on_batch_begin/on_batch_end are the older names of the training-batch hooks
+        self.on_batch_begin(batch, logs=logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.on_batch_end(batch, logs=logs)
+
     def on_test_begin(self, logs=None): ...
     def on_test_end(self, logs=None): ...
     def on_test_batch_begin(self, batch, logs=None): ...
@@ -551,15 +559,21 @@ class EarlyStopping(Callback):
 
 
 class ModelCheckpoint(Callback):
-    """Save the model (or its weights) after each epoch; ``filepath`` may hold ``{epoch:02d}``,
-    ``{val_loss:.2f}`` and other log keys."""
+    """Save the model (or its weights) after each epoch, or every ``save_freq`` training batches (an int,
+    as Keras); ``filepath`` may hold ``{epoch:02d}``, ``{val_loss:.2f}`` and other log keys (``{batch}``
+    too with an int ``save_freq``)."""
 
     def __init__(self, filepath: "str | os.PathLike", monitor: str = "val_loss", verbose: int = 0,
                  save_best_only: bool = False, save_weights_only: bool = False, mode: str = "auto",
-                 save_freq: str = "epoch", initial_value_threshold: float | None = None) -> None:
+                 save_freq: "str | int" = "epoch", initial_value_threshold: float | None = None) -> None:
         super().__init__()
-        if save_freq != "epoch":
-            raise NotImplementedError("ModelCheckpoint: only save_freq='epoch' is supported")
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int)
+                                     or save_freq < 1):
+            raise ValueError(f"ModelCheckpoint: save_freq must be 'epoch' or a positive int (batches), got "
+                             f"{save_freq!r}")
+        self.save_freq = save_freq
+        self._batches_seen = 0
+        self._epoch = 0
         self.filepath = os.fspath(filepath)
         self.monitor = monitor
         self.verbose = verbose
@@ -568,8 +582,26 @@ class ModelCheckpoint(Callback):
         self.mode = _monitor_mode("ModelCheckpoint", mode, monitor)
         self.best = initial_value_threshold
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.save_freq == "epoch":
+            return
+        self._batches_seen += 1
+        if self._batches_seen % self.save_freq == 0:
+            self._save(self._epoch, logs, batch=batch)
+
     def on_epoch_end(self, epoch, logs=None):
-        logs = dict(logs or {})
+        if self.save_freq == "epoch":
+            self._save(epoch, logs)
+
+    def _save(self, epoch, logs, batch=None):
+        # a batch's logs may hold tensors: the format specs ({loss:.2f}) take their float values
+        logs = {k: v if isinstance(v, (int, float)) or _as_float(v) is None else _as_float(v)
+                for k, v in dict(logs or {}).items()}
+        if batch is not None:
+            logs.setdefault("batch", batch)
         try:
             path = self.filepath.format(epoch=epoch + 1, **logs)
         except KeyError as exc:

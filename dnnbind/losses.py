@@ -329,7 +329,8 @@ class CategoricalCrossentropy(Loss):
 
 
 class BinaryCrossentropy(Loss):
-    """Binary cross-entropy on probabilities (or logits with ``from_logits=True``), targets in [0, 1]."""
+    """Binary cross-entropy on probabilities (or logits with ``from_logits=True``); targets are usually in
+    [0, 1], but any float is taken, as Keras (``-t log p - (1 - t) log(1 - p)`` as written)."""
 
     def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, name: str | None = None,
                  reduction: str = "sum_over_batch_size") -> None:
@@ -341,10 +342,9 @@ class BinaryCrossentropy(Loss):
 
     def prepare_labels(self, y, output_shape, owner=""):
         what = f"{owner}loss '{self.name}'"
-        y = _check_rows(_float_labels(np.asarray(y), what), output_shape, what)
-        if y.size and (y.min() < 0 or y.max() > 1):
-            raise ValueError(f"{what}: targets must be in [0, 1], got values in [{y.min()}, {y.max()}]")
-        return y
+        # no range check: Keras takes any float target (noisy GAN labels such as 1 + 0.05 * U(0, 1)), and the
+        # cross-entropy formula and its gradient hold for them
+        return _check_rows(_float_labels(np.asarray(y), what), output_shape, what)
 
     def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
         return kernels.binary_crossentropy(y_pred, y_true, from_logits=self.from_logits or logits,

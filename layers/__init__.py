@@ -7,9 +7,15 @@ from .base import ActivationFn, Layer, Weight, deserialize, get_layer_class, reg
 from .graph import Input, InputLayer, KerasTensor, OpLayer
 from .conv import (
     Conv1D,
+    Conv1DTranspose,
     Conv2D,
+    Conv2DTranspose,
+    Conv3DTranspose,
     Convolution1D,
+    Convolution1DTranspose,
     Convolution2D,
+    Convolution2DTranspose,
+    Convolution3DTranspose,
     DepthwiseConv2D,
     SeparableConv2D,
     SeparableConvolution2D,
@@ -47,5 +53,7 @@ __all__ = [
     "GlobalAvgPool1D", "SpatialDropout2D",
     "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Lambda",
     "add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate",
-    "Embedding", "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
+    "Embedding", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution1DTranspose",
+    "Convolution2DTranspose", "Convolution3DTranspose",
+    "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
 ]

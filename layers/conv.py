@@ -1,6 +1,7 @@
 """Convolution layers (Keras 3 arguments): Conv2D, DepthwiseConv2D, SeparableConv2D and Conv1D, all
 computed by ``kernels.conv2d_*`` in NHWC (channels_last) or NCHW (depthwise as grouped convolutions,
-Conv1D as a 2-d convolution of unit width)."""
+Conv1D as a 2-d convolution of unit width); Conv1DTranspose, Conv2DTranspose and Conv3DTranspose written
+in ``keras.ops`` (``ops.conv_transpose``, differentiated by the op tape)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from dnnbind import _validate, kernels
+from dnnbind import activations as _activations
+from dnnbind import constraints as _constraints
 from dnnbind import initializers as _init
+from dnnbind import ops as _ops
+from dnnbind import regularizers as _regularizers
 from dnnbind.kernels._params import ConvParams, resolve_padding
+from dnnbind.ops._nn_common import padding_mode, spatial_tuple
 
 from .base import Layer, _regularizer, register, split_batch
 from .core import _ActivationMixin, _QuantizableMixin
@@ -518,3 +524,149 @@ class Conv1D(Conv2D):
 
 
 Convolution1D = Conv1D
+
+
+# ------------------------------------------------------------------------------ transposed convolutions
+def _deconv_output_length(length: int, k: int, padding: str, output_padding: "int | None", stride: int,
+                          dilation: int) -> int:
+    """Keras's ``deconv_output_length``: one spatial axis of a transposed convolution's output."""
+    eff = (k - 1) * dilation + 1
+    if output_padding is None:
+        return length * stride + max(eff - stride, 0) if padding == "valid" else length * stride
+    pad = eff // 2 if padding == "same" else 0
+    return (length - 1) * stride + eff - 2 * pad + output_padding
+
+
+class _ConvTranspose(Layer):
+    """Keras 3's ``BaseConvTranspose``: ``activation(conv_transpose(x, kernel) + bias)`` written in
+    ``keras.ops`` (:func:`dnnbind.ops.conv_transpose`: cuDNN's backward-data convolution on the device,
+    differentiated by the op tape). Kernel layout ``(*kernel_size, filters, in_channels)``, bias
+    ``(filters,)``, as Keras."""
+
+    rank = 2
+
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = 1, padding: str = "valid",
+                 output_padding: Any = None, data_format: str | None = None, dilation_rate: Any = 1,
+                 activation: Any = None, use_bias: bool = True, kernel_initializer: Any = "glorot_uniform",
+                 bias_initializer: Any = "zeros", kernel_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None, bias_constraint: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
+        owner = f"{type(self).__name__} '{self.name}'"
+        n = self.rank
+        self.filters = _validate.positive_int(filters, "filters", owner)
+        self.kernel_size = spatial_tuple(kernel_size, n, "kernel_size", owner)
+        self.strides = spatial_tuple(strides, n, "strides", owner)
+        self.dilation_rate = spatial_tuple(dilation_rate, n, "dilation_rate", owner)
+        self.padding = padding_mode(padding, owner)
+        self.output_padding = None if output_padding is None else spatial_tuple(
+            output_padding, n, "output_padding", owner, minimum=0)
+        self.data_format = data_format_to_layout(data_format, owner)[0]
+        self.activation = _activations.get(activation)
+        self.use_bias = _validate.boolean(use_bias, "use_bias", owner)
+        self.kernel_initializer = _init.get(kernel_initializer)
+        self.bias_initializer = _init.get(bias_initializer)
+        self.kernel_regularizer = _regularizers.get(kernel_regularizer)
+        self.bias_regularizer = _regularizers.get(bias_regularizer)
+        self.kernel_constraint = _constraints.get(kernel_constraint)
+        self.bias_constraint = _constraints.get(bias_constraint)
+
+    def _check_rank(self, input_shape) -> tuple:
+        shape = tuple(input_shape)
+        if len(shape) != self.rank + 2:
+            axes = ", ".join(["channels"] + [f"dim{i + 1}" for i in range(self.rank)]) if \
+                self.data_format == "channels_first" else ", ".join([f"dim{i + 1}" for i in range(self.rank)] +
+                                                                   ["channels"])
+            raise ValueError(f"{type(self).__name__} '{self.name}' expects {self.rank + 2}-d inputs (batch, {axes}), "
+                             f"got shape {shape}")
+        return shape
+
+    def build(self, input_shape):
+        shape = self._check_rank(input_shape)
+        channels = shape[-1] if self.data_format == "channels_last" else shape[1]
+        if channels is None:
+            raise ValueError(f"{type(self).__name__} '{self.name}': the channel axis of the input must be known, "
+                             f"got shape {shape}")
+        self.compute_output_shape(shape)  # too small an input: the error before any weight
+        self.kernel = self.add_weight(shape=self.kernel_size + (self.filters, int(channels)),
+                                      initializer=self.kernel_initializer, regularizer=self.kernel_regularizer,
+                                      constraint=self.kernel_constraint, name="kernel")
+        self.bias = self.add_weight(shape=(self.filters,), initializer=self.bias_initializer,
+                                    regularizer=self.bias_regularizer, constraint=self.bias_constraint,
+                                    name="bias") if self.use_bias else None
+        self.built = True
+
+    def call(self, inputs):
+        y = _ops.conv_transpose(inputs, self.kernel, strides=self.strides, padding=self.padding,
+                                output_padding=self.output_padding, data_format=self.data_format,
+                                dilation_rate=self.dilation_rate)
+        if self.bias is not None:
+            shape = (1,) * (self.rank + 1) + (self.filters,) if self.data_format == "channels_last" \
+                else (1, self.filters) + (1,) * self.rank
+            y = _ops.add(y, _ops.reshape(self.bias, shape))
+        return self.activation(y)
+
+    def compute_output_shape(self, input_shape):
+        shape = self._check_rank(input_shape)
+        spatial = shape[1:-1] if self.data_format == "channels_last" else shape[2:]
+        out = []
+        for i, length in enumerate(spatial):
+            pad = None if self.output_padding is None else self.output_padding[i]
+            n = None if length is None else _deconv_output_length(int(length), self.kernel_size[i], self.padding, pad,
+                                                                  self.strides[i], self.dilation_rate[i])
+            if n is not None and n < 1:
+                raise ValueError(f"{type(self).__name__} '{self.name}': input {tuple(spatial)} gives an empty output "
+                                 f"(axis {i}: {n}) with kernel_size {self.kernel_size}, strides {self.strides}, "
+                                 f"padding '{self.padding}', output_padding {self.output_padding}")
+            out.append(n)
+        if self.data_format == "channels_last":
+            return (shape[0], *out, self.filters)
+        return (shape[0], self.filters, *out)
+
+    def get_config(self):
+        config = super().get_config()
+        for key in ("kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint"):
+            config.pop(key, None)
+        ser = {"kernel_regularizer": _regularizers.serialize, "bias_regularizer": _regularizers.serialize,
+               "kernel_constraint": _constraints.serialize, "bias_constraint": _constraints.serialize}
+        return {**config, "filters": self.filters, "kernel_size": list(self.kernel_size),
+                "strides": list(self.strides), "padding": self.padding,
+                "output_padding": None if self.output_padding is None else list(self.output_padding),
+                "data_format": self.data_format, "dilation_rate": list(self.dilation_rate),
+                "activation": _activations.serialize(self.activation), "use_bias": self.use_bias,
+                "kernel_initializer": _init.serialize(self.kernel_initializer),
+                "bias_initializer": _init.serialize(self.bias_initializer),
+                **{key: None if getattr(self, key) is None else fn(getattr(self, key)) for key, fn in ser.items()}}
+
+
+@register
+class Conv1DTranspose(_ConvTranspose):
+    """Transposed 1-d convolution over ``(batch, steps, channels)`` (channels_last) or ``(batch, channels,
+    steps)``; kernel ``(kernel_size, filters, in_channels)``."""
+
+    rank = 1
+
+
+@register
+class Conv2DTranspose(_ConvTranspose):
+    """Transposed 2-d convolution ("deconvolution") over NHWC (channels_last) or NCHW inputs; kernel
+    ``(kh, kw, filters, in_channels)``. Output size per axis ``in * stride`` (``"same"``) or
+    ``in * stride + max(kernel - stride, 0)`` (``"valid"``), or as ``output_padding`` sets it (Keras)."""
+
+    rank = 2
+
+
+@register
+class Conv3DTranspose(_ConvTranspose):
+    """Transposed 3-d convolution over ``(batch, d, h, w, channels)`` (channels_last) or ``(batch, channels,
+    d, h, w)``; kernel ``(kd, kh, kw, filters, in_channels)`` (computed as 2-d transposed convolutions
+    per depth tap, :func:`dnnbind.ops.conv_transpose`)."""
+
+    rank = 3
+
+
+Convolution1DTranspose = Conv1DTranspose
+Convolution2DTranspose = Conv2DTranspose
+Convolution3DTranspose = Conv3DTranspose
+__all__ += ["Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution1DTranspose",
+            "Convolution2DTranspose", "Convolution3DTranspose"]

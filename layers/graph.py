@@ -214,7 +214,8 @@ def symbolic_call(layer: Layer, args: tuple, kwargs: dict) -> Any:
             if not isinstance(inputs, (list, tuple)) or not inputs:
                 raise _validate.ArgumentTypeError(f"{type(layer).__name__} '{layer.name}' takes a list of inputs, "
                                                   f"got {type(inputs).__name__}")
-            shapes = [t.shape for t in inputs]
+            # a static batch size (Input(batch_shape=...)) is still the batch axis: dnnbind's layers take None
+            shapes = [(None, *tuple(t.shape)[1:]) for t in inputs]
         else:
             if isinstance(inputs, (list, tuple)):
                 if len(inputs) != 1:
@@ -222,7 +223,7 @@ def symbolic_call(layer: Layer, args: tuple, kwargs: dict) -> Any:
                                                       f"list of {len(inputs)}")
                 inputs = inputs[0]
                 args = (inputs,) + tuple(args[1:])
-            shapes = inputs.shape
+            shapes = (None, *tuple(inputs.shape)[1:])
         kwargs.pop("mask", None)
         layer._ensure_built(shapes)
         out_shape = layer.compute_output_shape(shapes)

@@ -128,6 +128,41 @@ def test_model_checkpoint_files(rng, tmp_path):
     assert np.allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
+def test_model_checkpoint_every_n_batches(rng, tmp_path):
+    # regression: save_freq=<int> (keras.io's training guide saves every 100 batches) raised
+    # NotImplementedError; Keras saves after every save_freq-th training batch, the logs in the name
+    model, x, y = small(rng)  # 64 samples in batches of 16: 4 batches per epoch
+    ck = callbacks.ModelCheckpoint(str(tmp_path / "m-{epoch}-{batch}-{loss:.2f}.weights.h5"), save_freq=3,
+                                   save_weights_only=True)
+    model.fit(x, y, epochs=2, batch_size=16, callbacks=[ck], verbose=0)
+    names = sorted(os.listdir(tmp_path))
+    assert [n.split("-")[:3] for n in names] == [["m", "1", "2"], ["m", "2", "1"]]  # batches 3 and 6
+    for bad in (0, -2, 2.5, True, "batch"):
+        with pytest.raises(ValueError, match="save_freq must be 'epoch' or a positive int"):
+            callbacks.ModelCheckpoint(str(tmp_path / "x.keras"), save_freq=bad)
+
+
+def test_on_batch_hooks_are_the_training_batch_hooks(rng):
+    # regression: a callback overriding on_batch_end (Keras's older name, keras.io's LossHistory) was never
+    # called; Keras's default on_train_batch_begin/end call on_batch_begin/end
+    model, x, y = small(rng)
+
+    class LossHistory(callbacks.Callback):
+        def on_train_begin(self, logs):
+            self.per_batch_losses, self.begun = [], 0
+
+        def on_batch_begin(self, batch, logs):
+            self.begun += 1
+
+        def on_batch_end(self, batch, logs):
+            self.per_batch_losses.append(logs.get("loss"))
+
+    history = LossHistory()
+    model.fit(x, y, epochs=1, batch_size=16, callbacks=[history], verbose=0)
+    assert history.begun == 4 and len(history.per_batch_losses) == 4
+    assert all(np.isfinite(float(v)) for v in history.per_batch_losses)
+
+
 def test_csv_logger(rng, tmp_path):
     model, x, y = small(rng)
     path = tmp_path / "log.csv"

@@ -246,6 +246,46 @@ def test_a_gan_step_with_two_optimizers_and_trainable_toggled(rng):
     assert all(not np.array_equal(a, b) for a, b in zip(before, after))
 
 
+def test_fit_passes_targets_to_the_step_of_a_model_without_call(rng):
+    # regression: keras.io's conditional GAN fits (images, one-hot labels) on a model with only a train_step;
+    # fit asked for the output shape of that model (it has none) to check the targets
+    class Paired(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.net = keras.Sequential([keras.Input((3,)), layers.Dense(2)])
+
+        def train_step(self, data):
+            x, y = data
+            with keras.GradientTape() as tape:
+                loss = ops.mean(ops.square(self.net(x) - y))
+            self.optimizer.apply(tape.gradient(loss, self.net.trainable_weights), self.net.trainable_weights)
+            return {"loss": loss}
+
+    model = Paired()
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+    x = rng.normal(size=(16, 3)).astype(np.float32)
+    y = (x[:, :2] * 2.0).astype(np.float32)
+    history = model.fit(x, y, batch_size=4, epochs=3, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_fit_without_targets_trains_on_add_loss_alone(rng):
+    # regression: keras.io's LogisticEndpoint model (compile() with no loss, fit(dict of inputs) with no y)
+    # failed on the missing targets; the loss comes from add_loss
+    class Endpoint(layers.Layer):
+        def call(self, targets, logits):
+            self.add_loss(ops.mean(ops.square(targets - logits)))
+            return logits
+
+    inputs, targets = keras.Input((3,), name="inputs"), keras.Input((2,), name="targets")
+    model = keras.Model([inputs, targets], Endpoint()(targets, layers.Dense(2)(inputs)))
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+    x = rng.normal(size=(16, 3)).astype(np.float32)
+    data = {"inputs": x, "targets": x[:, :2].copy()}
+    history = model.fit(data, epochs=5, batch_size=8, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
 def test_a_frozen_teacher_inside_a_students_step(rng):
     teacher = keras.Sequential([keras.Input((3,)), layers.Dense(4), layers.Dense(2)])
     teacher.trainable = False

@@ -493,3 +493,83 @@ def test_functional_subclassing(cpu, rng):
     # surgery on the subclass's graph
     cut = keras.Model(first.input, first.get_layer("head").input)
     assert cut.predict(x, verbose=0).shape == (16, 8)
+
+
+class _StepCounting(keras.Model):
+    """A subclass used functionally (keras.io's CustomModel(inputs, outputs)) with its own train_step."""
+
+    def train_step(self, data):
+        x, y = data
+        with GradientTape() as tape:
+            loss = self.compute_loss(y=y, y_pred=self(x, training=True))
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+        self.steps_seen = getattr(self, "steps_seen", 0) + 1
+        return {"loss": loss}
+
+
+class _Pair(keras.Model):
+    """A subclass taking two positional arguments of its own (keras.io's VAE(encoder, decoder))."""
+
+    def __init__(self, first, second, **kwargs):
+        super().__init__(**kwargs)
+        self.first, self.second = first, second
+
+    def call(self, x):
+        return self.second(self.first(x))
+
+
+def test_a_subclass_called_with_inputs_and_outputs_is_functional_with_its_own_methods(cpu, rng):
+    # regression: CustomModel(inputs, outputs) raised "unexpected arguments"; Keras 3 builds a functional
+    # model whose train_step is the subclass's
+    inputs = keras.Input((3,))
+    model = _StepCounting(inputs, layers.Dense(1)(inputs), name="counting")
+    assert isinstance(model, Functional) and isinstance(model, _StepCounting) and model.name == "counting"
+    assert type(model).__name__ == "_StepCounting" and len(model.layers) == 2
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert model.steps_seen == 2
+    # the choice is made on the arguments Model.__init__ gets: two positional arguments of the subclass's
+    # own __init__ (super().__init__(**kwargs)) keep it a subclassed model
+    pair = _Pair(layers.Dense(2), layers.Dense(1))
+    assert not isinstance(pair, Functional)
+    assert pair(x).shape == (8, 1)
+
+
+class _Affine(layers.Layer):
+    """A user's layer whose get_config leaves out name (keras.io's functional_api CustomDense)."""
+
+    def __init__(self, units=2):
+        super().__init__()
+        self.units = units
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], self.units), initializer="random_normal")
+
+    def call(self, inputs):
+        return keras.ops.matmul(inputs, self.w)
+
+    def get_config(self):
+        return {"units": self.units}
+
+
+def test_model_from_config_rebuilds_a_functional_config_with_custom_objects(cpu, rng):
+    # regression: keras.Model.from_config(config, custom_objects=...) called Model(**config) and failed; a
+    # layer whose config has no name could not be found in the graph
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, layers.Dense(2)(_Affine(4)(inputs)))
+    again = keras.Model.from_config(model.get_config(), custom_objects={"_Affine": _Affine})
+    assert isinstance(again, Functional) and again.output_shape == (None, 2)
+    again.set_weights(model.get_weights())
+    x = rng.normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(again.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+    with pytest.raises(TypeError, match="custom_objects must be a dict"):
+        Functional.from_config(model.get_config(), custom_objects=[_Affine])
+
+
+def test_a_static_batch_size_input_feeds_built_in_layers(cpu, rng):
+    # regression: Input(batch_shape=(4, 6, 3)) made Conv1D see a sample shape (4, 6, 3)
+    inputs = keras.Input(batch_shape=(4, 6, 3))
+    model = keras.Model(inputs, layers.Dense(1)(layers.Conv1D(2, 3)(inputs)))
+    assert model.output_shape[1:] == (4, 1)
+    assert model.predict(rng.normal(size=(4, 6, 3)).astype(np.float32), batch_size=4, verbose=0).shape == (4, 4, 1)

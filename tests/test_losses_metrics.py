@@ -85,8 +85,14 @@ def test_label_checks():
         scce.prepare_labels(np.eye(3), (3,))
     with pytest.raises(ValueError, match="one-hot of shape \\(batch, 3\\)"):
         losses.CategoricalCrossentropy().prepare_labels(np.array([0, 1]), (3,))
-    with pytest.raises(ValueError, match="targets must be in \\[0, 1\\]"):
-        losses.BinaryCrossentropy().prepare_labels(np.array([0.0, 2.0]), (1,))
+    # regression: noisy labels past 1 (keras-io's DCGAN adds 0.05 * U(0, 1) to its ones) were refused; Keras
+    # takes them and so does dnnbind, with Keras's formula
+    bce = losses.BinaryCrossentropy()
+    noisy = np.array([[1.04], [0.02], [1.0], [0.0]], np.float32)
+    np.testing.assert_array_equal(bce.prepare_labels(noisy, (1,)), noisy)
+    p = np.array([[0.9], [0.2], [0.6], [0.3]], np.float32)
+    want = np.mean(-noisy * np.log(p) - (1 - noisy) * np.log(1 - p))
+    np.testing.assert_allclose(float(np.asarray(bce(noisy, p))), want, rtol=1e-5)
 
 
 def test_accuracy_metrics(rng):

@@ -76,6 +76,23 @@ def test_summary_text():
     assert "Non-trainable params: 64" in text
 
 
+class _Doubler(layers.Layer):
+    def call(self, x):
+        return x * 2.0
+
+
+def test_summary_shows_the_shapes_of_layers_that_define_call():
+    # regression: a Sequential holding a layer written with call() (a user's layer, Conv2DTranspose) failed
+    # in summary(), which read the layer's own output_shape (None for such layers)
+    model = keras.Sequential([keras.Input((4, 4, 2)), layers.Conv2DTranspose(3, 2, strides=2, name="up"),
+                              _Doubler(name="twice"), layers.Flatten(name="flat")])
+    lines = []
+    model.summary(print_fn=lines.append)
+    text = "\n".join(lines)
+    assert "up (Conv2DTranspose)" in text and "(None, 8, 8, 3)" in text and "27" in text
+    assert "twice (_Doubler)" in text and "(None, 192)" in text
+
+
 def test_fit_learns_and_accuracy_is_right(rng):
     keras.utils.set_random_seed(0)  # fit's shuffle: not whatever earlier tests left in the generator
     x, y = blobs(rng)

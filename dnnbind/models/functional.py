@@ -385,11 +385,14 @@ class Functional(Model):
         return next(i for i, n in enumerate(mine) if n is node)
 
     @classmethod
-    def from_config(cls, config: dict, *, max_weight_bytes: int | None = None) -> "Functional":
+    def from_config(cls, config: dict, custom_objects: "dict | None" = None, *,
+                    max_weight_bytes: int | None = None) -> "Functional":
         """A functional model from :meth:`get_config`'s dict (which may come from an untrusted file):
         the layers' constructors check their arguments, the graph is checked, and the weights are
         sized from the config before any is created (``AllocationTooLargeError`` past
-        ``max_weight_bytes``, default the physical memory)."""
+        ``max_weight_bytes``, default the physical memory). ``custom_objects`` maps class names to the
+        user's layer classes (Keras's argument); a layer is known in the graph by its entry's name, as in
+        Keras (a user's ``get_config`` may leave out ``name``)."""
         if not isinstance(config, dict):
             raise TypeError(f"Functional.from_config: config must be a dict, got {type(config).__name__}")
         config = dict(config)
@@ -402,12 +405,19 @@ class Functional(Model):
                     and isinstance(entry.get("config"), dict) and isinstance(entry.get("inbound_nodes", []), list)):
                 raise TypeError(f"{owner}: layers[{i}] must be {{'class_name': str, 'name': str, 'config': dict, "
                                 f"'inbound_nodes': list}}, got {str(entry)[:120]}")
+        if custom_objects is not None and not isinstance(custom_objects, dict):
+            raise TypeError(f"{owner}: custom_objects must be a dict of class names to classes, got "
+                            f"{type(custom_objects).__name__}")
+        custom = custom_objects or {}
         layers = {}
         for entry in entries:
-            layer = deserialize(entry)  # constructors allocate nothing
-            if layer.name in layers:
-                raise ValueError(f"{owner}: two layers are named '{layer.name}'")
-            layers[layer.name] = layer
+            user_class = custom.get(entry["class_name"])
+            # constructors allocate nothing
+            layer = user_class.from_config(entry["config"]) if user_class is not None else deserialize(entry)
+            key = entry["config"].get("name", entry.get("name", layer.name))
+            if key in layers:
+                raise ValueError(f"{owner}: two layers are named '{key}'")
+            layers[key] = layer
 
         def decode(value: Any, layer_name: str, refs: list) -> Any:
             """A node argument with its symbolic tensors as ``("__ref__", layer, node, tensor)`` markers."""

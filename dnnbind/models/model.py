@@ -562,12 +562,19 @@ class Model(Trainer, Layer):
             if isinstance(layer, Model):
                 shape = str(layer.output_shape) if layer.built else "(unbuilt)"
             else:
-                shape = str((None, *layer.output_shape)).replace(",)", ")") if layer.built else "(unbuilt)"
+                out = layer.output_shape if layer.output_shape is not None else self._layer_output_shape(layer)
+                shape = "(unbuilt)" if not layer.built else "?" if out is None else \
+                    str((None, *out)).replace(",)", ")")
             params = layer.count_params() if (layer.built or not isinstance(layer, Model)) else 0
             mode = getattr(layer, "quantization_mode", None)
             kind = type(layer).__name__ + (f", {mode}" if mode else "")
             rows.append((f"{layer.name} ({kind})", shape, params, None))
         return rows
+
+    def _layer_output_shape(self, layer: Layer) -> "tuple | None":
+        """The sample output shape of ``layer`` in this model when the layer keeps none itself (a layer
+        that defines ``call``); None where the model does not know it."""
+        return None
 
     def summary(self, line_length: int | None = None, positions: Any = None, print_fn=None,
                 expand_nested: bool = False, show_trainable: bool = False) -> None:
@@ -626,7 +633,13 @@ class Model(Trainer, Layer):
         return {"name": self.name, "trainable": self.trainable}
 
     @classmethod
-    def from_config(cls, config: dict, **kwargs: Any) -> "Model":
+    def from_config(cls, config: dict, custom_objects: "dict | None" = None, **kwargs: Any) -> "Model":
+        """``cls(**config)``; a functional model's config (``layers``, ``input_layers``, ``output_layers``)
+        is rebuilt as a graph, as Keras 3's ``Model.from_config`` does."""
+        if isinstance(config, dict) and {"layers", "input_layers", "output_layers"} <= set(config):
+            from .functional import Functional  # deferred: functional.py subclasses this module's Model
+
+            return Functional.from_config(config, custom_objects=custom_objects, **kwargs)
         return cls(**config)
 
     def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:

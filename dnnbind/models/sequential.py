@@ -122,6 +122,7 @@ class Sequential(Model):
         input_shape = shape = _validate.shape(input_shape, "input_shape", f"Sequential '{self.name}': build")
         self._drop_graphs()  # (re)building may create new weight arrays
         dev = self.device
+        layer_shapes = {}
         for layer in self._layers:
             if layer._device is None:
                 layer._device = dev
@@ -139,9 +140,14 @@ class Sequential(Model):
                     raise ValueError(f"Sequential '{self.name}': layer '{layer.name}' gives outputs of shape {out}; a "
                                      "Sequential needs one output of known shape per layer")
                 shape = tuple(out[1:])
+                layer_shapes[id(layer)] = shape
+        self._layer_shapes = layer_shapes
         self._built_input_shape = input_shape
         self._output_shape = shape
         self.built = True
+
+    def _layer_output_shape(self, layer):
+        return self.__dict__.get("_layer_shapes", {}).get(id(layer))
 
     def _require_built(self, what: str) -> None:
         if not self.built:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import _validate, backend, kernels
+from .compile_utils import NoLoss
 from .data_adapters import (ArrayDataAdapter, EpochIterator, GeneratorDataAdapter, PyDatasetAdapter,
                             class_weight_to_sample_weights, data_kind, flatten_structure, unpack_x_y_sample_weight)
 
@@ -132,7 +133,11 @@ def check_y_one(model: Any, i: int, y: Any, n: int, what: str) -> np.ndarray:
                          f"{'' if len(names) == 1 else f' for output {names[i]!r}'}; x and y must have the "
                          "same length")
     who = f"{owner}: " if len(names) == 1 else f"{owner}: output '{names[i]}': "
-    arr = model._losses[i].prepare_labels(arr, model._output_shapes()[i], owner=who)
+    loss = model._losses[i]
+    # no compiled loss: the targets go to the custom step as given, so the output shape is not needed (a
+    # GAN with no call() has none)
+    shape = None if isinstance(loss, NoLoss) else model._output_shapes()[i]
+    arr = loss.prepare_labels(arr, shape, owner=who)
     _validate.finite_array(arr, "y" if len(names) == 1 else f"y['{names[i]}']", f"{owner}: {what}",
                            hint="clean the targets first")
     return arr

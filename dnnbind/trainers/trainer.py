@@ -409,13 +409,14 @@ class Trainer:
         n = int(xs[0].shape[0])
         total = None
         n_targets = sum(loss is not None for loss in self._losses)
+        ys = list(ys or ())  # fit(x) without targets: a model whose loss comes from add_loss only
         targets = iter(ys[:n_targets])
         weights = iter(ys[n_targets:]) if len(ys) > n_targets else None
         multi = len(outs) > 1
         for i, (out, loss) in enumerate(zip(outs, self._losses)):
             if loss is None:
                 continue
-            y = next(targets)
+            y = next(targets, None)
             sw = None if weights is None else next(weights)
             if isinstance(loss, NoLoss):
                 continue
