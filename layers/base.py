@@ -291,11 +291,11 @@ def applied_twice() -> bool:
     return len(set(map(id, applied))) != len(applied)
 
 
-def _trainable_edge(w: Variable) -> "tuple | None":
+def _trainable_edge(w: Variable, tapes: "list | None" = None) -> "tuple | None":
     """The edge of a weight read by one of dnnbind's own layers while recording: to its leaf when a tape
-    watches it (noting the access), else None."""
+    watches it (noting the access), else None. ``tapes``: the active tapes, when the caller has them."""
     watched = False
-    for tape in _engine.active_tapes():
+    for tape in _engine.active_tapes() if tapes is None else tapes:
         if tape.watches(w):
             tape._note_access(w)
             watched = True
@@ -303,20 +303,9 @@ def _trainable_edge(w: Variable) -> "tuple | None":
 
 
 def _trainable_edges(weights: Sequence[Variable]) -> tuple:
-    """``tuple(_trainable_edge(w) for w in weights)``, with one tape (the training step's) read once."""
+    """``tuple(_trainable_edge(w) for w in weights)``, the active tapes looked up once."""
     tapes = _engine.active_tapes()
-    if len(tapes) != 1:
-        return tuple(_trainable_edge(w) for w in weights)
-    tape = tapes[0]
-    watched, accessed, auto = tape._watched, tape._accessed, tape.watch_accessed_variables
-    out = []
-    for w in weights:
-        if id(w) in watched or (auto and w.trainable):
-            accessed.setdefault(id(w), w)
-            out.append((w._leaf or w._leaf_node(), 0))
-        else:
-            out.append(None)
-    return tuple(out)
+    return tuple(_trainable_edge(w, tapes) for w in weights)
 
 
 class Layer:

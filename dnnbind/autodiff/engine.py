@@ -22,9 +22,8 @@ instead of returning a wrong zero.
 
 from __future__ import annotations
 
-import operator
-
 import itertools
+import operator
 import threading
 from typing import Any, Callable, Sequence
 
@@ -321,21 +320,6 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
 
 _NO_LEAF = object()
 _SEQ = operator.attrgetter("seq")
-
-
-def _seq_of(node: Node) -> int:
-    return node.seq
-
-
-def _source_node(s: Any) -> "Node | None":
-    leaf = getattr(s, "_leaf", None)  # a Variable's leaf (None until it was first read while recording)
-    if leaf is not None or hasattr(s, "_leaf"):
-        return leaf
-    return getattr(s, "_node", None)
-
-
-def _source_index(s: Any) -> int:
-    return 0 if hasattr(s, "_leaf") else s._index
 
 
 def _poisoned(g: Any, node: Node) -> Any:
