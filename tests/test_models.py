@@ -289,3 +289,15 @@ def test_dynamic_loss_scaling_rules():
         m.train_on_batch(bad, y)
     assert float(m._loss_scale.scale) == 2.0**15
     assert all(np.array_equal(a, b) for a, b in zip(w1, m.get_weights()))
+
+
+def test_sequential_refuses_duplicate_layer_names_before_any_change():
+    # Keras 3: "All layers added to a Sequential model should have unique names"; the model is unchanged
+    model = keras.Sequential([keras.Input((4,)), layers.Dense(3, name="d")])
+    with pytest.raises(ValueError, match="unique names.*'d'"):
+        model.add(layers.Dense(2, name="d"))
+    assert [layer.name for layer in model.layers] == ["d"]
+    with pytest.raises(ValueError, match="'d'"):
+        keras.Sequential([layers.Dense(3, name="d"), layers.Dense(2, name="d")])
+    model.add(layers.Dense(2, name="e"))
+    assert model.output_shape == (None, 2)

@@ -60,6 +60,11 @@ class Sequential(Model):
         elif isinstance(layer, Layer):
             if any(existing is layer for existing in self._layers):
                 raise ValueError(f"Sequential '{self.name}': layer '{layer.name}' was already added")
+            if any(existing.name == layer.name for existing in self._layers):
+                # Keras 3 refuses it here too; a duplicate name would also make the saved file unloadable
+                raise ValueError(f"All layers added to a Sequential model should have unique names. Name "
+                                 f"'{layer.name}' is already the name of a layer in Sequential '{self.name}'. "
+                                 f"Update the `name` argument to pass a unique name.")
             self._layers.append(layer)
             _bump_structure()
         else:
