@@ -142,7 +142,9 @@ def run_target(sanitizer: str, tool: str, target: dict, out: Path, timeout: floa
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{tool}-{target['name']}")
     log = out / f"{tag}.log"
     if target["kind"] == "tests":
-        cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", target["file"]]
+        # -n 0: one process per target (pyproject's addopts start a pytest-xdist worker per core, and a
+        # sanitizer following 16 workers, each compiling the kernels again, runs out of the call's time)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-m", "gpu", "-p", "no:cacheprovider", target["file"]]
         if select:
             cmd += ["-k", select]
     else:
