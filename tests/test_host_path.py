@@ -411,11 +411,12 @@ def test_stream_of_none_is_as_stream_none(monkeypatch):
 def test_bias_backward_plan_memo_launches_as_computed(monkeypatch):
     from dnnbind._validate import BFLOAT16
     from dnnbind.kernels._cuda import _common as cm
+    from dnnbind.kernels._cuda import colsum
     from dnnbind.kernels._cuda import conv as cconv
 
     launches: list = []
     ptrs = iter(range(0x900000, 0xA00000, 0x1000))
-    monkeypatch.setattr(cconv, "_bias_backward_plans", {})
+    monkeypatch.setattr(colsum, "_plans", {})
     monkeypatch.setattr(cm, "_kernels", {})
     monkeypatch.setattr(cm, "kernel", lambda f, name, device: _RecordingKernel(name, launches))
     monkeypatch.setattr(cm, "empty", lambda shape, dt, stream: cuda.DeviceArray(
@@ -443,7 +444,7 @@ def test_bias_backward_plan_memo_launches_as_computed(monkeypatch):
                    in launches]
             assert [(n, g, a) for n, g, a in got] == expected
             assert launches[0][3][0] == ptr and launches[-1][3][1] == db.ptr
-    assert len(cconv._bias_backward_plans) == 4  # keyed by shape, layout, dtype, alignment and device
+    assert len(colsum._plans) == 4  # keyed by shape, layout, dtype, alignment and device
 
 
 def test_optimizer_groups_fast_path_matches_the_general_grouping():

@@ -409,6 +409,11 @@ def _check_arg(body, ctype, arg):
     assert arg.dtype == want, f"{where}: record {arg.dtype} != {want}"
 
 
+class _Named:
+    def __init__(self, name):
+        self.name = name
+
+
 class FakeDevice:
     """Replaces allocation, copies, kernels and cuBLAS with recorders: the device module's host code runs
     as on a GPU, each launch checked against its kernel's C signature and the launch limits."""
@@ -428,6 +433,18 @@ class FakeDevice:
         monkeypatch.setattr(cm, "cublas_handle", lambda s: 0)
         monkeypatch.setattr(dev, "_kernel", self.kernel)
         monkeypatch.setattr(dev, "gemm_strided_batched", self.gemm)
+        monkeypatch.setattr(cm, "kernel", self.file_kernel)  # layout.cu's column sums (colsum.py)
+
+    def file_kernel(self, file, name, device):
+        """A kernel of one of the .cu files (not a numeric.cuh body): launches recorded by name."""
+        fake = self
+
+        class _K:
+            def __call__(self, grid, block, args, shared_mem=0, stream=None):
+                assert 1 <= grid[0] < 2**31 and all(1 <= g <= 65535 for g in grid[1:]), (name, grid)
+                fake.launches.append((_Named(name), grid, block, args, shared_mem))
+
+        return _K()
 
     def array(self, shape, dtype, offset_items=0, strides=None):
         shape = tuple(int(v) for v in shape)
@@ -726,6 +743,17 @@ class EmulatingDevice(FakeDevice):
         self.partials = {}
         monkeypatch.setattr(cm, "memcpy", self._memcpy)
         monkeypatch.setattr(cm, "memset", self._memset)
+        # layout.cu's column sums (sums over leading axes) are not numeric.cuh kernels: emulated whole
+        monkeypatch.setattr(dev, "channel_sums", self._channel_sums)
+
+    def _channel_sums(self, x, layout, s, out=None):
+        assert layout == "NHWC" and x.ndim == 2 and x.is_contiguous
+        host = self.download(x)
+        acc = np.float64 if host.dtype == np.float64 else np.float32
+        res = out if out is not None else self.array((x.shape[1],), x.dtype)
+        assert res.shape == (x.shape[1],) and res.dtype == x.dtype
+        self.store(res.ptr, x.dtype, np.arange(x.shape[1]), host.astype(acc).sum(axis=0).astype(x.dtype))
+        return res
 
     def allocated(self, start, nbytes):
         self.mem.alloc(start, nbytes)

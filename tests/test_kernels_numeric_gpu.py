@@ -466,6 +466,27 @@ def test_reduce_long_extents_split_and_multi_block(rng, op, shape, axis, dtype):
            tol=2e-5 if dtype == F32 else None, scale=scale)
 
 
+@pytest.mark.parametrize("shape, axes", [((86528, 32), (0,)), ((128, 11, 11, 64), (0, 1, 2)), ((3, 5, 7), (0, 1)),
+                                         ((1000, 48), (0,)), ((300, 2), (0,)), ((4, 6, 10), (0, 1))])
+@pytest.mark.parametrize("dtype", FLOATS, ids=_name)
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_reduce_sum_of_leading_axes_takes_the_column_sums(rng, shape, axes, dtype, keepdims, offset):
+    # the broadcast add's VJP (sum over every axis but the last): layout.cu's column sums, vector loads only
+    # where aligned (offset 1 breaks the alignment), into a poisoned output, per float dtype
+    x = _reduce_input(rng, "sum", dtype, shape)
+    want = reference(nm.reduce, "sum", x, axes, keepdims)
+    scale = _reduce_tol("sum", x, axes, want)
+    if keepdims:
+        scale = np.reshape(scale, np.shape(want))
+    got = nm.reduce("sum", up(x, offset), axes, keepdims, out=poisoned(np.shape(want), want.dtype))
+    expect(f"reduce sum {_name(dtype)} {shape} axes {axes} keepdims {keepdims} offset {offset}", got, want,
+           tol=1e-5 if dtype == F32 else None, scale=scale)
+    fresh = nm.reduce("sum", up(x, offset), axes, keepdims)  # no out: a new array
+    expect(f"reduce sum {_name(dtype)} {shape} axes {axes} (new output)", fresh, want,
+           tol=1e-5 if dtype == F32 else None, scale=scale)
+
+
 def test_reduce_nan_propagation_and_dtypes(rng):
     x = _floats(rng, (6, 50), F32)
     x[1, 7] = np.nan

@@ -33,7 +33,7 @@ from ...cudnn import algo
 from .._params import ConvParams
 from . import _common as cm
 from . import activation as act_mod
-from . import conv_graph, fused
+from . import colsum, conv_graph, fused
 from .reshaping import crop_nchw, pad_nchw, transpose
 
 __all__ = [
@@ -305,13 +305,6 @@ def conv2d_backward_filter(x: Any, dy: Any, w_shape, *, params: ConvParams, layo
 
 # ---------------------------------------------------------------------------------- bias
 
-def _channel_split(shape, layout: str) -> "tuple[int, int, int]":
-    """(outer, C, inner) of a tensor whose channel axis is 1 (4-d NCHW) or the last one."""
-    shape = tuple(int(v) for v in shape)
-    axis = 1 if (len(shape) == 4 and layout == "NCHW") else len(shape) - 1
-    return cm.size_of(shape[:axis]), shape[axis], cm.size_of(shape[axis + 1:])
-
-
 def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: Any = None) -> Any:
     """``y + b`` along the channel axis (axis 1 of 4-d NCHW, else the last axis); ``out`` may be ``y``.
 
@@ -320,7 +313,7 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
     """
     s = cm.stream_of(stream)
     res = cm.output(out, y.shape, y.dtype, s)
-    outer, c, inner = _channel_split(y.shape, layout)
+    outer, c, inner = colsum.channel_split(y.shape, layout)
     sfx = cm.suffix(y.dtype)
     name = f"bias_add_{sfx}" if b.dtype == y.dtype else f"bias_add_f32bias_{sfx}"
     if b.dtype != y.dtype and b.dtype != cm.F32:
@@ -334,41 +327,6 @@ def bias_add(y: Any, b: Any, *, layout: str = "NCHW", out: Any = None, stream: A
     return res
 
 
-# (shape, layout, dtype, 16-byte aligned, device) -> bias_backward's launches, worked out once:
-# ("last1", kernel, grid, c, outer, lanes, vec) | ("last2", rows kernel, grid, partials kernel,
-# grid, c, outer, blocks, rows per block, lanes, vec, partials lanes, partials vec, partial dtype)
-# | ("planes", kernel name, c, outer, inner). Every step repeats a few shapes, and the tiling
-# arithmetic and kernel names cost more host time than the launches. Bounded: cleared when full.
-_bias_backward_plans: dict = {}
-
-
-def _bias_backward_plan(shape: tuple, layout: str, dtype: np.dtype, aligned: bool, device: int) -> tuple:
-    outer, c, inner = _channel_split(shape, layout)
-    sfx = cm.suffix(dtype)
-    if not (inner == 1 and outer > 0 and c > 0):
-        return ("planes", f"channel_sum_{sfx}", c, outer, inner)
-    acc = cm.F64 if dtype == cm.F64 else cm.F32
-
-    def tiles(dt: np.dtype, is_aligned: bool) -> "tuple[int, int, int]":
-        """(vectorised, column lanes per block (a power of two), column blocks) for 256 threads."""
-        vw = 16 // dt.itemsize
-        vec = is_aligned and c % vw == 0
-        vectors = -(-c // (vw if vec else 1))
-        lanes = min(256, 1 << (vectors - 1).bit_length())
-        return int(vec), lanes, -(-vectors // lanes)
-
-    rows_per_block = max(256, -(-outer // 512))
-    blocks = -(-outer // rows_per_block)
-    vec, lanes, col_blocks = tiles(dtype, aligned)
-    if blocks == 1:
-        return ("last1", cm.kernel("layout.cu", f"channel_sum_last_{sfx}", device), (1, col_blocks, 1),
-                c, outer, lanes, vec)
-    part_vec, part_lanes, part_col_blocks = tiles(acc, True)
-    return ("last2", cm.kernel("layout.cu", f"channel_sum_rows_{sfx}", device), (blocks, col_blocks, 1),
-            cm.kernel("layout.cu", f"channel_sum_partials_{sfx}", device), (1, part_col_blocks, 1),
-            c, outer, blocks, rows_per_block, lanes, vec, part_lanes, part_vec, acc)
-
-
 def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
     """``db[c] = sum of dy over every axis but the channel axis``, dtype of dy, shape (C,).
 
@@ -378,38 +336,7 @@ def bias_backward(dy: Any, *, layout: str = "NCHW", stream: Any = None) -> Any:
     partial sums, which a second launch adds; 256 rows or fewer take one launch. NCHW, whose
     channel planes are contiguous, takes one block per channel.
     """
-    s = cm.stream_of(stream)
-    dtype = dy.dtype
-    key = (dy.shape, layout, dtype, dy.ptr % 16 == 0, s._device)
-    plan = _bias_backward_plans.get(key)
-    if plan is None:
-        plan = _bias_backward_plan(*key)
-        if len(_bias_backward_plans) >= 1024:
-            _bias_backward_plans.clear()
-        _bias_backward_plans[key] = plan
-    kind = plan[0]
-    if kind == "last1":
-        _, kern, grid, c, outer, lanes, vec = plan
-        db = cm.empty((c,), dtype, s)
-        kern(grid, (256, 1, 1), (dy, db, cm.i64(outer), cm.i64(c), cm.i32(lanes), cm.i32(vec), cm.f64(1.0)),
-             stream=s)
-        return db
-    if kind == "last2":
-        (_, rows_kern, rows_grid, part_kern, part_grid, c, outer, blocks, rows_per_block, lanes, vec,
-         part_lanes, part_vec, acc) = plan
-        db = cm.empty((c,), dtype, s)
-        partial = cm.empty((blocks, c), acc, s)
-        rows_kern(rows_grid, (256, 1, 1), (dy, partial, cm.i64(outer), cm.i64(c), cm.i64(rows_per_block),
-                                           cm.i32(lanes), cm.i32(vec)), stream=s)
-        part_kern(part_grid, (256, 1, 1), (partial, db, cm.i64(blocks), cm.i64(c), cm.i32(part_lanes),
-                                           cm.i32(part_vec),
-                                           cm.f64(1.0)), stream=s)
-        return db
-    _, name, c, outer, inner = plan
-    db = cm.empty((c,), dtype, s)
-    cm.launch_rows("layout.cu", name, c,
-                   (cm.p(dy), cm.p(db), cm.i64(outer), cm.i64(c), cm.i64(inner), cm.f64(1.0)), s)
-    return db
+    return colsum.channel_sums(dy, layout, stream)
 
 
 # --------------------------------------------------------------------- fused conv+bias+act

@@ -56,6 +56,7 @@ from ...cuda.stream import current_stream
 from ...errors import CublasError
 from .. import numeric as _ref
 from . import _common as cm
+from .colsum import channel_sums
 
 __all__ = [
     "UNARY", "BINARY", "REDUCTIONS", "CUMULATIVE", "RANDOM_KINDS", "PAD_MODES", "SORT_BLOCK_MAX",
@@ -773,6 +774,7 @@ def iota(n: int, start: float, step: float, dtype: Any, *, device: Any = None, s
 
 
 # ------------------------------------------------------------------------------------ reductions
+_COLUMN_SUM_DTYPES = frozenset(np.dtype(t) for t in (np.float16, BFLOAT16, np.float32, np.float64))
 _ROW_WARP_MAX = 4096      # rows up to this long: a warp each; longer: a block (or several) each
 _ROW_THREAD_MAX = 16      # rows up to this long: a thread each (the column kernel with inner == 1)
 _TARGET_BLOCKS = 1024     # a row reduction splits long rows until about this many blocks work
@@ -885,6 +887,14 @@ def reduce(op: str, x: Any, axis: Any, keepdims: bool, *, dtype: Any, out: Any =
         return final
     target = final if final.is_contiguous else cm.empty(out_shape, dt, s)
     outer, length, inner, src = _reduce_layout(x, axes, s)
+    if op == "sum" and outer == 1 and inner > 1 and length > 1 and dt == x.dtype and dt in _COLUMN_SUM_DTYPES:
+        # the leading axes summed (a broadcast add's VJP, a bias gradient): layout.cu's column sums,
+        # 16-byte loads and a short second pass (the generic column kernel's second pass walks
+        # thousands of partials per thread: 37 us against 7 us for a 2.8M-element bias gradient)
+        channel_sums(src.reshape(length, inner), "NHWC", s, out=target.reshape(inner))
+        if target is not final:
+            _bit_copy(target, final, s)
+        return final
     reducer, acc = _reduce_types(op, x.dtype, dt)
     tag = f"{op}_{_sfx(x.dtype)}_{_sfx(acc)}_{_sfx(dt)}"
     asz = _acc_size(op, acc)
