@@ -367,9 +367,14 @@ class Optimizer:
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
         if not pairs:
             return
-        raw = [getattr(g, "data", g) if not hasattr(g, "_leaf") else g.value for g, _ in pairs]
+        # a Tensor's array, a Variable's value, or the array itself (a NumPy array's .data is its buffer)
+        raw = [g.data if hasattr(g, "_node") else g.value if hasattr(g, "_leaf") else g for g, _ in pairs]
         params = [v.value for _, v in pairs]
-        for p, g, (_, v) in zip(params, raw, pairs):
+        for i, (p, g, (_, v)) in enumerate(zip(params, raw, pairs)):
+            if tuple(g.shape) != tuple(p.shape) and getattr(v, "_to_internal", None) is not None and \
+                    tuple(g.shape) == tuple(v.shape):
+                # a Keras-layout gradient (tape.gradient's) of a variable stored in another layout
+                raw[i] = g = v._internal_from_tensor(g)
             if tuple(g.shape) != tuple(p.shape):
                 g_shape = tuple(g.shape)
                 raise ValueError(f"{type(self).__name__}.apply: the gradient of '{getattr(v, 'path', v)}' has shape "
@@ -377,6 +382,8 @@ class Optimizer:
         keys = [id(v) for _, v in pairs]
         if self.__dict__.get("_apply_keys") != keys:
             self._apply_keys = keys
+            for _, v in pairs:
+                v._relayout_ok = False  # its slots follow the stored layout from now on
             self.build(params)
         self._apply_raw(params, raw)
         for _, v in pairs:

@@ -23,8 +23,8 @@ Weights live on the layer's device in an internal layout chosen for speed; ``get
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
-import itertools
 import math
 import re
 import threading
@@ -43,6 +43,8 @@ from dnnbind.autodiff import engine as _engine
 from dnnbind.autodiff.tensor import Tensor
 from dnnbind.autodiff import variable as _variable_module
 from dnnbind.autodiff.variable import Variable
+from dnnbind.autodiff.variable import cast_generation
+from dnnbind.autodiff.variable import note_new_cast as _note_new_cast
 from dnnbind.backend import Device
 from dnnbind.mixed_precision import Policy, global_policy
 from dnnbind.ops import _core as _ops_core
@@ -163,19 +165,10 @@ def _is_array(x: Any) -> bool:
 # (device is CUDA, policy compute dtype name) -> the dtype a layer computes in
 _EFFECTIVE_DTYPES: "dict[tuple[bool, str], np.dtype]" = {}
 
-# Bumped whenever a layer casts a weight it had not cast (to that dtype) before: trainers keep
-# the list of weights they precast and rebuild it when this moved. next() on a count is atomic.
-_cast_counter = itertools.count(1)
-_cast_generation = [0]
-
-
-def _note_new_cast() -> None:
-    _cast_generation[0] = next(_cast_counter)
-
-
-def cast_generation() -> int:
-    """Changes whenever some layer starts casting a weight (see ``Layer._compute_weight``)."""
-    return _cast_generation[0]
+# cast_generation / _note_new_cast (imported above from the variables' room, where the ops room bumps it
+# too): bumped whenever a layer casts a weight it had not cast (to that dtype) before, its own layers in
+# _compute_weight, a user's layer where ops read a variable under autocast; trainers keep the list of
+# weights they precast and rebuild it when this moved.
 
 
 # ----- a version of every model structure: bumped when a layer or variable is tracked or untracked, a weight
@@ -334,6 +327,23 @@ class Layer:
     # {Weight: compute dtype} of the weights _compute_weight has cast (what a trainer precasts);
     # replaced, never mutated
     _cast_weights: dict = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A user's ``build`` marks the layer built when it returns, called directly or from the first
+        ``__call__`` (Keras 3's build wrapper): ``layer.build(shape); layer(x)`` builds once."""
+        super().__init_subclass__(**kwargs)
+        build = cls.__dict__.get("build")
+        if build is None or getattr(build, "_marks_built", False) or cls.__module__.startswith("dnnbind."):
+            return
+
+        @functools.wraps(build)
+        def built_build(self, *args: Any, **kw: Any) -> Any:
+            out = build(self, *args, **kw)
+            self.built = True
+            return out
+
+        built_build._marks_built = True  # type: ignore[attr-defined]
+        cls.build = built_build
 
     def __init__(self, name: str | None = None, trainable: bool = True, dtype: Any = None,
                  input_shape: Sequence[int] | None = None, autocast: bool = True,
@@ -593,6 +603,7 @@ class Layer:
         if overwrite_with_gradient:
             raise NotImplementedError(f"{owner}: overwrite_with_gradient=True (FP8 training scales) is not supported")
         w = self._add_weight(name, shape, initializer, trainable=trainable, dtype=vdtype)
+        w._relayout_ok = True  # until an optimizer or a tape sees it (Variable.relayout: keras.ops.conv's kernels)
         w.autocast = bool(autocast)
         w.aggregation = aggregation
         if regularizer is not None:

@@ -27,7 +27,7 @@ import operator
 import threading
 from typing import Any, Callable, Sequence
 
-__all__ = ["Node", "Leaf", "recording", "record", "gradient", "stop_recording", "active_tapes", "hooks",
+__all__ = ["Node", "Leaf", "recording", "record", "attach", "gradient", "stop_recording", "active_tapes", "hooks",
            "FilledTensor"]
 
 _seq = itertools.count(1)
@@ -161,6 +161,15 @@ def record(raw_outputs: "Any | tuple", edges: tuple, vjp: Callable, name: str, *
         t._node, t._index = node, i
         result.append(t)
     return tuple(result) if multiple else result[0]
+
+
+def attach(t: Any, edges: tuple, vjp: Callable, name: str) -> Any:
+    """Make ``t`` (an existing tensor, e.g. a lazy view) the one output of a new node with ``edges`` and
+    ``vjp``, as :func:`record` does for the tensors it wraps. Call only when :func:`recording`."""
+    node = Node(edges, vjp, 1, name)
+    node.holders = -1 if any(tape._persistent for tape in _tapes()) else len(_tapes())
+    t._node, t._index = node, 0
+    return t
 
 
 class FilledTensor:

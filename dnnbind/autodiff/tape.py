@@ -114,6 +114,10 @@ class GradientTape:
             return True
         return self.watch_accessed_variables and variable.trainable
 
+    def has_accessed(self, variable: Any) -> bool:
+        """Whether a read of ``variable`` was recorded on this tape."""
+        return id(variable) in self._accessed
+
     def _note_access(self, variable: Any) -> None:
         self._accessed.setdefault(id(variable), variable)
 
@@ -171,6 +175,10 @@ class GradientTape:
             self._last_seq = next(engine._seq)  # gradient() inside the with-block: what was recorded so far
         self._used = True
         results = engine.gradient(tensors, seeds, flat_sources, tape=self, release=not self._persistent)
+        # a variable stored in another layout (a convolution kernel) gets its gradient in the Keras layout,
+        # as Keras returns it (optimizer.apply takes either)
+        results = [s._to_keras(g) if g is not None and getattr(s, "_to_keras", None) is not None else g
+                   for s, g in zip(flat_sources, results)]
         if unconnected_gradients == "zero":
             results = [ops.zeros_like(s) if g is None else g for s, g in zip(flat_sources, results)]
         return rebuild(results)

@@ -23,7 +23,7 @@ import numpy as np
 from .. import backend
 from . import engine
 
-__all__ = ["Tensor", "FilledTensor", "install_operators", "is_tensor"]
+__all__ = ["Tensor", "FilledTensor", "TransposedView", "install_operators", "is_tensor"]
 
 
 class Tensor:
@@ -190,6 +190,55 @@ class FilledTensor(Tensor, engine.FilledTensor):
     @property
     def is_cuda(self) -> bool:
         return bool(self._device.is_cuda)
+
+
+class TransposedView(Tensor):
+    """``source`` with its axes permuted by ``axes``, the array made only when ``data`` is read: how a
+    variable stored in another layout than Keras's (a convolution kernel, KRSC) reads in ops. An op that
+    wants the stored layout (``keras.ops.conv``) takes ``source`` instead, so no step transposes the kernel
+    for nothing. Behaves as any Tensor (its node, when recorded, transposes the gradient back)."""
+
+    __slots__ = ("source", "axes", "_made")
+
+    def __init__(self, source: Tensor, axes: tuple) -> None:
+        self.source = source
+        self.axes = tuple(axes)
+        self._made = None
+        self._node = None
+        self._index = 0
+        self._keras_mask = None
+
+    @property  # type: ignore[override]
+    def data(self) -> Any:
+        if self._made is None:
+            with engine.stop_recording():
+                self._made = engine.hooks.ops.transpose(self.source, self.axes).data
+        return self._made
+
+    @property
+    def shape(self) -> tuple:
+        shape = self.source.shape
+        return tuple(shape[a] for a in self.axes)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.source.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.axes)
+
+    @property
+    def size(self) -> int:
+        return self.source.size
+
+    @property
+    def device(self) -> Any:
+        return self.source.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.source.is_cuda
 
 
 # NumPy ufunc name -> the keras.ops function (installed with the operators)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import _validate, backend
 from .. import initializers, kernels
-from .engine import Leaf, hooks
+from .engine import Leaf, hooks, stop_recording
 
 __all__ = ["Variable"]
 
@@ -31,6 +31,22 @@ _trainable_changes = [0]  # bumped by every trainable assignment: models keep we
 
 def trainable_changes() -> int:
     return _trainable_changes[0]
+
+
+# Bumped whenever a layer starts casting one of its weights to a compute dtype (next() on a count is
+# atomic): trainers precast those weights once per step and rebuild their list when this moved.
+_cast_counter = itertools.count(1)
+_cast_generation = [0]
+
+
+def note_new_cast() -> None:
+    _cast_generation[0] = next(_cast_counter)
+
+
+def cast_generation() -> int:
+    """Changes whenever some layer starts casting a weight (``Layer._compute_weight``, or an ops read
+    under autocast)."""
+    return _cast_generation[0]
 
 
 class Variable:
@@ -43,6 +59,11 @@ class Variable:
     # the layer-owned subclass (layers.base.Weight) fills these in its own constructor
     _to_internal: "Callable | None" = None
     _to_keras: "Callable | None" = None
+    # A layer's add_weight sets _relayout_ok: until an optimizer or a tape has seen the variable, an op
+    # that prefers another layout may move its storage there once (see relayout). _keras_perm: when the
+    # Keras layout is a transpose of the internal one, its axes (reads register the view for peepholes).
+    _relayout_ok: bool = False
+    _keras_perm: "tuple | None" = None
     regularizer: Any = None
     constraint: Any = None
 
@@ -177,6 +198,28 @@ class Variable:
         else:
             self.value = backend.asarray(internal, device=self.device)
         return self
+
+    def relayout(self, to_internal_perm: tuple) -> None:
+        """Store the value transposed by ``to_internal_perm`` from now on (``value`` becomes that array;
+        ``shape``, ``numpy()``, ``assign()`` and reads in ops keep speaking the Keras layout).
+
+        ``keras.ops.conv`` calls it for a layer's fresh kernel, so the step convolves the stored filter
+        with no transpose each way: allowed once, while ``_relayout_ok`` (no optimizer slot, captured
+        graph or tape read holds the old array yet)."""
+        if self._to_internal is not None or not self._relayout_ok:
+            raise RuntimeError(f"{self._owner()}: variable '{self.name}' cannot change its layout now")
+        perm = tuple(int(a) for a in to_internal_perm)
+        back = tuple(perm.index(i) for i in range(len(perm)))
+        ops = hooks.ops
+        with stop_recording():
+            moved = ops.convert_to_tensor(ops.transpose(ops.convert_to_tensor(self.value), perm)).data
+        if isinstance(moved, np.ndarray):
+            moved = np.ascontiguousarray(moved)
+        self.value = moved
+        self._to_internal = lambda a: a.transpose(*perm)
+        self._to_keras = lambda a: a.transpose(*back)
+        self._keras_perm = back
+        self._relayout_ok = False
 
     def _internal_from_tensor(self, raw: Any) -> Any:
         """A Keras-layout device array in the internal layout (the internal transform written with array

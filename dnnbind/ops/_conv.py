@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, Sequence
 
 from .. import kernels
-from ..autodiff.tensor import Tensor
+from ..autodiff import engine as _engine
+from ..autodiff.tensor import Tensor, TransposedView
+from ..autodiff.variable import Variable
 from ..kernels._params import resolve_padding
 from . import _core
 from ._core import is_float, keras_op, make, np_dtype, result_type, tensors
@@ -115,9 +117,29 @@ def _pads(padding: str, sizes: Sequence[int], ks: Sequence[int], strides: Sequen
     return out
 
 
+_FILTER_AXES = {"NHWC": (3, 0, 1, 2), "NCHW": (3, 2, 0, 1)}  # Keras (R, S, Cin/g, K) -> KRSC / KCRS
+
+
 def _filter(kernel: Tensor, layout: str) -> Tensor:
-    """A Keras 2-d kernel ``(R, S, Cin/g, K)`` in the kernels' filter layout (KRSC or KCRS)."""
-    return op("transpose")(kernel, (3, 0, 1, 2) if layout == "NHWC" else (3, 2, 0, 1))
+    """A Keras 2-d kernel ``(R, S, Cin/g, K)`` in the kernels' filter layout (KRSC or KCRS). A variable
+    stored in that layout (its Keras read a lazy transpose of the storage, a TransposedView) gives its
+    stored tensor, with no transpose either way (its gradient arrives in the storage layout too)."""
+    axes = _FILTER_AXES[layout]
+    if isinstance(kernel, TransposedView) and all(kernel.axes[a] == i for i, a in enumerate(axes)):
+        return kernel.source
+    return op("transpose")(kernel, axes)
+
+
+def _adopt_filter_layout(kernel: Any, nsp: int, fmt: str) -> None:
+    """A layer's fresh 2-d kernel (``add_weight``, not yet seen by an optimizer or a tape) moves to the
+    convolution's filter layout once, so that no step transposes it (Variable.relayout): the same layout
+    dnnbind's Conv2D keeps its kernel in."""
+    if not (isinstance(kernel, Variable) and kernel._relayout_ok and nsp == 2 and len(kernel.shape) == 4
+            and is_float(kernel.dtype)):
+        return
+    if any(tape.has_accessed(kernel) for tape in _engine.active_tapes()):
+        return  # read on a tape already: its gradient there is in the Keras layout
+    kernel.relayout(_FILTER_AXES["NHWC" if channels_last(fmt) else "NCHW"])
 
 
 def _spatial(t: Tensor, fmt: str) -> tuple:
@@ -225,8 +247,10 @@ def conv(inputs: Any, kernel: Any, strides: Any = 1, padding: str = "valid", dat
     in_channels / groups, out_channels)``, ``groups = in_channels / kernel.shape[-2]``; the inputs are
     converted to the kernel's dtype (Keras's rule). 2-d (and 1-d, 3-d through it): cuDNN on the device."""
     owner = "conv"
-    x, k = tensors(inputs, kernel)
     fmt = _standardize_format(data_format, owner)
+    if isinstance(kernel, Variable) and kernel._relayout_ok:
+        _adopt_filter_layout(kernel, len(kernel.shape) - 2, fmt)
+    x, k = tensors(inputs, kernel)
     nsp = _check_rank(owner, x, k)
     dt = k.dtype if is_float(k.dtype) else np_dtype(result_type(x, k, float))
     x, k = to_dtype(x, dt), to_dtype(k, dt)

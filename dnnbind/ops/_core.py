@@ -35,8 +35,8 @@ from ..backend import result_type, standardize_dtype
 from .._validate import BFLOAT16
 from ..autodiff import engine
 from ..autodiff.engine import recording
-from ..autodiff.tensor import FilledTensor, Tensor
-from ..autodiff.variable import Variable
+from ..autodiff.tensor import FilledTensor, Tensor, TransposedView
+from ..autodiff.variable import Variable, note_new_cast
 from ..kernels import numeric as N
 
 __all__ = ["Tensor", "keras_op", "REGISTRY", "tensor", "tensors", "convert_to_tensor", "read_variable", "make",
@@ -118,12 +118,58 @@ def read_variable(v: Variable) -> Tensor:
                 watched = True
         if watched:
             t._node, t._index = v._leaf_node(), 0
-    if v._to_keras is not None:
-        t = v._to_keras(t)
     want = _autocast_dtype()
     if want is not None and v.autocast and t.dtype != want and is_float(t.dtype):
-        t = _cast_op(t, want)
+        # in the stored layout (elementwise: the same values), so a transposed view stays a peephole
+        t = _autocast_read(v, t, want)
+    if v._keras_perm is not None:
+        t = _keras_view(t, v._keras_perm)
+    elif v._to_keras is not None:
+        t = v._to_keras(t)
     return t
+
+
+def _autocast_read(v: Variable, t: Tensor, want: np.dtype) -> Tensor:
+    """A layer weight read in the compute dtype. Inside a model's step the trainer has cast every such
+    weight already, with one multi-tensor launch (the layer's ``_precast``: weight -> copy); the read takes
+    the copy, and its gradient stays in the compute dtype when the trainer lets the optimizer read those
+    (``_keep_grad_dtype``) and the weight was read once this step, else it is cast back. Otherwise the
+    read casts now and notes the cast in the layer's ``_cast_weights``, so the next step precasts it."""
+    layer = getattr(v, "layer", None)
+    if layer is None:
+        return _cast_op(t, want)
+    pre = layer._precast
+    copy = pre.get(v) if pre is not None else None
+    if copy is None or copy.dtype != want:
+        if layer._cast_weights.get(v) != want:
+            # copy-on-write: a trainer may be reading the dict (another thread's step)
+            layer._cast_weights = {**layer._cast_weights, v: want}
+            note_new_cast()
+        return _cast_op(t, want)
+    reads = layer.__dict__.setdefault("_precast_reads", {})
+    reads[v] = reads.get(v, 0) + 1
+    out = Tensor(copy)
+    if t._node is not None and recording():
+        variable_dtype = t.dtype
+
+        def vjp(node: Any, g: Tensor) -> tuple:
+            if layer._keep_grad_dtype and reads.get(v) == 1:
+                return (g,)  # the optimizer's fused update converts it exactly, as the cast would
+            return (_cast_op(g, variable_dtype),)
+
+        engine.attach(out, ((t._node, t._index),), vjp, "cast")
+    return out
+
+
+def _keras_view(stored: Tensor, axes: tuple) -> Tensor:
+    """The Keras-layout read of a variable stored transposed: a lazy :class:`TransposedView` (an op that
+    wants the stored layout, ``keras.ops.conv``, takes ``view.source`` and no transpose runs)."""
+    view = TransposedView(stored, axes)
+    if stored._node is not None and recording():
+        back = tuple(axes.index(i) for i in range(len(axes)))
+        engine.attach(view, ((stored._node, stored._index),),
+                      lambda node, g: (engine.hooks.ops.transpose(g, back),), "transpose")
+    return view
 
 
 def _place(host: np.ndarray, like: Any = None) -> Any:

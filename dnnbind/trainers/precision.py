@@ -143,6 +143,7 @@ def end_precast(touched: list) -> None:
     for layer in touched:
         layer._precast = None
         layer._keep_grad_dtype = False
+        layer.__dict__.pop("_precast_reads", None)  # ops reads of the copies this step (ops/_core._autocast_read)
 
 
 def grads_in_compute_dtype(model: Any, replica: Any) -> bool:

@@ -551,6 +551,9 @@ class Trainer:
             on_leaf = None if reducer is None else (lambda w, g: reducer.weight_done(w, g.data))
             found = autodiff_engine.gradient([total], [seed_t], variables, tape=tape, on_leaf=on_leaf)
             params = [w.value for w in variables]
+            if not self.optimizer.built:
+                for w in variables:
+                    w._relayout_ok = False  # the slots about to be made follow the stored layout
             # a weight no loss reaches (an output without a loss) gets a zero gradient
             grads = [kernels.zeros_like(w.value) if g is None else g.data for w, g in zip(variables, found)]
             del found, total, tape

@@ -1,0 +1,166 @@
+"""A user's layer written in keras.ops, on the NumPy backend: its fresh convolution kernel moves once to the
+convolution's filter layout (Variable.relayout), so no step transposes it, while everything a user sees stays
+in Keras's layout; under a mixed policy its weights are read from the trainer's one multi-tensor cast."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dnnbind as keras
+from dnnbind import layers, ops
+from dnnbind.autodiff.tensor import TransposedView
+from testutil import numerical_grad
+
+
+@pytest.fixture(autouse=True)
+def _cpu(cpu):
+    yield
+
+
+class OpsConv(layers.Layer):
+    def __init__(self, filters, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = filters
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(3, 3, input_shape[-1], self.filters), name="kernel")
+        self.bias = self.add_weight(shape=(self.filters,), initializer="random_normal", name="bias")
+
+    def call(self, x):
+        return ops.relu(ops.conv(x, self.kernel, padding="same") + self.bias)
+
+
+def _reference_conv(x, k, b):
+    """NumPy: 'same' 3x3 cross-correlation, NHWC, Keras kernel (3, 3, in, out), then bias and relu."""
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    n, h, w, _ = x.shape
+    out = np.zeros((n, h, w, k.shape[-1]), np.float64)
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("nhwc,ck->nhwk", xp[:, i:i + h, j:j + w], k[i, j])
+    return np.maximum(out + b, 0)
+
+
+def test_a_fresh_kernel_moves_to_the_filter_layout_and_still_speaks_keras(rng):
+    layer = OpsConv(4)
+    x = rng.standard_normal((2, 5, 6, 3)).astype(np.float32)
+    y = layer(x)
+    k = layer.kernel
+    assert k.shape == (3, 3, 3, 4) and tuple(k.value.shape) == (4, 3, 3, 3)  # stored KRSC
+    keras_values = k.numpy()
+    assert keras_values.shape == (3, 3, 3, 4)
+    np.testing.assert_allclose(np.asarray(y), _reference_conv(x, keras_values, layer.bias.numpy()), rtol=1e-5,
+                               atol=1e-5)
+    # reads in ops see the Keras layout (a lazy view of the storage)
+    read = ops.convert_to_tensor(k)
+    assert isinstance(read, TransposedView) and read.shape == (3, 3, 3, 4)
+    np.testing.assert_array_equal(np.asarray(read), keras_values)
+    np.testing.assert_array_equal(np.asarray(ops.sum(k, axis=(0, 1, 2))), keras_values.sum(axis=(0, 1, 2)))
+    # assign / get_weights / set_weights speak the Keras layout
+    new = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
+    k.assign(new)
+    np.testing.assert_array_equal(k.numpy(), new)
+    layer.set_weights([new * 2, layer.bias.numpy()])
+    np.testing.assert_array_equal(layer.get_weights()[0], new * 2)
+    np.testing.assert_allclose(np.asarray(layer(x)), _reference_conv(x, new * 2, layer.bias.numpy()), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_tape_gradients_come_in_the_keras_layout_and_are_right(rng):
+    keras.utils.set_random_seed(3)
+    layer = OpsConv(2, dtype="float64")
+    x = rng.standard_normal((2, 4, 4, 3))
+    layer(x)  # builds; the kernel moves
+    assert tuple(layer.kernel.value.shape) == (2, 3, 3, 3)
+    with keras.GradientTape() as tape:
+        loss = ops.sum(ops.square(layer(x)))
+    gk, gb = tape.gradient(loss, [layer.kernel, layer.bias])
+    assert gk.shape == (3, 3, 3, 2) and gb.shape == (2,)
+    k0, b0 = layer.kernel.numpy(), layer.bias.numpy()
+
+    np.testing.assert_allclose(np.asarray(gk), numerical_grad(lambda: float(np.sum(_reference_conv(x, k0, b0) ** 2)),
+                                                              k0), rtol=1e-5, atol=1e-6)
+    # optimizer.apply takes the Keras-layout gradients
+    opt = keras.optimizers.SGD(0.1)
+    opt.apply([gk, gb], [layer.kernel, layer.bias])
+    np.testing.assert_allclose(layer.kernel.numpy(), k0 - 0.1 * np.asarray(gk), rtol=1e-6)  # lr in float32
+
+
+def test_no_move_once_a_tape_or_an_optimizer_has_seen_the_kernel(rng):
+    x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    layer = OpsConv(3)
+    layer.build(x.shape)
+    with keras.GradientTape() as tape:
+        reg = ops.sum(ops.square(ops.convert_to_tensor(layer.kernel)))  # read on the tape before the conv
+        loss = ops.sum(layer(x)) + reg
+    assert tuple(layer.kernel.value.shape) == (3, 3, 2, 3)  # stays in the Keras layout
+    g = tape.gradient(loss, layer.kernel)
+    assert g.shape == (3, 3, 2, 3)
+
+    other = OpsConv(3)
+    other.build(x.shape)
+    opt = keras.optimizers.Adam(1e-3)
+    opt.apply([np.ones((3, 3, 2, 3), np.float32), np.ones(3, np.float32)], [other.kernel, other.bias])
+    other(x)
+    assert tuple(other.kernel.value.shape) == (3, 3, 2, 3)  # the optimizer's slots follow the old layout
+    with pytest.raises(RuntimeError, match="cannot change its layout"):
+        other.kernel.relayout((3, 0, 1, 2))
+
+
+def test_a_model_of_ops_layers_trains_like_the_same_model_of_dnnbind_layers(rng):
+    x = rng.standard_normal((8, 6, 6, 2)).astype(np.float32)
+    y = rng.integers(0, 3, 8).astype(np.int32)
+
+    def build(kind):
+        keras.utils.set_random_seed(0)
+        conv = OpsConv(4) if kind == "ops" else layers.Conv2D(4, 3, padding="same", activation="relu")
+        model = keras.Sequential([keras.Input((6, 6, 2)), conv, layers.Flatten(), layers.Dense(3)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    ref, mine = build("layers"), build("ops")
+    mine.set_weights(ref.get_weights())
+    for _ in range(3):
+        np.testing.assert_allclose(float(mine.train_on_batch(x, y)), float(ref.train_on_batch(x, y)), rtol=1e-5)
+    for a, b in zip(mine.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_mixed_precision_reads_take_the_precast_copies(rng, monkeypatch):
+    # on the GPU (the NumPy backend computes mixed policies in float32: nothing to cast there)
+    from dnnbind.ops import _core
+
+    keras.set_default_device("cuda")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        keras.utils.set_random_seed(0)
+        layer = OpsConv(4)
+        model = keras.Sequential([keras.Input((6, 6, 2)), layer, layers.Flatten(), layers.Dense(3)])
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x = rng.standard_normal((8, 6, 6, 2)).astype(np.float32)
+        y = rng.integers(0, 3, 8).astype(np.int32)
+        model.train_on_batch(x, y)  # casts per read, and notes them for the next step's precast
+        assert set(layer._cast_weights) == {layer.kernel, layer.bias}
+        casts = []
+        real = _core._cast_op
+        monkeypatch.setattr(_core, "_cast_op", lambda t, dt: casts.append(dt) or real(t, dt))
+        before = layer.kernel.numpy()
+        loss = float(model.train_on_batch(x, y))
+        assert casts == []  # both weights came from the multi-tensor cast; their gradients stayed bf16
+        assert np.isfinite(loss) and not np.array_equal(layer.kernel.numpy(), before)
+        assert layer._precast is None and "_precast_reads" not in layer.__dict__  # nothing outlives the step
+        # the same steps with the casts per read (no precast) give the same loss
+        keras.utils.set_random_seed(0)
+        twin = keras.Sequential([keras.Input((6, 6, 2)), OpsConv(4), layers.Flatten(), layers.Dense(3)])
+        twin.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        twin.set_weights(model.get_weights())
+        model.set_weights(twin.get_weights())
+        monkeypatch.setattr(_core, "_cast_op", real)
+        a, b = float(model.train_on_batch(x, y)), float(twin.train_on_batch(x, y))
+        assert abs(a - b) <= 2e-2 * abs(b)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        keras.set_default_device("cpu")
