@@ -164,3 +164,100 @@ def test_mixed_precision_reads_take_the_precast_copies(rng, monkeypatch):
     finally:
         keras.mixed_precision.set_global_policy("float32")
         keras.set_default_device("cpu")
+
+
+# ------------------------------------------------------------------ conv + bias + relu as one node
+def _conv_ref(x, k, b=None, relu=False, fmt="channels_last"):
+    if fmt == "channels_first":
+        x = np.transpose(x, (0, 2, 3, 1))
+    y = _reference_conv(x, k, np.zeros(k.shape[-1]) if b is None else b.reshape(-1))
+    if not relu:  # _reference_conv applies relu: undo by recomputing without it
+        xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        n, h, w, _ = x.shape
+        y = sum(np.einsum("nhwc,ck->nhwk", xp[:, i:i + h, j:j + w], k[i, j]) for i in range(3) for j in range(3))
+        y = y + (0 if b is None else b.reshape(-1))
+    return np.transpose(y, (0, 3, 1, 2)) if fmt == "channels_first" else y
+
+
+@pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
+def test_conv_bias_relu_fold_into_one_node_with_the_right_values_and_gradients(rng, fmt):
+    from dnnbind.ops._conv import PendingConv
+
+    x = rng.standard_normal((2, 4, 5, 3) if fmt == "channels_last" else (2, 3, 4, 5))
+    k = rng.standard_normal((3, 3, 3, 2))
+    b = rng.standard_normal((2,) if fmt == "channels_last" else (2, 1, 1))
+    xt, kt, bt = (ops.convert_to_tensor(v) for v in (x, k, b))
+    with keras.GradientTape(persistent=True) as tape:
+        for t in (xt, kt, bt):
+            tape.watch(t)
+        y = ops.relu(ops.conv(xt, kt, padding="same", data_format=fmt) + bt)
+        loss = ops.sum(ops.square(y))
+    assert type(y) is PendingConv and y.act == "relu" and y._node.name == "conv_bias_relu"
+    unread = ops.relu(ops.conv(xt, kt, padding="same", data_format=fmt) + bt)
+    assert unread.shape == _conv_ref(x, k, b, True, fmt).shape and unread._made is None  # shape known unread
+    np.testing.assert_allclose(np.asarray(y), _conv_ref(x, k, b, True, fmt), rtol=1e-10, atol=1e-10)
+    gx, gk, gb = tape.gradient(loss, [xt, kt, bt])
+    for got, arr in ((gx, x), (gk, k), (gb, b)):
+        want = numerical_grad(lambda: float(np.sum(_conv_ref(x, k, b, True, fmt) ** 2)), arr)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_intermediate_used_elsewhere_keeps_its_own_gradient(rng):
+    x = rng.standard_normal((2, 4, 4, 2))
+    k = rng.standard_normal((3, 3, 2, 3))
+    b = rng.standard_normal(3)
+    xt, kt, bt = (ops.convert_to_tensor(v) for v in (x, k, b))
+    with keras.GradientTape() as tape:
+        tape.watch(kt)
+        tape.watch(bt)
+        z = ops.conv(xt, kt, padding="same")
+        fused = ops.relu(z + bt)              # one fused node ...
+        loss = ops.sum(fused) + ops.sum(ops.square(z))  # ... and the plain convolution, read on its own
+    gk, gb = tape.gradient(loss, [kt, bt])
+
+    def f():
+        return float(np.sum(_conv_ref(x, k, b, True)) + np.sum(_conv_ref(x, k) ** 2))
+
+    np.testing.assert_allclose(np.asarray(gk), numerical_grad(f, k), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(gb), numerical_grad(f, b), rtol=1e-5, atol=1e-6)
+
+
+def test_no_fold_for_a_bias_of_another_shape_or_a_read_convolution(rng):
+    from dnnbind.ops._conv import PendingConv
+
+    x = ops.convert_to_tensor(rng.standard_normal((1, 4, 4, 2)).astype(np.float32))
+    k = ops.convert_to_tensor(rng.standard_normal((3, 3, 2, 3)).astype(np.float32))
+    z = ops.conv(x, k)
+    full = ops.convert_to_tensor(rng.standard_normal((2, 2, 3)).astype(np.float32))
+    y = z + full  # broadcast over the batch only: an ordinary add
+    assert type(y) is not PendingConv
+    np.testing.assert_allclose(np.asarray(y), np.asarray(z) + np.asarray(full), rtol=1e-6)
+    z2 = ops.conv(x, k)
+    np.asarray(z2)  # read: the convolution ran on its own
+    b = ops.convert_to_tensor(np.arange(3, dtype=np.float32))
+    assert type(z2 + b) is not PendingConv
+    with pytest.raises(ValueError, match="conv"):
+        ops.conv(x, ops.convert_to_tensor(np.ones((3, 3, 5, 3), np.float32)))  # checked at the call, not the read
+
+
+def test_second_order_gradients_through_the_fused_node(rng):
+    x = rng.standard_normal((1, 3, 3, 2))
+    k = rng.standard_normal((3, 3, 2, 2))
+    b = rng.standard_normal(2)
+    kt = ops.convert_to_tensor(k)
+    bt = ops.convert_to_tensor(b)
+
+    def grad_norm(fuse):
+        xt = ops.convert_to_tensor(x)
+        with keras.GradientTape() as outer:
+            outer.watch(kt)
+            with keras.GradientTape() as inner:
+                inner.watch(xt)
+                z = ops.conv(xt, kt, padding="same")
+                y = ops.relu(z + bt) if fuse else ops.maximum(ops.add(np.asarray(z), 0.0) * 0 + z + bt, 0.0)
+                loss = ops.sum(ops.square(y))
+            gx = inner.gradient(loss, xt)
+            norm = ops.sum(ops.square(gx))
+        return np.asarray(outer.gradient(norm, kt))
+
+    np.testing.assert_allclose(grad_norm(True), grad_norm(False), rtol=1e-8, atol=1e-10)

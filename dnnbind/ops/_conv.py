@@ -28,7 +28,8 @@ from ..autodiff import engine as _engine
 from ..autodiff.tensor import Tensor, TransposedView
 from ..autodiff.variable import Variable
 from ..kernels._params import resolve_padding
-from . import _core
+from ..kernels.conv import conv_params
+from . import _core, _elementwise
 from ._core import is_float, keras_op, make, np_dtype, result_type, tensors
 from ._nn_common import channels_last, op, padding_mode, place_strided, spatial_tuple, to_dtype
 from ._nn_common import data_format as _standardize_format
@@ -70,6 +71,156 @@ def conv2d(x: Tensor, w: Tensor, geo: Geometry) -> Tensor:
                 conv2d_filter_grad(x, g, w_shape, geo) if need[1] else None)
 
     return make(y, (x, w), backward, "conv")
+
+
+class PendingConv(Tensor):
+    """``act(conv2d(x, w) + bias)`` of ``keras.ops.conv`` (2-d), computed when ``data`` is first read.
+
+    ``ops.conv`` returns one with no bias; ``ops.add`` of a per-channel bias (``(K,)`` channels_last,
+    ``(K, 1, 1)`` channels_first) to an unread one gives one with the bias, and ``ops.relu`` of that one
+    with the activation: the three ops of a user's conv layer become one cuDNN convolution + bias +
+    activation call forward (as dnnbind's Conv2D runs) and one node backward (relu's mask, the bias sum,
+    the data and filter gradients). Any other use reads ``data`` and the convolution runs as it is; the
+    unread intermediate tensors keep their own nodes, so each gives the right gradient wherever it is
+    used. The geometry is checked when the op is called (``kernels.conv_params``), not when read."""
+
+    __slots__ = ("x", "w", "geo", "bias", "act", "_made", "_shape")
+
+    def __init__(self, x: Tensor, w: Tensor, geo: Geometry, bias: "Tensor | None", act: "str | None",
+                 shape: tuple) -> None:
+        self.x, self.w, self.geo, self.bias, self.act = x, w, geo, bias, act
+        self._made = None
+        self._shape = shape
+        self._node = None
+        self._index = 0
+        self._keras_mask = None
+
+    @property  # type: ignore[override]
+    def data(self) -> Any:
+        if self._made is None:
+            self._made = _pending_forward(self.x, self.w, self.bias, self.act, self.geo)
+            node = self._node
+            if node is not None and self.act is not None and node.vjp is not None:
+                node.outputs_raw = (self._made,)  # the relu mask of the backward
+        return self._made
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def dtype(self) -> Any:
+        return self.x.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 4
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for v in self._shape:
+            n *= int(v)
+        return n
+
+    @property
+    def device(self) -> Any:
+        return self.x.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.x.is_cuda
+
+
+def _pending_forward(x: Tensor, w: Tensor, bias: "Tensor | None", act: "str | None", geo: Geometry) -> Any:
+    if bias is None:
+        return kernels.conv2d_forward(x.data, w.data, **geo.kwargs())
+    b = bias.data
+    if geo.layout == "NCHW":
+        b = b.reshape(b.shape[0])
+    return kernels.conv2d_bias_activation_forward(x.data, w.data, b, activation=act or "linear", **geo.kwargs())
+
+
+def _pending_conv(x: Tensor, w: Tensor, geo: Geometry) -> Tensor:
+    """:func:`conv2d`, its computation deferred to the first read (see :class:`PendingConv`)."""
+    _, y_shape = conv_params("conv", tuple(x.shape), tuple(w.shape), **geo.kwargs())
+    y = PendingConv(x, w, geo, None, None, tuple(y_shape))
+    if _core.needs_grad(x, w):
+        x_shape, w_shape = tuple(x.shape), tuple(w.shape)
+
+        def backward(node: Any, g: Tensor) -> tuple:
+            g = _same_dtype(g, x)
+            need = node.needs_input_grad
+            return (conv2d_transpose(g, w, x_shape, geo) if need[0] else None,
+                    conv2d_filter_grad(x, g, w_shape, geo) if need[1] else None)
+
+        _engine.attach(y, (_core.edge(x), _core.edge(w)), backward, "conv")
+    return y
+
+
+def _bias_of(p: PendingConv, b: Any) -> "Tensor | None":
+    """``b`` (a tensor, or a variable: read now) when it is a per-channel bias of ``p``'s dtype that ``p``
+    (unread, no bias yet) can take, else None."""
+    if p._made is not None or p.bias is not None or not isinstance(b, (Tensor, Variable)):
+        return None
+    k = p._shape[3] if p.geo.layout == "NHWC" else p._shape[1]
+    if tuple(b.shape) != ((k,) if p.geo.layout == "NHWC" else (k, 1, 1)):
+        return None
+    if isinstance(b, Variable):
+        b = _core.tensor(b)  # the read the add would make (autocast included)
+    return b if b.dtype == p.dtype and is_float(b.dtype) else None
+
+
+def _fused(p: PendingConv, bias: Tensor, act: "str | None") -> PendingConv:
+    """``act(conv(p.x, p.w) + bias)`` as one pending tensor, recorded as one node."""
+    x, w, geo = p.x, p.w, p.geo
+    y = PendingConv(x, w, geo, bias, act, p._shape)
+    if _core.needs_grad(x, w, bias):
+        x_shape, w_shape = tuple(x.shape), tuple(w.shape)
+        axes = (0, 1, 2) if geo.layout == "NHWC" else (0, 2, 3)
+
+        def backward(node: Any, g: Tensor) -> tuple:
+            g = _same_dtype(g, x)
+            need = node.needs_input_grad
+            if act == "relu":
+                out = node.outputs_raw[0] if node.outputs_raw is not None else _pending_forward(x, w, bias, act, geo)
+                if _core.recording():  # an outer tape records this backward: the differentiable form
+                    dz = op("multiply")(g, op("cast")(op("greater")(Tensor(out), 0.0), g.dtype))
+                else:
+                    dz = Tensor(kernels.activation_backward(g.data, out, out, "relu"))
+            else:
+                dz = g
+            db = None
+            if need[2]:
+                db = op("sum")(dz, axis=axes)
+                if geo.layout == "NCHW":
+                    db = op("reshape")(db, tuple(bias.shape))
+            return (conv2d_transpose(dz, w, x_shape, geo) if need[0] else None,
+                    conv2d_filter_grad(x, dz, w_shape, geo) if need[1] else None, db)
+
+        _engine.attach(y, (_core.edge(x), _core.edge(w), _core.edge(bias)), backward,
+                       "conv_bias" if act is None else f"conv_bias_{act}")
+    return y
+
+
+def fuse_add(a: Any, b: Any) -> "Tensor | None":
+    """``ops.add``'s hook: a pending convolution plus its per-channel bias (either order), else None."""
+    if type(a) is PendingConv:
+        bias = _bias_of(a, b)
+        if bias is not None:
+            return _fused(a, bias, None)
+    if type(b) is PendingConv:
+        bias = _bias_of(b, a)
+        if bias is not None:
+            return _fused(b, bias, None)
+    return None
+
+
+def fuse_relu(x: Any) -> "Tensor | None":
+    """``ops.relu``'s hook: relu of an unread pending convolution with its bias, else None."""
+    if x._made is None and x.bias is not None and x.act is None:
+        return _fused(x, x.bias, "relu")
+    return None
 
 
 def conv2d_transpose(dy: Tensor, w: Tensor, x_shape: Sequence[int], geo: Geometry) -> Tensor:
@@ -199,7 +350,7 @@ def _conv(owner: str, x: Tensor, kernel: Tensor, strides: tuple, padding: str, f
     layout = "NHWC" if channels_last(fmt) else "NCHW"
     if nsp == 2:
         geo = Geometry(strides, pads[0] + pads[1], dilation, groups, layout)
-        return conv2d(x, _filter(kernel, layout), geo)
+        return _pending_conv(x, _filter(kernel, layout), geo)
     if nsp == 1:
         geo = Geometry((1,) + strides, (0, 0) + pads[0], (1,) + dilation, groups, layout)
         k2 = op("reshape")(kernel, (1,) + tuple(kernel.shape))
@@ -479,3 +630,9 @@ def fold(x: Any, output_size: Any, kernel_size: Any, dilation: Any = 1, padding:
     if ph or pw:
         total = get_item(total, (slice(None), slice(None), slice(ph, ph + oh), slice(pw, pw + ow)))
     return total
+
+
+# ops.add / ops.relu hand a PendingConv to these (the elementwise room sits beside this one, so the
+# hooks are registered here, by type)
+_elementwise.ADD_HOOKS[PendingConv] = fuse_add
+_elementwise.RELU_HOOKS[PendingConv] = fuse_relu

@@ -208,8 +208,22 @@ round = _export(keras_op(_round, name="round"))  # noqa: A001
 
 
 # the activations with a one-kernel device backward (kernels.activation_backward), first-order
+# Tensor subclass -> f(x1, x2) / f(x): an op of another room that folds a following add or relu into
+# itself (ops/_conv.py's PendingConv: conv + bias + relu as one cuDNN call); None from f: no fusion.
+ADD_HOOKS: dict = {}
+RELU_HOOKS: dict = {}
+
+
 def _activation_op(name: str, kind: str, composed_vjp: Callable, float_only: bool = True) -> Callable:
+    hooks = RELU_HOOKS if name == "relu" else None
+
     def impl(x: Any) -> Tensor:
+        if hooks:
+            hook = hooks.get(type(x))
+            if hook is not None:
+                fused = hook(x)
+                if fused is not None:
+                    return fused
         (t,) = tensors(x)
         dt = _float_of(t.dtype)
         src = t if t.dtype == dt else cast(t, dt)
@@ -280,7 +294,15 @@ def _define_binary(name: str, kernel_op: str, kind: str, vjp: "Callable | None",
     """A binary op with NumPy broadcasting; ``vjp(a, b, y, g) -> (ga, gb)`` on the broadcast shape
     (unbroadcast here). Python numbers stay weak operands (never differentiated)."""
 
+    hooks = ADD_HOOKS if name == "add" else None
+
     def impl(x1: Any, x2: Any) -> Tensor:
+        if hooks:
+            hook = hooks.get(type(x1)) or hooks.get(type(x2))
+            if hook is not None:
+                fused = hook(x1, x2)
+                if fused is not None:
+                    return fused
         a, b = _operands(x1, x2)
         dt = _binary_dtype(kind, a, b)
         if kind in ("promote", "float", "int"):
