@@ -261,3 +261,37 @@ def test_second_order_gradients_through_the_fused_node(rng):
         return np.asarray(outer.gradient(norm, kt))
 
     np.testing.assert_allclose(grad_norm(True), grad_norm(False), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tol", [("float32", 1e-4), ("float16", 2e-2), ("bfloat16", 6e-2)])
+@pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
+def test_fused_conv_bias_relu_on_the_device_matches_numpy(rng, dtype, tol, fmt):
+    from dnnbind import backend
+    from dnnbind.ops._conv import PendingConv
+
+    x = rng.standard_normal((4, 9, 7, 8) if fmt == "channels_last" else (4, 8, 9, 7))
+    k = rng.standard_normal((3, 3, 8, 16)) * 0.3
+    b = rng.standard_normal((16,) if fmt == "channels_last" else (16, 1, 1))
+    want = _conv_ref(x, k, b, True, fmt)
+
+    def run(device):
+        xs = [ops.convert_to_tensor(backend.asarray(v.astype(np.float32), device)) for v in (x, k, b)]
+        xs = [ops.cast(v, dtype) for v in xs]
+        with keras.GradientTape() as tape:
+            for t in xs:
+                tape.watch(t)
+            y = ops.relu(ops.conv(xs[0], xs[1], padding="same", data_format=fmt) + xs[2])
+            loss = ops.sum(ops.square(ops.cast(y, "float32")))
+        assert type(y) is PendingConv and y.act == "relu"
+        return [np.asarray(ops.cast(v, "float32")) for v in [y, *tape.gradient(loss, xs)]]
+
+    got = run("cuda")
+    scale = np.max(np.abs(want))
+    assert np.max(np.abs(got[0] - want)) <= tol * scale
+    ref = run("cpu") if dtype == "float32" else None
+    if ref is not None:
+        for g, r in zip(got[1:], ref[1:]):
+            assert np.max(np.abs(g - r)) <= 1e-3 * max(np.max(np.abs(r)), 1e-6)
+    for g in got[1:]:
+        assert np.all(np.isfinite(g)) and np.any(g != 0)
