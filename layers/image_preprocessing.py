@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dnnbind import _validate, backend
+from dnnbind import _validate, backend, utils
 from dnnbind import ops as _ops
 from dnnbind import random as _random
 from dnnbind.autodiff.tensor import Tensor
@@ -422,16 +422,15 @@ class RandomCrop(_Cropping):
     """Crop a random ``(height, width)`` window (training), one place for the whole batch (Keras). When
     not training, or when the images are not larger than the window on both axes: the largest central
     crop of the window's aspect ratio, resized to it (see the module docstring). ``seed=None`` draws one
-    at construction (kept in the config, as Keras). Transformation: ``(top, left)`` (ints or int32
-    tensors)."""
+    in [1, 1e9] at construction (kept in the config, as Keras, so a copy made from it draws the same).
+    Transformation: ``(top, left)`` (ints or int32 tensors)."""
 
     def __init__(self, height: int, width: int, seed: "int | None" = None, data_format: "str | None" = None,
                  **kwargs: Any) -> None:
         super().__init__(data_format=data_format, **kwargs)
         self._target(height, width)
-        self._make_generator(seed)
-        if seed is None:
-            self.seed = self.generator.seed
+        # Keras draws the config's seed in [1, 1e9] (make_default_seed): one its SeedGenerator can take back
+        self._make_generator(utils.draw_seed() % 10**9 + 1 if seed is None else seed)
 
     def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
         images = self._images(data)

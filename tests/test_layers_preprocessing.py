@@ -58,6 +58,19 @@ CONFIG_LAYERS = {
     "Resizing": dict(height=7, width=3, interpolation="nearest", crop_to_aspect_ratio=True),
 }
 
+# a model of every layer for the .keras files (RandomCrop at the full size: Keras 3.15 does not crop at inference)
+FILE_LAYERS = [("RandomFlip", dict(seed=1)), ("RandomRotation", dict(factor=0.1)), ("RandomZoom", dict(height_factor=0.2)),
+               ("RandomTranslation", dict(height_factor=0.1, width_factor=0.2)), ("RandomCrop", dict(height=10, width=10)),
+               ("Resizing", dict(height=8, width=8)), ("CenterCrop", dict(height=6, width=6)),
+               ("RandomContrast", dict(factor=0.2)), ("RandomBrightness", dict(factor=0.1))]
+
+
+def _file_model():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((10, 10, 3))] + [getattr(layers, n)(**kw) for n, kw in FILE_LAYERS]
+                            + [layers.Flatten(), layers.Dense(2)])
+
+
 _SCRIPT = r"""
 import json, os, sys
 import numpy as np
@@ -101,6 +114,14 @@ for name, kw in spec["configs"].items():
     cfg = getattr(layers, name)(**kw).get_config()
     cfg.pop("name"); cfg.pop("dtype")
     configs[name] = json.loads(json.dumps(cfg))
+# .keras files both ways: dnnbind's file read here, Keras's own written for dnnbind to read
+xs = inp["x_file"]
+out["dnnbind_file"] = keras.models.load_model(os.path.join(work, "dnnbind.keras")).predict(xs, verbose=0)
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((10, 10, 3))] + [getattr(layers, n)(**kw) for n, kw in spec["file_layers"]]
+                         + [layers.Flatten(), layers.Dense(2)])
+model.save(os.path.join(work, "keras.keras"))
+out["keras_file"] = model.predict(xs, verbose=0)
 np.savez(os.path.join(work, "out.npz"), **{k: np.asarray(v) for k, v in out.items()})
 json.dump(configs, open(os.path.join(work, "configs.json"), "w"))
 """
@@ -117,14 +138,16 @@ def _inputs():
 def _keras_reference():
     work = tempfile.mkdtemp(prefix="dnnbind_image_layers_")
     with open(os.path.join(work, "spec.json"), "w") as f:
-        json.dump({"affine": AFFINE_CASES, "resize": RESIZE_CASES, "configs": CONFIG_LAYERS}, f)
-    np.savez(os.path.join(work, "in.npz"), **_inputs())
+        json.dump({"affine": AFFINE_CASES, "resize": RESIZE_CASES, "configs": CONFIG_LAYERS,
+                   "file_layers": FILE_LAYERS}, f)
+    np.savez(os.path.join(work, "in.npz"), x_file=_images((2, 10, 10, 3)), **_inputs())
+    _file_model().save(os.path.join(work, "dnnbind.keras"))
     env = {k: v for k, v in os.environ.items() if k not in ("KERAS_HOME", "KERAS_BACKEND")}
     env.update(KERAS_HOME=os.path.join(work, "keras_home"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, work], capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         raise AssertionError(f"the Keras side failed:\n{proc.stderr[-4000:]}")
-    return dict(np.load(os.path.join(work, "out.npz"))), json.load(open(os.path.join(work, "configs.json")))
+    return dict(np.load(os.path.join(work, "out.npz"))), json.load(open(os.path.join(work, "configs.json"))), work
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +224,7 @@ def test_configs_match_keras_and_round_trip(ref):
     for name, kw in CONFIG_LAYERS.items():
         layer = getattr(layers, name)(**kw)
         cfg = layer.get_config()
-        theirs = ref[1][name]
+        theirs = dict(ref[1][name])
         mine = json.loads(json.dumps({k: v for k, v in cfg.items() if k not in ("name", "dtype")}))
         if name == "RandomCrop":
             assert isinstance(mine.pop("seed"), int)
@@ -212,6 +235,16 @@ def test_configs_match_keras_and_round_trip(ref):
         again = getattr(layers, name).from_config(cfg)
         assert again.get_config() == cfg
         assert layers.deserialize({"class_name": name, "config": cfg}).get_config() == cfg
+
+
+@pytest.mark.filterwarnings("ignore:save. the .keras file:UserWarning")
+def test_keras_files_both_ways(ref):
+    xs = _images((2, 10, 10, 3))
+    np.testing.assert_allclose(ref[0]["dnnbind_file"], _file_model().predict(xs, verbose=0), rtol=1e-4, atol=1e-3)
+    # Keras's file: read back through keras_format (its nodes record training=True, the call's default)
+    model = keras.models.load_model(os.path.join(ref[2], "keras.keras"))
+    assert [type(layer).__name__ for layer in model.layers[:9]] == [n for n, _ in FILE_LAYERS]
+    np.testing.assert_allclose(model.predict(xs, verbose=0), ref[0]["keras_file"], rtol=1e-4, atol=1e-3)
 
 
 # ------------------------------------------------------------------------- hand-made references
