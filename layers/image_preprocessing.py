@@ -153,8 +153,7 @@ class _ImagePreprocessing(Layer):
         """``affine_transform`` of a batch or of one image (``matrix``: ``(N, 8)``, ``(1, 8)`` or ``(8,)``)."""
         single = images.ndim == 3
         x = _ops.expand_dims(images, 0) if single else images
-        m = _ops.reshape(matrix, (-1, 8))
-        m = m if m.dtype == x.dtype else _ops.cast(m, x.dtype)
+        m = _ops.reshape(matrix, (-1, 8))  # coordinates in float32 at least (float16 images too), as Keras
         out = _ops.image.affine_transform(x, m, interpolation=interpolation, fill_mode=self.fill_mode,
                                           fill_value=self.fill_value, data_format=self.data_format)
         return _ops.squeeze(out, 0) if single else out
