@@ -19,6 +19,7 @@ which check their arguments; this module only checks the structure and refuses w
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterator
 
 from . import initializers as _init
@@ -372,6 +373,15 @@ def _refs_from_keras(value: Any, key: str) -> tuple[list, list | None]:
                      f"{str(value)[:200]}")
 
 
+def _call_default(class_name: str, argument: str) -> Any:
+    """The default of ``argument`` in the dnnbind layer class's ``call`` (None when it has none)."""
+    try:
+        parameter = inspect.signature(get_layer_class(class_name).call).parameters.get(argument)
+    except (ValueError, TypeError):
+        return None
+    return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+
+
 def _functional_from_keras(model_config: dict) -> dict:
     where = f"config.json: Functional '{model_config.get('name')}'"
     layers = []
@@ -380,8 +390,14 @@ def _functional_from_keras(model_config: dict) -> dict:
         nodes = entry.get("inbound_nodes", [])
         if not isinstance(nodes, list):
             raise ValueError(f"{where} layers[{i}]: inbound_nodes must be a list, got {str(nodes)[:200]}")
+        default_training = _call_default(converted["class_name"], "training")
         for node in nodes:
             kwargs = node.get("kwargs") if isinstance(node, dict) else None
+            if kwargs and default_training is not None and kwargs.get("training", None) == default_training:
+                # Keras records the default it resolved (True for its augmentation layers); a model's
+                # own training= overrides it in both, so the node is the same without it
+                kwargs = {k: v for k, v in kwargs.items() if k != "training"}
+                node["kwargs"] = kwargs
             if kwargs and any(v is not None for v in kwargs.values()):
                 raise ValueError(f"{where} layers[{i}] ('{entry.get('name')}'): call arguments {kwargs} are not "
                                  "supported by dnnbind")

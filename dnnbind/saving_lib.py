@@ -914,5 +914,8 @@ def check_weight_budget(layers: Sequence[Layer], input_shape: Sequence[int], own
 
         probe._add_weight = add_weight
         probe._ensure_built(shape)
-        shape = tuple(probe.output_shape)
+        if probe.output_shape is not None:
+            shape = tuple(probe.output_shape)
+        else:  # a layer written in keras.ops (its build keeps no output shape): Keras's shape rule, batch axis off
+            shape = tuple(probe.compute_output_shape((None, *shape)))[1:]
     return total

@@ -39,6 +39,8 @@ from .pooling import (
     MaxPool2D,
     MaxPooling2D,
 )
+from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
+                                  RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
 from .regularization import SpatialDropout2D
 from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, ZeroPadding2D
@@ -56,4 +58,6 @@ __all__ = [
     "Embedding", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution1DTranspose",
     "Convolution2DTranspose", "Convolution3DTranspose",
     "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
+    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomCrop", "RandomContrast",
+    "RandomBrightness", "Resizing", "CenterCrop",
 ]

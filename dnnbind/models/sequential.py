@@ -232,12 +232,14 @@ class Sequential(Model):
     def _forward(self, x: Any, training: Any, logits: bool) -> Any:
         self._require_layers("call")
         segments = self._segments()
-        training = bool(training) if training is not None else False
+        train = bool(training) if training is not None else False
         for k, seg in enumerate(segments):
             last = k == len(segments) - 1
             if isinstance(seg, LayerChain):
-                x = seg.apply(x, training, logits and last)
+                x = seg.apply(x, train, logits and last)
             else:
+                # None stays None (Keras): a layer then takes its own call's default, so an augmentation
+                # layer (call(..., training=True)) augments in a model called without training=
                 x = seg(x, training=training)
         return x
 
