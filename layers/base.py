@@ -324,6 +324,9 @@ class Layer:
     # {Weight: its compute-dtype copy}; _keep_grad_dtype: leave weight gradients in the compute dtype.
     _precast: "dict | None" = None
     _keep_grad_dtype = False
+    # {Weight: reads of its precast copy by keras.ops this step} (ops/_core._autocast_read), in the instance
+    # __dict__ only while a step runs
+    _precast_reads: "dict | None" = None
     # {Weight: compute dtype} of the weights _compute_weight has cast (what a trainer precasts);
     # replaced, never mutated
     _cast_weights: dict = {}
