@@ -246,7 +246,7 @@ def test_graph_structure_summary_and_errors(cpu, capsys):
         Model(a, np.zeros((1, 3)))
     with pytest.raises(TypeError, match="takes a list of inputs"):
         layers.Add()(a)
-    with pytest.raises(ValueError, match=r"must have the shape of the first"):
+    with pytest.raises(ValueError, match=r"inputs have incompatible shapes"):
         layers.Add()([a, keras.Input((4,))])
     with pytest.raises(TypeError, match="symbolic and has no value"):
         np.asarray(a)
