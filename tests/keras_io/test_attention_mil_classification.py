@@ -22,6 +22,7 @@ import pytest
 import dnnbind as keras
 from dnnbind import layers
 from dnnbind import ops
+from testutil import bar_digits
 
 SOURCE = "examples/vision/attention_mil_classification.py"
 UNCHANGED = False
@@ -40,17 +41,6 @@ ENSEMBLE_AVG_COUNT = 1
 @pytest.fixture(autouse=True)
 def _cpu(cpu):
     yield
-
-
-def _digits(n, rng):
-    """MNIST-shaped stand-ins: a class-specific horizontal and vertical bar per image, plus noise."""
-    templates = np.zeros((10, 28, 28), np.float32)
-    for k in range(10):
-        templates[k, 2 + 2 * k: 5 + 2 * k, 3:25] = 1.0
-        templates[k, 3:25, 2 + 2 * k: 5 + 2 * k] = 1.0
-    labels = rng.integers(0, 10, n).astype(np.uint8)
-    x = templates[labels] * rng.uniform(0.7, 1.0, (n, 1, 1)) + rng.uniform(0, 0.2, (n, 28, 28))
-    return (np.clip(x, 0, 1) * 255).astype(np.uint8), labels
 
 
 def create_bags(input_data, input_labels, positive_class, bag_count, instance_count):
@@ -323,7 +313,7 @@ def test_attention_mil_classification(tmp_path):
     keras.utils.set_random_seed(0)
     np.random.seed(0)
     rng = np.random.default_rng(0)
-    (x_train, y_train), (x_val, y_val) = _digits(600, rng), _digits(200, rng)
+    (x_train, y_train), (x_val, y_val) = bar_digits(600, rng), bar_digits(200, rng)
 
     # Create training data.
     train_data, train_labels = create_bags(

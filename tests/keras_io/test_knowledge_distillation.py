@@ -22,6 +22,7 @@ import pytest
 import dnnbind as keras
 from dnnbind import layers
 from dnnbind import ops
+from testutil import bar_digits
 
 SOURCE = "examples/vision/knowledge_distillation.py"
 UNCHANGED = True
@@ -84,17 +85,6 @@ class Distiller(keras.Model):
         return self.student(x)
 
 
-def _digits(n, rng):
-    """MNIST-shaped stand-ins: a class-specific horizontal and vertical bar per image, plus noise."""
-    templates = np.zeros((10, 28, 28), np.float32)
-    for k in range(10):
-        templates[k, 2 + 2 * k: 5 + 2 * k, 3:25] = 1.0
-        templates[k, 3:25, 2 + 2 * k: 5 + 2 * k] = 1.0
-    labels = rng.integers(0, 10, n).astype(np.uint8)
-    x = templates[labels] * rng.uniform(0.7, 1.0, (n, 1, 1)) + rng.uniform(0, 0.2, (n, 28, 28))
-    return (np.clip(x, 0, 1) * 255).astype(np.uint8), labels
-
-
 def test_knowledge_distillation():
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -134,7 +124,7 @@ def test_knowledge_distillation():
 
     # Prepare the train and test dataset.
     batch_size = 64
-    (x_train, y_train), (x_test, y_test) = _digits(192, rng), _digits(64, rng)
+    (x_train, y_train), (x_test, y_test) = bar_digits(192, rng), bar_digits(64, rng)
 
     # Normalize data
     x_train = x_train.astype("float32") / 255.0

@@ -22,6 +22,7 @@ import pytest
 import dnnbind as keras
 from dnnbind import layers
 from dnnbind import ops
+from testutil import bar_digits
 
 SOURCE = "examples/vision/siamese_contrastive.py"
 UNCHANGED = True
@@ -30,17 +31,6 @@ UNCHANGED = True
 @pytest.fixture(autouse=True)
 def _cpu(cpu):
     yield
-
-
-def _digits(n, rng):
-    """MNIST-shaped stand-ins: a class-specific horizontal and vertical bar per image, plus noise."""
-    templates = np.zeros((10, 28, 28), np.float32)
-    for k in range(10):
-        templates[k, 2 + 2 * k: 5 + 2 * k, 3:25] = 1.0
-        templates[k, 3:25, 2 + 2 * k: 5 + 2 * k] = 1.0
-    labels = rng.integers(0, 10, n).astype(np.uint8)
-    x = templates[labels] * rng.uniform(0.7, 1.0, (n, 1, 1)) + rng.uniform(0, 0.2, (n, 28, 28))
-    return (np.clip(x, 0, 1) * 255).astype(np.uint8), labels
 
 
 def make_pairs(x, y):
@@ -189,7 +179,7 @@ def test_siamese_contrastive():
     batch_size = 16
     margin = 1  # Margin for contrastive loss.
 
-    (x_train_val, y_train_val), (x_test, y_test) = _digits(224, rng), _digits(64, rng)
+    (x_train_val, y_train_val), (x_test, y_test) = bar_digits(224, rng), bar_digits(64, rng)
 
     # Change the data type to a floating point format
     x_train_val = x_train_val.astype("float32")
