@@ -97,14 +97,27 @@ class Ones(Initializer):
 
 
 class Constant(Initializer):
-    def __init__(self, value: float = 0.0) -> None:
-        self.value = float(value)
+    """``value`` everywhere: a number, or an array broadcast to the weight's shape (Keras 3 multiplies it into
+    ``ones(shape)``: ``Constant(np.eye(3).flatten())`` for a bias of 9)."""
+
+    def __init__(self, value: Any = 0.0) -> None:
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"Constant: value must be a number or a numeric array, got {value!r}")
+        self.value = float(arr) if arr.ndim == 0 else arr.astype(np.float64)
 
     def __call__(self, shape, dtype="float32"):
-        return np.full(tuple(shape), self.value, dtype=dtype)
+        shape = tuple(shape)
+        if isinstance(self.value, float):
+            return np.full(shape, self.value, dtype=dtype)
+        try:
+            return np.array(np.broadcast_to(self.value, shape), dtype=dtype)
+        except ValueError:
+            raise ValueError(f"Constant: a value of shape {self.value.shape} cannot fill a weight of shape {shape} "
+                             "(NumPy broadcasting)") from None
 
     def get_config(self) -> dict:
-        return {"value": self.value}
+        return {"value": self.value if isinstance(self.value, float) else self.value.tolist()}
 
 
 class RandomNormal(_Seeded):

@@ -30,6 +30,7 @@ __all__ = [
     "CategoricalCrossentropy",
     "BinaryCrossentropy",
     "MeanSquaredError",
+    "KLDivergence",
     "sparse_categorical_crossentropy",
     "categorical_crossentropy",
     "binary_crossentropy",
@@ -37,6 +38,7 @@ __all__ = [
     "mse",
     "mean_absolute_error",
     "mae",
+    "kl_divergence",
     "get",
     "serialize",
     "deserialize",
@@ -233,12 +235,16 @@ def _float_labels(y: np.ndarray, what: str) -> np.ndarray:
 
 
 def _check_rows(y: np.ndarray, output_shape: tuple[int, ...], what: str) -> np.ndarray:
-    """Labels of the output's shape; ``(N,)`` is accepted for a ``(N, 1)`` output."""
+    """Labels of the output's shape; one trailing axis of 1 more or less is accepted, as Keras's losses
+    squeeze or expand it (``(N,)`` labels of a ``(N, 1)`` output, ``(N, 28, 28)`` of ``(N, 28, 28, 1)``)."""
     want = tuple(output_shape)
     if tuple(y.shape[1:]) == want:
         return y
-    if want == (1,) and y.ndim == 1:
-        return y.reshape(-1, 1)
+    # Keras's squeeze_or_expand_to_same_rank: one trailing axis of 1 more or less on either side
+    if want and want[-1] == 1 and tuple(y.shape[1:]) == want[:-1]:
+        return y.reshape(y.shape + (1,))
+    if y.ndim >= 2 and y.shape[-1] == 1 and tuple(y.shape[1:-1]) == want:
+        return y.reshape(y.shape[:-1])
     raise ValueError(
         f"{what}: labels must have shape (batch, {', '.join(map(str, want))}) like the model output, "
         f"got {tuple(y.shape)}"
@@ -366,6 +372,16 @@ class MeanSquaredError(Loss):
         return kernels.mean_squared_error(y_pred, y_true, grad_scale=grad_scale, sample_weight=sample_weight)
 
 
+class KLDivergence(Loss):
+    """Kullback-Leibler divergence ``sum(y_true * log(y_true / y_pred), axis=-1)`` per sample (Keras 3's
+    ``keras.losses.KLDivergence``): both arguments are probability distributions over the last axis, clipped
+    to ``[epsilon, 1]`` first (``keras.backend.epsilon()``), so a zero of either gives a finite loss."""
+
+    def __init__(self, reduction: Any = "sum_over_batch_size", name: str | None = "kl_divergence",
+                 dtype: Any = None) -> None:
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+
 def _probs_clip(p: Tensor) -> Tensor:
     eps = backend.epsilon()
     return ops.clip(p, eps, 1.0 - eps)
@@ -428,6 +444,19 @@ def _mse(y_true: Any, y_pred: Any) -> Tensor:
     return ops.mean(ops.square(ops.subtract(y_pred, y_true)), axis=-1)
 
 
+def _kl_divergence(y_true: Any, y_pred: Any) -> Tensor:
+    """Keras's ``kl_divergence``: ``sum(y_true * log(y_true / y_pred), axis=-1)``, both clipped to
+    ``[epsilon, 1]``; per-sample values of shape ``y_pred.shape[:-1]``."""
+    y_pred = ops.convert_to_tensor(y_pred)
+    if not ops_core.is_float(y_pred.dtype):
+        y_pred = ops.cast(y_pred, backend.floatx())
+    y_true = ops.cast(ops.convert_to_tensor(y_true), y_pred.dtype)
+    eps = backend.epsilon()
+    y_true = ops.clip(y_true, eps, 1.0)
+    y_pred = ops.clip(y_pred, eps, 1.0)
+    return ops.sum(ops.multiply(y_true, ops.log(ops.divide(y_true, y_pred))), axis=-1)
+
+
 def _mae(y_true: Any, y_pred: Any) -> Tensor:
     """Keras's ``mean_absolute_error``: the mean of ``|y_true - y_pred|`` over the last axis."""
     y_pred = ops.convert_to_tensor(y_pred)
@@ -442,15 +471,18 @@ CategoricalCrossentropy.call = lambda self, y_true, y_pred: _categorical_ce(y_tr
 BinaryCrossentropy.call = lambda self, y_true, y_pred: _binary_ce(y_true, y_pred, self.from_logits,
                                                                   self.label_smoothing)
 MeanSquaredError.call = lambda self, y_true, y_pred: _mse(y_true, y_pred)
+KLDivergence.call = lambda self, y_true, y_pred: _kl_divergence(y_true, y_pred)
 
 _BY_NAME: dict[str, type] = {
     "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
     "categorical_crossentropy": CategoricalCrossentropy,
     "binary_crossentropy": BinaryCrossentropy,
     "mean_squared_error": MeanSquaredError,
+    "kl_divergence": KLDivergence,
 }
 _ALIASES = {"mse": "mean_squared_error", "scce": "sparse_categorical_crossentropy",
-            "cce": "categorical_crossentropy", "bce": "binary_crossentropy"}
+            "cce": "categorical_crossentropy", "bce": "binary_crossentropy",
+            "kld": "kl_divergence", "kullback_leibler_divergence": "kl_divergence"}
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
 
 sparse_categorical_crossentropy = _sparse_ce
@@ -465,9 +497,11 @@ mse = mean_squared_error
 mean_absolute_error = _mae
 mean_absolute_error.__name__ = "mean_absolute_error"
 mae = mean_absolute_error
+kl_divergence = _kl_divergence
+kl_divergence.__name__ = "kl_divergence"
 _FUNCTIONS = {"sparse_categorical_crossentropy": sparse_categorical_crossentropy,
               "categorical_crossentropy": categorical_crossentropy, "binary_crossentropy": binary_crossentropy,
-              "mean_squared_error": mean_squared_error}
+              "mean_squared_error": mean_squared_error, "kl_divergence": kl_divergence}
 
 
 def known_names() -> list[str]:

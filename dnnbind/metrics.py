@@ -37,6 +37,9 @@ __all__ = [
     "Recall",
     "MeanSquaredError",
     "MeanAbsoluteError",
+    "MeanMetricWrapper",
+    "KLDivergence",
+    "kl_divergence",
     "AUC",
     "get",
     "known_names",
@@ -300,13 +303,29 @@ class Accuracy(Metric):
             self._impl.reset_state()
 
 
-class _MeanMetricWrapper(Metric):
-    """The (weighted) mean of a per-sample function's values (Keras 3's ``MeanMetricWrapper``)."""
+class MeanMetricWrapper(Metric):
+    """The (weighted) mean of a stateless function's values (Keras 3's ``keras.metrics.MeanMetricWrapper``).
 
-    _fn: Any = None
+    ``fn(y_true, y_pred, **kwargs)`` is written in ``keras.ops`` and gets tensors; it returns per-sample (or
+    per-element) values, or one number per batch: ``result()`` is the mean of every value seen (a batch's
+    single number counts once). ``compile(metrics=[fn])`` wraps a plain function in one, named after it."""
+
+    _fn: Any = None  # dnnbind's own wrappers (MeanSquaredError...) set the function on the class
+
+    def __init__(self, fn: Any = None, name: str | None = None, dtype: Any = None, **kwargs: Any) -> None:
+        fn = type(self)._fn if fn is None else fn
+        if fn is None or not callable(fn):
+            raise _validate.ArgumentTypeError(
+                f"{type(self).__name__}: fn must be a function fn(y_true, y_pred) returning the values to average, "
+                f"got {type(fn).__name__}")
+        super().__init__(name=name, dtype=dtype)
+        self._fn = fn
+        self._fn_kwargs = dict(kwargs)
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        values = type(self)._fn(y_true, y_pred)
+        y_true = y_true if isinstance(y_true, Tensor) else _ops.convert_to_tensor(y_true)
+        y_pred = y_pred if isinstance(y_pred, Tensor) else _ops.convert_to_tensor(y_pred)
+        values = _ops.convert_to_tensor(self._fn(y_true, y_pred, **self._fn_kwargs))
         if sample_weight is None:
             self._add(_ops.sum(values), values)
             self._count += int(values.size)
@@ -316,15 +335,35 @@ class _MeanMetricWrapper(Metric):
         self._add(_ops.sum(values * w), values)
         self._count += float(np.sum(_ops.convert_to_numpy(w)))
 
+    def get_config(self) -> dict:
+        config = super().get_config()
+        if type(self) is MeanMetricWrapper:
+            config = {**config, "fn": getattr(self._fn, "__name__", repr(self._fn)), **self._fn_kwargs}
+        return config
 
-class MeanSquaredError(_MeanMetricWrapper):
+
+class MeanSquaredError(MeanMetricWrapper):
     """The mean of ``mean((y_true - y_pred)**2, axis=-1)`` (``keras.metrics.MeanSquaredError``; ``"mse"``)."""
     _fn = staticmethod(_losses.mean_squared_error)
 
+    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
 
-class MeanAbsoluteError(_MeanMetricWrapper):
+
+class MeanAbsoluteError(MeanMetricWrapper):
     """The mean of ``mean(|y_true - y_pred|, axis=-1)`` (``keras.metrics.MeanAbsoluteError``; ``"mae"``)."""
     _fn = staticmethod(_losses.mean_absolute_error)
+
+    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+
+
+class KLDivergence(MeanMetricWrapper):
+    """The mean of ``kl_divergence(y_true, y_pred)`` per sample (``keras.metrics.KLDivergence``)."""
+    _fn = staticmethod(_losses.kl_divergence)
+
+    def __init__(self, name: str | None = "kl_divergence", dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
 
 
 class _ConfusionMatrixMetric(Metric):
@@ -538,9 +577,11 @@ _BY_NAME: dict[str, type] = {
     "recall": Recall,
     "mean_squared_error": MeanSquaredError,
     "mean_absolute_error": MeanAbsoluteError,
+    "kl_divergence": KLDivergence,
     "auc": AUC,
 }
-_ALIASES = {"acc": "accuracy", "mse": "mean_squared_error", "mae": "mean_absolute_error"}
+_ALIASES = {"acc": "accuracy", "mse": "mean_squared_error", "mae": "mean_absolute_error", "kld": "kl_divergence"}
+kl_divergence = _losses.kl_divergence
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
 _CLASS_TO_NAME["Mean"] = "mean"
 

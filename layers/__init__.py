@@ -22,8 +22,8 @@ from .conv import (
 )
 from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
 from .embedding import Embedding
-from .merging import (Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract, add, average, concatenate,
-                      maximum, minimum, multiply, subtract)
+from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
+                      concatenate, dot, maximum, minimum, multiply, subtract)
 from .normalization import BatchNormalization, LayerNormalization, SyncBatchNormalization
 from .pooling import (
     AveragePooling2D,
@@ -53,8 +53,8 @@ __all__ = [
     "DepthwiseConv2D", "SeparableConv2D", "SeparableConvolution2D", "Conv1D", "Convolution1D", "LayerNormalization",
     "GlobalMaxPooling2D", "GlobalMaxPool2D", "GlobalMaxPooling1D", "GlobalMaxPool1D", "GlobalAveragePooling1D",
     "GlobalAvgPool1D", "SpatialDropout2D",
-    "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Lambda",
-    "add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate",
+    "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dot", "Lambda",
+    "add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate", "dot",
     "Embedding", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution1DTranspose",
     "Convolution2DTranspose", "Convolution3DTranspose",
     "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",

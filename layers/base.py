@@ -190,6 +190,28 @@ _NO_WATCH = contextlib.nullcontext()
 _ctx = threading.local()
 
 
+@contextlib.contextmanager
+def symbolic_trace():
+    """While a symbolic call runs ``call`` on stand-in zeros (``graph.output_spec``): a layer built inside it
+    gets shapes whose batch axis is None, as Keras 3's symbolic build gives (a user's ``build`` that builds
+    a sublayer from ``input_shape`` sees ``(None, 28, 28, 1)``, not the stand-in batch)."""
+    _ctx.tracing = getattr(_ctx, "tracing", 0) + 1
+    try:
+        yield
+    finally:
+        _ctx.tracing -= 1
+
+
+def _none_batch(shape: Any) -> Any:
+    if isinstance(shape, tuple):
+        return (None, *shape[1:]) if shape else shape
+    if isinstance(shape, list):
+        return [_none_batch(s) for s in shape]
+    if isinstance(shape, dict):
+        return {k: _none_batch(v) for k, v in shape.items()}
+    return shape
+
+
 def _context_training() -> "bool | None":
     stack = getattr(_ctx, "training", None)
     return stack[-1] if stack else None
@@ -863,6 +885,8 @@ class Layer:
                 else:
                     raise ValueError(f"{owner}: build({', '.join(p.name for p in params)}) takes shapes named after "
                                      f"call's arguments ({', '.join(names)}); no argument '{arg}'")
+        if getattr(_ctx, "tracing", 0):
+            shapes = [_none_batch(s) for s in shapes]
         before = list(self._weights)
         try:
             self.build(*shapes)
@@ -902,6 +926,23 @@ class Layer:
                                  "(keras.Input), so it has no input tensor")
         tensors = nodes[0].input_tensors
         return tensors[0] if len(tensors) == 1 else list(tensors)
+
+    @property
+    def output(self) -> Any:
+        """Keras 3's ``Layer.output``: the symbolic output of the layer's first call in a functional graph (a
+        list when that call gave several, as ``MILAttentionLayer``'s list of scores)."""
+        if "_explicit_output" in self.__dict__:
+            return self.__dict__["_explicit_output"]
+        nodes = self.__dict__.get("_inbound_nodes")
+        if not nodes:
+            raise AttributeError(f"{type(self).__name__} '{self.name}' has never been called on symbolic inputs "
+                                 "(keras.Input), so it has no output tensor")
+        tensors = nodes[0].output_tensors
+        return tensors[0] if len(tensors) == 1 else list(tensors)
+
+    @output.setter
+    def output(self, value: Any) -> None:
+        self.__dict__["_explicit_output"] = value
 
     def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
         """Keras's mask propagation: layers that ``supports_masking`` pass the mask on, others drop it."""

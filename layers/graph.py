@@ -176,7 +176,7 @@ def output_spec(layer: Layer, args: tuple, kwargs: dict, training: Any = None) -
         a = substitute(args, lambda kt, f=fill: _zeros_for(kt, f, layer.device))
         k = substitute(kwargs, lambda kt, f=fill: _zeros_for(kt, f, layer.device))
         saved_losses = list(layer.__dict__.get("_own_losses", []))
-        with _engine.stop_recording(), np.errstate(all="ignore"):
+        with _engine.stop_recording(), np.errstate(all="ignore"), base.symbolic_trace():
             out = layer._keras_call(a, dict(k), training)
         layer.__dict__["_own_losses"] = saved_losses
         specs.append(_spec_of(out))

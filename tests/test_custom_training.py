@@ -540,3 +540,84 @@ def test_step_loss_includes_losses_from_nested_models_and_layers(where):
     extra = {"nested_model": 0.75, "none": 0.0,
              "activity_regularizer_in_nested_sequential": 0.5 * float(np.sum(out ** 2)) / len(x)}[where]
     np.testing.assert_allclose(got, mse + extra, rtol=1e-4)
+
+
+# ----- Model.compute_loss overridden (Keras 3 calls it from its built-in train_step / test_step) -----------------
+_COMPUTE_LOSS_MODEL = r'''
+class Scaled(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(2)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        self.seen_training = training
+        base = ops.mean(ops.square(y_pred - y))
+        return 3.0 * base + 0.1 * ops.mean(x) + (0.0 if training else 1.0)
+'''
+
+_COMPUTE_LOSS_SCRIPT = r'''
+import json, sys
+import numpy as np
+import keras
+from keras import ops
+''' + _COMPUTE_LOSS_MODEL + r'''
+d = dict(np.load(sys.argv[1] + "/in.npz"))
+m = Scaled()
+m(d["x"][:1])
+m.set_weights([d["k"], d["b"]])
+m.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["mae"])
+h = m.fit(d["x"], d["y"], batch_size=4, epochs=1, shuffle=False, verbose=0)
+ev = m.evaluate(d["x"], d["y"], batch_size=8, verbose=0, return_dict=True)
+json.dump({"w": [w.tolist() for w in m.get_weights()], "loss": h.history["loss"], "eval": ev,
+           "keys": sorted(h.history)}, open(sys.argv[1] + "/out.json", "w"))
+'''
+
+
+def _compute_loss_model():
+    namespace = {"keras": keras, "ops": ops}
+    exec(_COMPUTE_LOSS_MODEL, namespace)
+    return namespace["Scaled"]()
+
+
+def test_an_overridden_compute_loss_is_the_loss_of_fit_and_evaluate_as_in_keras(tmp_path):
+    import importlib.util
+
+    rng = np.random.default_rng(4)
+    d = {"x": rng.normal(size=(8, 3)).astype(np.float32), "y": rng.normal(size=(8, 2)).astype(np.float32),
+         "k": rng.normal(size=(3, 2)).astype(np.float32), "b": rng.normal(size=(2,)).astype(np.float32)}
+    model = _compute_loss_model()
+    model(d["x"][:1])
+    model.set_weights([d["k"], d["b"]])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["mae"])
+    hist = model.fit(d["x"], d["y"], batch_size=4, epochs=1, shuffle=False, verbose=0).history
+    assert model.seen_training is True
+    ev = model.evaluate(d["x"], d["y"], batch_size=8, verbose=0, return_dict=True)
+    assert model.seen_training is False
+    # by hand: two SGD steps on 3 * mse (the x term has no gradient), then the evaluation loss with its +1
+    k, b = d["k"].astype(np.float64), d["b"].astype(np.float64)
+    for i in (0, 4):
+        x, y = d["x"][i:i + 4], d["y"][i:i + 4]
+        g = 3.0 * 2 * (x @ k + b - y) / y.size
+        k, b = k - 0.1 * x.T @ g, b - 0.1 * g.sum(0)
+    np.testing.assert_allclose(model.get_weights()[0], k, rtol=1e-5)
+    want = 3.0 * np.mean((d["x"] @ k + b - d["y"]) ** 2) + 0.1 * np.mean(d["x"]) + 1.0
+    assert ev["loss"] == pytest.approx(want, rel=1e-5)
+    assert set(hist) == {"loss", "mae"}
+    if importlib.util.find_spec("keras") is None or importlib.util.find_spec("jax") is None:
+        pytest.skip("real Keras 3 with JAX is not installed (test extra)")
+    np.savez(tmp_path / "in.npz", **d)
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
+    env.update(KERAS_HOME=str(tmp_path / "kh"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _COMPUTE_LOSS_SCRIPT, str(tmp_path)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.load(open(tmp_path / "out.json"))
+    for ours, ref in zip(model.get_weights(), theirs["w"]):
+        np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+    assert hist["loss"][0] == pytest.approx(theirs["loss"][0], rel=1e-5)
+    assert ev["loss"] == pytest.approx(theirs["eval"]["loss"], rel=1e-5)
+    assert ev["mae"] == pytest.approx(theirs["eval"]["mae"], rel=1e-5)
+    assert sorted(hist) == theirs["keys"]

@@ -248,7 +248,7 @@ def test_graph_structure_summary_and_errors(cpu, capsys):
         Model(a, np.zeros((1, 3)))
     with pytest.raises(TypeError, match="takes a list of inputs"):
         layers.Add()(a)
-    with pytest.raises(ValueError, match=r"must have the shape of the first"):
+    with pytest.raises(ValueError, match=r"inputs have incompatible shapes"):
         layers.Add()([a, keras.Input((4,))])
     with pytest.raises(TypeError, match="symbolic and has no value"):
         np.asarray(a)
@@ -575,3 +575,20 @@ def test_a_static_batch_size_input_feeds_built_in_layers(cpu, rng):
     model = keras.Model(inputs, layers.Dense(1)(layers.Conv1D(2, 3)(inputs)))
     assert model.output_shape[1:] == (4, 1)
     assert model.predict(rng.normal(size=(4, 6, 3)).astype(np.float32), batch_size=4, verbose=0).shape == (4, 4, 1)
+
+
+def test_data_one_trailing_axis_of_one_apart_is_adjusted_as_keras(cpu):
+    """Keras 3's Functional._adjust_input_rank: (N, 4, 4) data feeds Input((4, 4, 1)) (keras-io's MNIST ports
+    pass the images without their channel axis); (N, 3, 1) feeds Input((3,)); anything else is refused."""
+    inp = keras.Input((4, 4, 1))
+    model = Model(inp, layers.Dense(2)(layers.Flatten()(inp)))
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.random.default_rng(0).normal(size=(6, 4, 4)).astype("float32")
+    model.fit(x, np.zeros((6, 2), "float32"), epochs=1, verbose=0)
+    np.testing.assert_allclose(model.predict(x, verbose=0), model.predict(x[..., None], verbose=0), rtol=1e-6)
+    flat_in = keras.Input((3,))
+    flat = Model(flat_in, layers.Dense(1)(flat_in))
+    z = np.ones((2, 3, 1), "float32")
+    np.testing.assert_allclose(flat.predict(z, verbose=0), flat.predict(z[..., 0], verbose=0))
+    with pytest.raises(ValueError, match=r"expects input of shape \(batch, 4, 4, 1\)"):
+        model.predict(np.ones((2, 4, 4, 2), "float32"), verbose=0)

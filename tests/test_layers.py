@@ -381,3 +381,59 @@ def test_build_with_a_keras_batch_shape_then_call(rng):
     called(np.zeros((2, 4), np.float32))
     with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, 4\), got \(batch, 3, 4\)"):
         called(np.zeros((2, 3, 4), np.float32))
+
+
+def test_constant_initializer_takes_an_array():
+    """Keras 3 multiplies the value into ones(shape): keras-io's PointNet sets a bias to np.eye(k).flatten()."""
+    init = initializers.Constant(np.eye(3).flatten())
+    np.testing.assert_array_equal(init((9,)), np.eye(3).flatten().astype(np.float32))
+    np.testing.assert_array_equal(initializers.Constant([1.0, 2.0])((3, 2)), [[1, 2]] * 3)
+    assert initializers.Constant([1.0, 2.0]).get_config() == {"value": [1.0, 2.0]}
+    assert initializers.Constant(2).get_config() == {"value": 2.0}
+    dense = layers.Dense(9, kernel_initializer="zeros", bias_initializer=init)
+    dense.build((None, 4))
+    np.testing.assert_array_equal(dense.get_weights()[1], np.eye(3).flatten())
+    with pytest.raises(ValueError, match=r"a value of shape \(9,\) cannot fill a weight of shape \(4,\)"):
+        init((4,))
+    with pytest.raises(TypeError, match="numeric"):
+        initializers.Constant("one")
+
+
+def test_layer_output_is_its_first_symbolic_output():
+    import dnnbind as keras
+
+    a = keras.Input((4,))
+    dense = layers.Dense(3)
+    out = dense(a)
+    assert dense.output is out and dense.input is a
+    with pytest.raises(AttributeError, match="never been called on symbolic inputs"):
+        _ = layers.Dense(2).output
+
+
+def test_user_layer_built_inside_a_symbolic_call_sees_a_none_batch_axis():
+    """Keras 3 gives a nested user layer's build (None, ...) during symbolic tracing (keras-io's PixelCNN builds
+    its Conv2D from that shape)."""
+    import dnnbind as keras
+
+    seen = []
+
+    class Inner(layers.Layer):
+        def build(self, input_shape):
+            seen.append(input_shape)
+            self.conv = layers.Conv2D(2, 3, padding="same")
+            self.conv.build(input_shape)
+
+        def call(self, x):
+            return self.conv(x)
+
+    class Outer(layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def call(self, x):
+            return self.inner(x)
+
+    out = Outer()(keras.Input((5, 5, 1)))
+    assert out.shape == (None, 5, 5, 2)
+    assert seen == [(None, 5, 5, 1)]

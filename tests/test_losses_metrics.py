@@ -240,3 +240,141 @@ def test_to_categorical():
     assert utils.to_categorical(np.array([[1], [0]])).shape == (2, 2)
     with pytest.raises(ValueError, match="out of range"):
         utils.to_categorical([3], 3)
+
+
+_KLD_SCRIPT = r"""
+import json, sys
+import numpy as np
+import keras
+d = dict(np.load(sys.argv[1] + "/in.npz"))
+out = {"per": np.asarray(keras.losses.kl_divergence(d["t"], d["p"])).tolist(),
+       "mean": float(keras.losses.KLDivergence()(d["t"], d["p"])),
+       "sum": float(keras.losses.KLDivergence(reduction="sum")(d["t"], d["p"])),
+       "weighted": float(keras.losses.KLDivergence()(d["t"], d["p"], sample_weight=d["w"])),
+       "config": keras.losses.KLDivergence(name="kd").get_config()}
+m = keras.metrics.MeanMetricWrapper(keras.losses.kl_divergence)
+m.update_state(d["t"][:3], d["p"][:3])
+m.update_state(d["t"][3:], d["p"][3:])
+out["wrapper"] = float(m.result())
+out["wrapper_name"] = m.name
+json.dump(out, open(sys.argv[1] + "/out.json", "w"))
+"""
+
+
+def _kld_data(rng):
+    t = rng.uniform(size=(5, 4)).astype(np.float32)
+    t /= t.sum(1, keepdims=True)
+    t[0, 1] = 0.0  # a zero target: the clip to [epsilon, 1] keeps the loss finite
+    p = rng.uniform(size=(5, 4)).astype(np.float32)
+    p /= p.sum(1, keepdims=True)
+    p[2, 3] = 0.0
+    return {"t": t, "p": p, "w": rng.uniform(size=5).astype(np.float32)}
+
+
+def test_kl_divergence_numpy_reference_and_gradient(rng, cpu):
+    from dnnbind import ops
+    from dnnbind.autodiff import GradientTape
+    from testutil import numerical_grad, rel_error
+
+    d = _kld_data(rng)
+    tc, pc = np.clip(d["t"], 1e-7, 1), np.clip(d["p"], 1e-7, 1)
+    per = np.sum(tc * np.log(tc / pc), axis=-1)
+    np.testing.assert_allclose(np.asarray(losses.kl_divergence(d["t"], d["p"])), per, rtol=1e-5)
+    np.testing.assert_allclose(float(np.asarray(losses.KLDivergence()(d["t"], d["p"]))), per.mean(), rtol=1e-5)
+    assert losses.get("kld").name == "kl_divergence" and type(losses.get("KLDivergence")) is losses.KLDivergence
+    assert losses.get(losses.kl_divergence).__class__ is losses.KLDivergence
+    again = losses.deserialize(losses.serialize(losses.KLDivergence(reduction="sum", name="kd")))
+    assert again.get_config() == {"name": "kd", "reduction": "sum"}
+    # float64 gradient w.r.t. y_pred against finite differences (away from the clip)
+    t = rng.uniform(0.1, 1, size=(3, 4))
+    p = rng.uniform(0.1, 1, size=(3, 4))
+    t /= t.sum(1, keepdims=True)
+    p /= p.sum(1, keepdims=True)
+    loss = losses.KLDivergence(dtype="float64")
+    x = ops.convert_to_tensor(p)
+    with GradientTape() as tape:
+        tape.watch(x)
+        value = loss(t, x)
+    grad = np.asarray(tape.gradient(value, x))
+    numeric = numerical_grad(lambda: float(np.asarray(loss(t, p))), p)
+    assert rel_error(grad, numeric) < 1e-7
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        losses.kl_divergence(np.ones((2, 3)), np.ones((2, 4)))
+
+
+def test_kl_divergence_and_mean_metric_wrapper_match_real_keras(rng, cpu, tmp_path):
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("real Keras 3 is not installed (test extra)")
+    d = _kld_data(rng)
+    np.savez(tmp_path / "in.npz", **d)
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
+    env.update(KERAS_HOME=str(tmp_path / "kh"), KERAS_BACKEND="numpy")
+    proc = subprocess.run([sys.executable, "-c", _KLD_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = json.load(open(tmp_path / "out.json"))
+    np.testing.assert_allclose(np.asarray(losses.kl_divergence(d["t"], d["p"])), want["per"], rtol=1e-5)
+    assert float(np.asarray(losses.KLDivergence()(d["t"], d["p"]))) == pytest.approx(want["mean"], rel=1e-5)
+    assert float(np.asarray(losses.KLDivergence(reduction="sum")(d["t"], d["p"]))) == pytest.approx(want["sum"],
+                                                                                                  rel=1e-5)
+    got = float(np.asarray(losses.KLDivergence()(d["t"], d["p"], sample_weight=d["w"])))
+    assert got == pytest.approx(want["weighted"], rel=1e-5)
+    assert losses.KLDivergence(name="kd").get_config() == want["config"]
+    m = metrics.MeanMetricWrapper(losses.kl_divergence)
+    m.update_state(d["t"][:3], d["p"][:3])
+    m.update_state(d["t"][3:], d["p"][3:])
+    assert float(np.asarray(m.result())) == pytest.approx(want["wrapper"], rel=1e-5)
+    assert m.name == want["wrapper_name"] == "mean_metric_wrapper"
+
+
+def test_mean_metric_wrapper(cpu):
+    from dnnbind import ops
+
+    def hits(y_true, y_pred):  # one number per batch, as keras-io's siamese `accuracy`
+        return ops.mean(ops.equal(ops.cast(y_true, "float32"), ops.cast(y_pred > 0.5, "float32")))
+
+    m = metrics.MeanMetricWrapper(hits, name="hits")
+    m.update_state(np.array([1.0, 0.0, 1.0, 1.0]), np.array([0.9, 0.2, 0.1, 0.7]))  # 3/4
+    m.update_state(np.array([0.0, 1.0]), np.array([0.9, 0.2]))  # 0/2
+    assert float(np.asarray(m.result())) == pytest.approx(0.375)  # the mean of the two batch values
+    m.reset_state()
+    w = metrics.MeanMetricWrapper(lambda a, b, scale: ops.abs(a - b) * scale, scale=2.0)
+    w.update_state(np.array([[1.0, 2.0]]), np.array([[0.0, 0.0]]), sample_weight=np.array([0.5]))
+    assert float(np.asarray(w.result())) == pytest.approx(3.0)  # (2*1*0.5 + 2*2*0.5) / (0.5 + 0.5)
+    assert metrics.KLDivergence().name == "kl_divergence" and type(metrics.get("kld")) is metrics.KLDivergence
+    assert metrics.MeanSquaredError().name == "mean_squared_error" and metrics.MeanSquaredError("m").name == "m"
+    with pytest.raises(TypeError, match="fn must be a function"):
+        metrics.MeanMetricWrapper("accuracy")
+
+
+def test_compile_wraps_a_metric_function(cpu):
+    import dnnbind as keras
+    from dnnbind import layers, ops
+
+    def within(y_true, y_pred):
+        return ops.cast(ops.abs(y_true - y_pred) < 0.5, "float32")
+
+    model = keras.Sequential([keras.Input((3,)), layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", metrics=[within])
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 3)).astype("float32")
+    y = rng.normal(size=(16, 1)).astype("float32")
+    logs = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
+    p = model.predict(x, verbose=0)
+    assert set(logs) == {"loss", "within"}
+    assert logs["within"] == pytest.approx(float(np.mean(np.abs(y - p) < 0.5)))
+
+
+def test_labels_one_trailing_axis_of_one_apart(cpu):
+    bce = losses.BinaryCrossentropy()
+    y = np.array([[[0.0, 1.0], [1.0, 0.0]]], np.float32)  # (1, 2, 2) labels of a (1, 2, 2, 1) output
+    assert bce.prepare_labels(y, (2, 2, 1)).shape == (1, 2, 2, 1)
+    assert bce.prepare_labels(y[..., None], (2, 2)).shape == (1, 2, 2)
+    with pytest.raises(ValueError, match=r"labels must have shape \(batch, 2, 2, 1\)"):
+        bce.prepare_labels(np.ones((1, 2, 3)), (2, 2, 1))

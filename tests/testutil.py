@@ -146,3 +146,15 @@ class TapedStep:
         finally:
             release_pending_state(self.mark, self.until)
         return {(w.layer.name, w.name): (None if g is None else np.asarray(g)) for w, g in zip(variables, grads)}
+
+
+def bar_digits(n: int, rng: np.random.Generator) -> "tuple[np.ndarray, np.ndarray]":
+    """MNIST-shaped stand-ins for the keras.io ports, ``(uint8 images (n, 28, 28), uint8 labels (n,))``: each
+    class 0..9 draws its own horizontal and vertical bar (scaled by a random brightness), plus noise."""
+    templates = np.zeros((10, 28, 28), np.float32)
+    for k in range(10):
+        templates[k, 2 + 2 * k: 5 + 2 * k, 3:25] = 1.0
+        templates[k, 3:25, 2 + 2 * k: 5 + 2 * k] = 1.0
+    labels = rng.integers(0, 10, n).astype(np.uint8)
+    x = templates[labels] * rng.uniform(0.7, 1.0, (n, 1, 1)) + rng.uniform(0, 0.2, (n, 28, 28))
+    return (np.clip(x, 0, 1) * 255).astype(np.uint8), labels

@@ -1,7 +1,8 @@
 """Models (``keras.models``): ``Model`` (functional or subclassed), ``Functional``, ``Sequential``,
 and ``load_model`` / ``save_model`` / ``model_from_config``.
 
-Rooms: :mod:`.model` (the base class and subclassing), :mod:`.functional`, :mod:`.sequential`;
+Rooms: :mod:`.model` (the base class and subclassing), :mod:`.functional`, :mod:`.sequential`,
+:mod:`.cloning` (``clone_model``);
 the training loop is :class:`dnnbind.trainers.trainer.Trainer` (its rooms: :mod:`dnnbind.trainers`)
 and the data feeding :mod:`dnnbind.trainers.data_adapters`.
 """
@@ -14,11 +15,12 @@ from typing import Any
 from .. import saving_lib
 from ..saving_lib import save_model
 from ..trainers.precision import LossScale as _LossScale
+from .cloning import clone_model
 from .functional import Functional
 from .model import Model
 from .sequential import Sequential
 
-__all__ = ["Model", "Functional", "Sequential", "load_model", "save_model", "model_from_config"]
+__all__ = ["Model", "Functional", "Sequential", "load_model", "save_model", "model_from_config", "clone_model"]
 
 _MODEL_CLASSES = {"Sequential": Sequential, "Functional": Functional, "Model": Functional}
 

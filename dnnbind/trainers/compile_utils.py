@@ -81,12 +81,20 @@ def metric_spec(metrics: Any, names: list[str], owner: str) -> list[list]:
         groups = per_output(metrics, names, "metrics", owner, allow_none=True)
         return [[] if g is None else (list(g) if isinstance(g, (list, tuple)) else [g]) for g in groups]
     if not isinstance(metrics, (list, tuple)):
-        raise _validate.ArgumentTypeError(f"{owner}: metrics must be a list of metric names or Metric "
-                                          f"instances, got {type(metrics).__name__}")
+        raise _validate.ArgumentTypeError(f"{owner}: metrics must be a list of metric names, Metric "
+                                          f"instances or functions, got {type(metrics).__name__}")
     if len(names) > 1 and metrics and all(isinstance(g, (list, tuple)) or g is None for g in metrics):
         groups = per_output(list(metrics), names, "metrics", owner, allow_none=True)
         return [[] if g is None else list(g) for g in groups]
     return [list(metrics) for _ in names]
+
+
+def _metric(identifier: Any) -> Any:
+    """A metric object from ``compile``'s identifier; a plain function ``fn(y_true, y_pred)`` becomes a
+    :class:`~dnnbind.metrics.MeanMetricWrapper` named after it (Keras 3's ``compile_utils.get_metric``)."""
+    if callable(identifier) and not isinstance(identifier, (type, metrics_module.Metric)):
+        return metrics_module.MeanMetricWrapper(identifier, name=getattr(identifier, "__name__", None))
+    return metrics_module.get(identifier)
 
 
 def _serialize_losses(loss: Any, resolved: list, names: list[str]) -> Any:
@@ -122,14 +130,16 @@ def resolve(optimizer: Any, loss: Any, metrics: Any, loss_weights: Any, names: l
     optimizer = optimizers_module.get(optimizer)
     resolved = [NoLoss() if no_loss else None if entry is None else losses_module.get(entry)
                 for entry in loss_list]
-    output_metrics = [[metrics_module.get(m) for m in group] for group in spec]
+    output_metrics = [[_metric(m) for m in group] for group in spec]
     if multi:
         # one object per output: a metric instance given once is copied for the other outputs
         seen: set = set()
         for i, group in enumerate(output_metrics):
             for j, m in enumerate(group):
                 if id(m) in seen:
-                    group[j] = m = metrics_module.get(metrics_module.serialize(m))
+                    group[j] = m = (metrics_module.MeanMetricWrapper(m._fn, name=m.name, **m._fn_kwargs)
+                                    if type(m) is metrics_module.MeanMetricWrapper
+                                    else metrics_module.get(metrics_module.serialize(m)))
                 seen.add(id(m))
                 m.name = f"{names[i]}_{m.name}"
     flat_metrics = [m for group in output_metrics for m in group]

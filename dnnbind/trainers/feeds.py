@@ -95,8 +95,10 @@ def check_x(model: Any, x: Any, what: str, *, finite: bool = True, allow_empty: 
                          f"{[len(a) for a in arrays]}; every input needs one row per sample")
     if len(arrays[0]) == 0 and not allow_empty:
         raise ValueError(f"{owner}: {what} got no samples (x has shape {tuple(arrays[0].shape)})")
-    samples = [tuple(a.shape[1:]) for a in arrays]
     expected = model._expected_input_shapes()
+    if expected is not None and len(expected) == len(arrays):
+        arrays = [_adjust_rank(a, tuple(e)) for a, e in zip(arrays, expected)]
+    samples = [tuple(a.shape[1:]) for a in arrays]
     if expected is not None and samples != [tuple(e) for e in expected]:
         if len(arrays) == 1:
             raise ValueError(f"{owner}{model._input_hint()}: {what} expects input of shape (batch, "
@@ -113,6 +115,16 @@ def check_x(model: Any, x: Any, what: str, *, finite: bool = True, allow_empty: 
                                    hint=f"they would make {harm} NaN; clean or impute the data first "
                                         "(predict accepts them)")
     return arrays
+
+
+def _adjust_rank(arr: np.ndarray, expected: tuple) -> np.ndarray:
+    """Keras 3's ``Functional._adjust_input_rank``: data one axis short of an input whose last axis is 1 gets
+    that axis (``(N, 28, 28)`` for ``Input((28, 28, 1))``), data with one extra trailing axis of 1 loses it."""
+    if arr.ndim == len(expected) and expected and expected[-1] == 1:
+        return arr.reshape(arr.shape + (1,))
+    if arr.ndim == len(expected) + 2 and arr.shape[-1] == 1:
+        return arr.reshape(arr.shape[:-1])
+    return arr
 
 
 def check_y(model: Any, y: Any, n: int, what: str) -> list[np.ndarray]:

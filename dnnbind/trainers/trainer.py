@@ -498,7 +498,15 @@ class Trainer:
         return [(owners.get(id(w), self), w) for w in self.trainable_weights]
 
     def _has_custom_train_step(self) -> bool:
-        return type(self).train_step is not Trainer.train_step
+        """A subclass's own ``train_step``, or its own ``compute_loss`` (which Keras 3's built-in
+        ``train_step`` calls: the fused built-in step would not), runs through :meth:`train_step`."""
+        return type(self).train_step is not Trainer.train_step or self._has_custom_loss()
+
+    def _has_custom_test_step(self) -> bool:
+        return type(self).test_step is not Trainer.test_step or self._has_custom_loss()
+
+    def _has_custom_loss(self) -> bool:
+        return type(self).compute_loss is not Trainer.compute_loss
 
     def _train_step(self, x: Any, y: Any) -> None:
         """One training step on packed device/host arrays ``x``, ``y`` (prepared labels). Never waits
@@ -721,7 +729,7 @@ class Trainer:
         touched = precast_weights(self, self._flat_layers())
         added = losses_added()
         try:
-            if type(self).test_step is not Trainer.test_step:
+            if self._has_custom_test_step():
                 self._count_metrics_on_device()
                 self._keep_logs(self.test_step(self._step_data(x, y)), "test")
             else:
