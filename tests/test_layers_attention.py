@@ -47,7 +47,8 @@ def _arrays(rng) -> dict:
     q = f(B, T, D)
     q[~qmask] = 0.0  # what keras.layers.Masking(0.0) masks in the Keras run
     return {"q": q, "v": f(B, S, D), "k": f(B, S, 6), "amask": amask, "vmask": vmask, "qmask": qmask,
-            "q4": f(B, 3, 4, D), "v4": f(B, 3, 2, D), "x4": f(B, 3, 4, 5), "sq": f(B, T, D)}
+            "q4": f(B, 3, 4, D), "v4": f(B, 3, 2, D), "x4": f(B, 3, 4, 5), "sq": f(B, T, D),
+            "x5": f(3, 2, 3, 2, 4)}
 
 
 CASES = {
@@ -93,6 +94,15 @@ CASES = {
     "einsum_right_ellipsis": ("EinsumDense", {"equation": "abc...,cd->abd...", "output_shape": (None, 4),
                                               "bias_axes": "d"}, ["x4"], {}, False),
     "rms_last": ("RMSNormalization", {}, ["q"], {}, False),
+    # the sequence odds: normalisation on inputs of other ranks, causal dilated Conv1D, a masked mean
+    "layernorm_4d_two_axes": ("LayerNormalization", {"axis": [-2, -1]}, ["x4"], {}, False),
+    "layernorm_3d": ("LayerNormalization", {"epsilon": 1e-5}, ["q"], {}, False),
+    "batchnorm_3d_inference": ("BatchNormalization", {}, ["q"], {}, False),
+    "batchnorm_5d_training": ("BatchNormalization", {"epsilon": 1e-2}, ["x5"], {"training": True}, False),
+    "conv1d_causal_dilated": ("Conv1D", {"filters": 3, "kernel_size": 3, "padding": "causal", "dilation_rate": 2},
+                              ["q"], {}, False),
+    "gap1d_mask": ("GlobalAveragePooling1D", {}, ["q"], {"mask": "@qmask"}, False),
+    "gap1d_mask_keepdims": ("GlobalAveragePooling1D", {"keepdims": True}, ["q"], {"mask": "@qmask"}, False),
     "rms_two_axes": ("RMSNormalization", {"axis": [3, 2], "epsilon": 1e-3}, ["x4"], {}, False),
 }
 
@@ -113,6 +123,8 @@ def _run_dnnbind(name, arrays, rng):
     args = [args] if as_list else args
     layer(*args, **call)
     weights = [rng.normal(size=w.shape).astype(np.float32) * 0.5 for w in layer.get_weights()]
+    if cls == "BatchNormalization":  # a variance is positive
+        weights = [np.abs(w) + 0.5 for w in weights]
     layer.set_weights(weights)
     out = layer(*args, **call)
     outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -538,3 +550,28 @@ def test_einsum_dense_fans_follow_the_kernel_axes():
     layer.build((None, 5, 256))
     std = float(layer.get_weights()[0].std())
     assert abs(std - 1 / np.sqrt(256)) < 0.1 / np.sqrt(256), std  # lecun: 1/sqrt(fan_in), fan_in=256
+
+
+def test_global_average_pooling_1d_mask_from_embedding_trains(rng):
+    """The Embedding's mask reaches GlobalAveragePooling1D in a functional model: the mean of the kept steps,
+    and the gradient reaches only the rows of the ids that were kept."""
+    ids = np.array([[3, 1, 2, 0, 0], [1, 4, 0, 0, 0]], np.int32)
+    inp = keras.Input((5,), dtype="int32")
+    emb = layers.Embedding(6, 4, mask_zero=True)
+    pooled = layers.GlobalAveragePooling1D()(emb(inp))
+    model = keras.Model(inp, pooled)
+    table = emb.get_weights()[0]
+    want = np.stack([table[[3, 1, 2]].mean(0), table[[1, 4]].mean(0)])
+    np.testing.assert_allclose(_np(model(ids)), want, rtol=1e-6)
+    r = rng.normal(size=(2, 4))
+    with GradientTape() as tape:
+        loss = ops.sum(model(ids) * r)
+    (g,) = tape.gradient(loss, emb.trainable_weights)
+    g = _np(g)
+    np.testing.assert_allclose(g[2], r[0] / 3, rtol=1e-6)
+    np.testing.assert_allclose(g[4], r[1] / 2, rtol=1e-6)
+    np.testing.assert_allclose(g[1], r[0] / 3 + r[1] / 2, rtol=1e-6)
+    assert not g[5].any() and not g[0].any()  # never taken; padding
+    gap = layers.GlobalAveragePooling1D(name="g")
+    with pytest.raises(ValueError, match=r"GlobalAveragePooling1D 'g': mask must have shape \(batch, steps\)"):
+        gap(rng.normal(size=(2, 5, 3)).astype(np.float32), mask=np.ones((2, 4), bool))
