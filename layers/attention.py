@@ -26,7 +26,7 @@ from dnnbind import random as _random
 from dnnbind import regularizers as _regularizers
 from dnnbind.autodiff.tensor import Tensor
 
-from .base import Layer, _bump_structure, register
+from .base import _REGISTRY, Layer, _bump_structure, register
 from .einsum_dense import EinsumDense
 from .graph import output_spec as _output_spec
 
@@ -562,6 +562,7 @@ class GroupedQueryAttention(_ProjectedAttention):
 
 
 GroupQueryAttention = GroupedQueryAttention
+_REGISTRY["GroupQueryAttention"] = GroupedQueryAttention  # the name Keras 3 exports it under and writes in files
 
 
 @register

@@ -189,6 +189,7 @@ def tiny():
     return keras.Model(inp, keras.layers.Dense(1, **z)(keras.layers.GlobalAveragePooling1D()(h)))
 
 T, D = int(arr["T"]), int(arr["D"])
+z0 = dict(kernel_initializer="zeros")
 m = tiny()
 m.set_weights([arr[f"sgd/w{i}"] for i in range(len(m.weights))])
 m.compile(keras.optimizers.SGD(0.1), "mse")
@@ -207,6 +208,16 @@ m3 = tiny()
 m3.set_weights([w * 0.9 + 0.05 for w in m.get_weights()])  # (the trained weights, moved: not dnnbind's)
 m3.save_weights(f"{work}/keras.weights.h5")
 res["h5/keras_out"] = np.asarray(m3(x))
+# .keras files both ways (config.json with call arguments, GroupQueryAttention's exported name)
+res["keras/from_dnnbind"] = np.asarray(keras.models.load_model(f"{work}/dnnbind.keras")(x))
+inp = keras.Input((T, D))
+h = keras.layers.MultiHeadAttention(2, 4, **z0)(inp, inp, use_causal_mask=True)
+h = keras.layers.GroupQueryAttention(4, 2, 2, **z0)(h, h)
+h = keras.layers.EinsumDense("abc,cd->abd", (None, 3), bias_axes="d", **z0)(h)
+k = keras.Model(inp, keras.layers.AdditiveAttention()([h, h]))
+k.set_weights([arr[f"kf/w{i}"] for i in range(len(k.weights))])
+k.save(f"{work}/keras.keras")
+res["keras/keras_out"] = np.asarray(k(x))
 np.savez(f"{work}/out.npz", **res)
 """
 
@@ -244,6 +255,12 @@ def keras_run(tmp_path_factory):
     model.set_weights(sgd_w)
     model.save_weights(str(work / "dnnbind.weights.h5"))
     ours["h5/from_dnnbind"] = _np(model(x))
+    model.save(str(work / "dnnbind.keras"))
+    ours["keras/from_dnnbind"] = ours["h5/from_dnnbind"]
+    feed.update({f"kf/w{i}": rng.normal(size=s).astype(np.float32) * 0.4
+                 for i, s in enumerate([(D, 2, 4), (2, 4), (D, 2, 4), (2, 4), (D, 2, 4), (2, 4), (2, 4, D), (D,),
+                                        (D, 2, 4), (2, 4), (D, 2, 4), (2, 4), (D, 2, 4), (2, 4), (2, 4, D), (D,),
+                                        (D, 3), (3,), (3,)])})
     np.savez(work / "in.npz", **feed)
     json.dump({k: [c[0], c[1], c[2], c[3], c[4]] for k, c in CASES.items()}, open(work / "cases.json", "w"))
     env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
@@ -575,3 +592,18 @@ def test_global_average_pooling_1d_mask_from_embedding_trains(rng):
     gap = layers.GlobalAveragePooling1D(name="g")
     with pytest.raises(ValueError, match=r"GlobalAveragePooling1D 'g': mask must have shape \(batch, steps\)"):
         gap(rng.normal(size=(2, 5, 3)).astype(np.float32), mask=np.ones((2, 4), bool))
+
+
+def test_keras_files_load_both_ways(keras_run):
+    """A .keras file of dnnbind's in Keras, and one of Keras's (MultiHeadAttention called with use_causal_mask,
+    GroupQueryAttention, AdditiveAttention) in dnnbind: the same outputs."""
+    ours, theirs, (_, _, x, _), work = keras_run
+    np.testing.assert_allclose(theirs["keras/from_dnnbind"], ours["keras/from_dnnbind"], rtol=2e-5, atol=1e-6)
+    model = keras.models.load_model(str(work / "keras.keras"))
+    assert [type(l).__name__ for l in model.layers[1:]] == ["MultiHeadAttention", "GroupedQueryAttention",
+                                                           "EinsumDense", "AdditiveAttention"]
+    out = model(x)
+    out = out[0] if isinstance(out, list) else out  # (a loaded one-output Functional returns a list today)
+    np.testing.assert_allclose(_np(out), theirs["keras/keras_out"], rtol=2e-5, atol=1e-6)
+    causal = model.get_config()["layers"][1]["inbound_nodes"][0]["kwargs"]
+    assert causal.get("use_causal_mask") is True
