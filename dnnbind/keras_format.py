@@ -11,7 +11,7 @@
   (``{"module", "class_name", "config", "registered_name", "build_config", "compile_config"}``, dtype
   policies and initializers as such dicts) to and from the configs that dnnbind's Sequential and
   Functional ``from_config`` take. Anything dnnbind cannot honour (a regularizer, a constraint, a
-  custom class, a quantized policy, call arguments) raises ``ValueError`` naming the layer and the key.
+  custom class, a quantized policy, call arguments a layer's ``call`` does not take) raises ``ValueError`` naming the layer and the key.
 
 Keras config values are untrusted input here: every one goes through the layers' constructors,
 which check their arguments; this module only checks the structure and refuses what it cannot map.
@@ -51,6 +51,10 @@ _OPTIMIZER_KERAS_ONLY: dict[str, Any] = {
 }
 _LOSS_KERAS_ONLY: dict[str, Any] = {"reduction": "sum_over_batch_size", "dtype": None}
 
+
+# classes that Keras 3 exports (and writes in config.json) under another name than the class's own, which
+# still names their weights-file groups (grouped_query_attention)
+_KERAS_EXPORT_NAMES = {"GroupedQueryAttention": "GroupQueryAttention"}
 
 keras_snake_case = _snake_case  # Keras's to_snake_case, which also names dnnbind's layers
 
@@ -141,7 +145,7 @@ def _layer_to_keras(entry: dict, where: str) -> dict:
                          f"(Keras knows {', '.join(_KERAS_ACTIVATIONS)})")
     if "data_format" in config and config["data_format"] is None:
         config["data_format"] = "channels_last"  # what Keras resolves None to (its image_data_format default)
-    return _keras_object("keras.layers", class_name, config)
+    return _keras_object("keras.layers", _KERAS_EXPORT_NAMES.get(class_name, class_name), config)
 
 
 def model_to_keras(model: Any) -> dict:
@@ -398,7 +402,8 @@ def _functional_from_keras(model_config: dict) -> dict:
                 # own training= overrides it in both, so the node is the same without it
                 kwargs = {k: v for k, v in kwargs.items() if k != "training"}
                 node["kwargs"] = kwargs
-            if kwargs and any(v is not None for v in kwargs.values()):
+            if kwargs and any(v is not None for v in kwargs.values()) and not _takes_call_kwargs(
+                    converted["class_name"], kwargs):
                 raise ValueError(f"{where} layers[{i}] ('{entry.get('name')}'): call arguments {kwargs} are not "
                                  "supported by dnnbind")
         converted["name"] = entry.get("name", converted["config"].get("name"))
@@ -413,6 +418,17 @@ def _functional_from_keras(model_config: dict) -> dict:
     if output_names is not None:
         out["output_names"] = output_names
     return out
+
+
+def _takes_call_kwargs(class_name: str, kwargs: dict) -> bool:
+    """Whether a layer of ``class_name`` is called in ``keras.ops`` (not one of dnnbind's forward/backward
+    layers) and its ``call`` names every key of ``kwargs`` (``MultiHeadAttention``'s ``use_causal_mask``):
+    then the functional graph passes them on, as Keras does."""
+    cls = get_layer_class(class_name)
+    if cls._is_legacy():
+        return False
+    params = inspect.signature(cls.call).parameters
+    return all(isinstance(k, str) and k in params and k not in ("self", "training") for k in kwargs)
 
 
 def compile_config_from_keras(compile_config: Any) -> dict | None:

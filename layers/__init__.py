@@ -5,6 +5,7 @@ Names, arguments and defaults follow Keras 3; ``get_weights``/``set_weights`` us
 
 from .base import ActivationFn, Layer, Weight, deserialize, get_layer_class, register
 from .graph import Input, InputLayer, KerasTensor, OpLayer
+from .attention import AdditiveAttention, Attention, GroupedQueryAttention, GroupQueryAttention, MultiHeadAttention
 from .conv import (
     Conv1D,
     Conv1DTranspose,
@@ -21,10 +22,11 @@ from .conv import (
     SeparableConvolution2D,
 )
 from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
+from .einsum_dense import EinsumDense
 from .embedding import Embedding
 from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
                       concatenate, dot, maximum, minimum, multiply, subtract)
-from .normalization import BatchNormalization, LayerNormalization, SyncBatchNormalization
+from .normalization import BatchNormalization, LayerNormalization, RMSNormalization, SyncBatchNormalization
 from .pooling import (
     AveragePooling2D,
     AvgPool2D,
@@ -57,6 +59,8 @@ __all__ = [
     "add", "subtract", "multiply", "average", "maximum", "minimum", "concatenate", "dot",
     "Embedding", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution1DTranspose",
     "Convolution2DTranspose", "Convolution3DTranspose",
+    "EinsumDense", "MultiHeadAttention", "GroupedQueryAttention", "GroupQueryAttention", "Attention",
+    "AdditiveAttention", "RMSNormalization",
     "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
     "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomCrop", "RandomContrast",
     "RandomBrightness", "Resizing", "CenterCrop",

@@ -12,11 +12,12 @@ import numpy as np
 from dnnbind import _validate, backend, kernels
 from dnnbind import distribution as _distribution
 from dnnbind import initializers as _init
+from dnnbind import ops as _ops
 
 from .base import Layer, register, split_batch
 from .sync_batchnorm import sync_batchnorm_backward, sync_batchnorm_forward
 
-__all__ = ["BatchNormalization", "SyncBatchNormalization", "LayerNormalization"]
+__all__ = ["BatchNormalization", "SyncBatchNormalization", "LayerNormalization", "RMSNormalization"]
 
 
 @register
@@ -370,3 +371,64 @@ class LayerNormalization(Layer):
                 "scale": self.scale, "rms_scaling": self.rms_scaling,
                 "beta_initializer": _init.serialize(self.beta_initializer),
                 "gamma_initializer": _init.serialize(self.gamma_initializer)}
+
+
+@register
+class RMSNormalization(Layer):
+    """``RMSNormalization(axis=-1, epsilon=1e-6)`` (Keras 3): ``x * rsqrt(mean(x**2, axis) + epsilon) * scale``
+    on :func:`dnnbind.ops.rms_normalization` (differentiable on both backends).
+
+    ``axis``: an int or a list of ints, any axes but the batch axis, on inputs of any rank. Weight (Keras):
+    ``scale``, of the sizes of the ``axis`` axes (sorted), initialised to ones. After ``build`` the
+    config's ``axis`` is the sorted list, as Keras's.
+    """
+
+    def __init__(self, axis: "int | Sequence[int]" = -1, epsilon: float = 1e-6, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        owner = f"RMSNormalization '{self.name}'"
+        if isinstance(axis, (list, tuple)):
+            if not axis:
+                raise ValueError(f"{owner}: axis must be an int or a non-empty list of ints, got {axis!r}")
+            self.axis = [_validate.integer(a, "axis", owner) for a in axis]
+        else:
+            self.axis = _validate.integer(axis, "axis", owner)
+        self.epsilon = _validate.number(epsilon, "epsilon", owner, low=0.0)
+        self.supports_masking = True
+
+    def _axes(self, rank: int) -> list:
+        owner = f"RMSNormalization '{self.name}'"
+        axes = self.axis if isinstance(self.axis, list) else [self.axis]
+        for a in axes:
+            if not -rank <= a < rank:
+                raise ValueError(f"{owner}: Axis {a} is out of bounds for inputs of rank {rank}. Received: "
+                                 f"axis={self.axis}")
+        if any(a % rank == 0 for a in axes) or len({a % rank for a in axes}) != len(axes):
+            raise ValueError(f"{owner}: axis={self.axis} must name distinct axes other than the batch axis of inputs "
+                             f"of rank {rank}")
+        return axes
+
+    def build(self, input_shape: Sequence[Any]) -> None:
+        input_shape = tuple(input_shape)
+        axes = self._axes(len(input_shape))
+        if isinstance(self.axis, list):
+            self.axis = sorted(self.axis)
+            axes = self.axis
+        else:
+            self.axis = [self.axis]
+        shape = tuple(input_shape[a] for a in axes)
+        if any(s is None for s in shape):
+            raise ValueError(f"RMSNormalization '{self.name}': the normalised axes {axes} of inputs of shape "
+                             f"{input_shape} must have known sizes")
+        self.scale = self.add_weight(name="scale", shape=shape, initializer="ones")
+        self.built = True
+
+    def call(self, x: Any) -> Any:
+        self._axes(x.ndim)
+        return _ops.rms_normalization(x, scale=self.scale, axis=self.axis, epsilon=self.epsilon)
+
+    def compute_output_shape(self, input_shape: Sequence[Any]) -> tuple:
+        self._axes(len(tuple(input_shape)))
+        return tuple(input_shape)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "axis": self.axis, "epsilon": self.epsilon}

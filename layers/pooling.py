@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from dnnbind import _validate, kernels
+from dnnbind import ops as _ops
+from dnnbind.autodiff.tensor import Tensor
 from dnnbind.kernels._params import PoolParams, resolve_padding
 
-from .base import Layer, register, split_batch
+from .base import Layer, is_symbolic, register, split_batch
 from .conv import check_image_shape, data_format_to_layout
 
 __all__ = ["MaxPooling2D", "MaxPool2D", "AveragePooling2D", "AvgPool2D", "GlobalAveragePooling2D",
@@ -177,10 +179,37 @@ class GlobalMaxPooling1D(_GlobalPooling):
 
 @register
 class GlobalAveragePooling1D(_GlobalPooling):
-    """Mean over steps: ``(N, steps, C) -> (N, C)`` (or ``(N, 1, C)`` with keepdims). Keras's ``mask``
-    call argument is not supported."""
+    """Mean over steps: ``(N, steps, C) -> (N, C)`` (or ``(N, 1, C)`` with keepdims). With a mask
+    ``(N, steps)`` (the ``mask`` call argument, else the Keras mask the input carries, e.g. from
+    ``Embedding(mask_zero=True)``), the mean of the unmasked steps, as Keras 3 (a fully masked row divides
+    by 0, as there); computed in ``keras.ops``, so it trains with no hand-written backward."""
 
     _rank, _mode = 1, "avg"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        mask = kwargs.get("mask")
+        x = args[0] if args else kwargs.get("inputs")
+        if mask is None and isinstance(x, Tensor):
+            mask = getattr(x, "_keras_mask", None)
+        if mask is None or is_symbolic(x) or is_symbolic(mask):
+            return super().__call__(*args, **kwargs)
+        return self._masked_mean(x, mask)
+
+    def _masked_mean(self, x: Any, mask: Any) -> Any:
+        owner = f"GlobalAveragePooling1D '{self.name}'"
+        x = self._convert_inputs(x)
+        if x.ndim != 3:
+            raise ValueError(f"{owner} expects 3-d inputs (batch, steps, features), got shape {tuple(x.shape)}")
+        self._ensure_built((None, *tuple(x.shape)[1:]))
+        mask = _ops.convert_to_tensor(mask)
+        steps_axis = 1 if self.data_format == "channels_last" else 2
+        if tuple(mask.shape) != (int(x.shape[0]), int(x.shape[steps_axis])):
+            raise ValueError(f"{owner}: mask must have shape (batch, steps) = {(int(x.shape[0]), int(x.shape[steps_axis]))},"
+                             f" got {tuple(mask.shape)}")
+        keep = _ops.cast(_ops.expand_dims(mask, 2 if self.data_format == "channels_last" else 1), "bool")
+        total = _ops.sum(_ops.where(keep, x, 0), axis=steps_axis, keepdims=self.keepdims)
+        count = _ops.sum(_ops.cast(keep, x.dtype), axis=steps_axis, keepdims=self.keepdims)
+        return _ops.divide(total, count)
 
 
 @register
