@@ -22,6 +22,7 @@ from .conv import (
 )
 from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
 from .embedding import Embedding
+from .masking import Masking
 from .merging import (Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract, add, average, concatenate,
                       maximum, minimum, multiply, subtract)
 from .normalization import BatchNormalization, LayerNormalization, SyncBatchNormalization
@@ -41,6 +42,8 @@ from .pooling import (
 )
 from .preprocessing import Normalization, Rescaling
 from .regularization import SpatialDropout2D
+from .rnn import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN, SimpleRNNCell, StackedRNNCells,
+                  TimeDistributed)
 from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, ZeroPadding2D
 
 __all__ = [
@@ -56,4 +59,6 @@ __all__ = [
     "Embedding", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution1DTranspose",
     "Convolution2DTranspose", "Convolution3DTranspose",
     "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
+    "Masking", "RNN", "SimpleRNN", "LSTM", "GRU", "SimpleRNNCell", "LSTMCell", "GRUCell", "StackedRNNCells",
+    "Bidirectional", "TimeDistributed",
 ]
