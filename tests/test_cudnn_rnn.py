@@ -203,10 +203,13 @@ def test_gpu_weight_space_layout(cell, gates, bidirectional):
     per_direction = gates * hidden * (n_in + hidden) + 2 * gates * hidden
     size = desc.weight_space_size(handle)
     assert size == per_direction * desc.directions * 4
+    from dnnbind import cuda
+
+    space = cuda.empty((size // 4,), np.float32)
     covered = np.zeros(size // 4, bool)
     for pseudo in range(desc.pseudo_layers):
         for lin in range(desc.linear_layers):
-            p = desc.weight_params(handle, pseudo, lin)
+            p = desc.weight_params(handle, pseudo, lin, space)
             assert p.matrix_shape == (hidden, n_in if lin < gates else hidden)
             assert p.bias_shape == (hidden,)
             for offset, count in ((p.matrix_offset, int(np.prod(p.matrix_shape))), (p.bias_offset, hidden)):
@@ -214,7 +217,7 @@ def test_gpu_weight_space_layout(cell, gates, bidirectional):
                 covered[offset:offset + count] = True
     assert covered.all()
     with pytest.raises(ValueError, match=r"linear_layer must be in \[0, "):
-        desc.weight_params(handle, 0, desc.linear_layers)
+        desc.weight_params(handle, 0, desc.linear_layers, space)
     x = cd.RNNDataDescriptor("float32", "batch_major_unpacked", 7, 4, n_in, seq_lengths=[7, 5, 2, 1])
     work, reserve = desc.temp_space_sizes(handle, x, training=True)
     assert work > 0 and reserve > 0

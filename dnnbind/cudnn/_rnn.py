@@ -309,10 +309,10 @@ def _tensor_dims(desc: int) -> tuple[int, ...]:
 
 
 def _matrix_shape(dims: tuple[int, ...]) -> tuple[int, ...]:
-    """cuDNN describes a weight matrix as a 3-d tensor ``(1, rows, columns)``: its 2-d shape."""
-    dims = tuple(d for d in dims)
-    while len(dims) > 2 and dims[0] == 1:
-        dims = dims[1:]
+    """cuDNN describes a weight matrix as a 3-d tensor (``(1, rows, columns)``): its 2-d shape, unit axes dropped."""
+    dims = tuple(dims)
+    while len(dims) > 2 and 1 in (dims[0], dims[-1]):
+        dims = dims[1:] if dims[0] == 1 else dims[:-1]
     return dims
 
 
