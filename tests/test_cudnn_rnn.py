@@ -12,7 +12,6 @@ import pytest
 
 import dnnbind.cudnn as cd
 from dnnbind._lib import cudnn as C
-from dnnbind._lib import loader
 
 RNN_FUNCTIONS = ["cudnnCreateRNNDescriptor", "cudnnDestroyRNNDescriptor", "cudnnSetRNNDescriptor_v8",
                  "cudnnGetRNNDescriptor_v8", "cudnnBuildRNNDynamic", "cudnnGetRNNTempSpaceSizes",

@@ -61,6 +61,8 @@ LAYER_CASES = [
     ("rnn-stacked", "keras.layers.RNN([keras.layers.GRUCell(3), keras.layers.LSTMCell(2)], return_state=True)", {}),
     ("rnn-stacked-mask", "keras.layers.RNN(keras.layers.StackedRNNCells([keras.layers.LSTMCell(3), "
                          "keras.layers.LSTMCell(2)]), return_sequences=True)", {"mask": "mask"}),
+    ("rnn-stacked-single-mask", "keras.layers.RNN([keras.layers.GRUCell(3), keras.layers.SimpleRNNCell(2)], "
+                                "return_sequences=True, return_state=True)", {"mask": "mask"}),
     ("rnn-zero-mask", "keras.layers.RNN(keras.layers.GRUCell(3), return_sequences=True, zero_output_for_mask=True)",
      {"mask": "mask"}),
     ("bi-concat", "keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True))", {}),
@@ -137,9 +139,19 @@ keras.utils.set_random_seed(5)
 other = make()
 other.save_weights(sys.argv[5])
 out["files/theirs_pred"] = np.asarray(other(arrays["x"]))
+# whole .keras files: dnnbind's loaded here, and one Keras writes (new weights) for dnnbind
+mine = keras.saving.load_model(sys.argv[6])
+out["keras/ours_pred"] = np.asarray(mine(arrays["ids"]))
+fresh = keras.models.clone_model(mine)
+fresh.save(sys.argv[7])
+out["keras/theirs_pred"] = np.asarray(fresh(arrays["ids"]))
 np.savez(sys.argv[3], **out)
 """
 
+KERAS_MODEL = ("keras.Sequential([keras.Input((5,), dtype='int32'), keras.layers.Embedding(9, 4, mask_zero=True), "
+               "keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True)), "
+               "keras.layers.TimeDistributed(keras.layers.Dense(2)), "
+               "keras.layers.RNN([keras.layers.GRUCell(2), keras.layers.SimpleRNNCell(2)]), keras.layers.Dense(1)])")
 FILES_MODEL = ("keras.Sequential([keras.Input((5, 4)), keras.layers.Bidirectional(keras.layers.LSTM(3, "
                "return_sequences=True)), keras.layers.GRU(2), keras.layers.Dense(1)])")
 
@@ -205,11 +217,14 @@ def reference(tmp_path_factory):
     files = eval(FILES_MODEL)
     files.save_weights(tmp / "ours.weights.h5")
     models["files"] = {"model": files, "theirs": tmp / "theirs.weights.h5"}
+    whole = eval(KERAS_MODEL)
+    whole.save(tmp / "ours.keras")
+    models["keras"] = {"model": whole, "theirs": tmp / "theirs.keras"}
     spec = {"layers": LAYER_CASES, "models": MODEL_CASES, "counts": counts, "files_model": FILES_MODEL}
     (tmp / "spec.json").write_text(json.dumps(spec))
     np.savez(tmp / "in.npz", **store)
     _run_keras(_SCRIPT, [tmp / "spec.json", tmp / "in.npz", tmp / "out.npz", tmp / "ours.weights.h5",
-                         tmp / "theirs.weights.h5"], tmp)
+                         tmp / "theirs.weights.h5", tmp / "ours.keras", tmp / "theirs.keras"], tmp)
     theirs = dict(np.load(tmp / "out.npz", allow_pickle=False))
     return ours, models, theirs
 
@@ -439,6 +454,21 @@ def test_weights_h5_move_both_ways_with_keras(cpu, reference):
     loaded.load_weights(models["files"]["theirs"])
     np.testing.assert_allclose(loaded.predict(x, verbose=0), theirs["files/theirs_pred"], rtol=1e-5, atol=1e-6)
     assert not np.allclose(theirs["files/theirs_pred"], theirs["files/ours_pred"])
+
+
+def test_keras_files_move_both_ways_with_keras(cpu, reference):
+    """A whole ``.keras`` model (config and weights: an Embedding's mask through Bidirectional(LSTM),
+    TimeDistributed and a stacked-cell RNN) written by dnnbind loads in Keras and predicts the same; one Keras
+    writes (new weights) loads in dnnbind and predicts what Keras did."""
+    _, models, theirs = reference
+    ids = _arrays()["ids"]
+    np.testing.assert_allclose(theirs["keras/ours_pred"], models["keras"]["model"].predict(ids, verbose=0),
+                               rtol=1e-5, atol=1e-6)
+    loaded = keras.saving.load_model(models["keras"]["theirs"])
+    assert isinstance(loaded.layers[1], keras.layers.Bidirectional)
+    assert isinstance(loaded.layers[3].cell, keras.layers.StackedRNNCells)
+    np.testing.assert_allclose(loaded.predict(ids, verbose=0), theirs["keras/theirs_pred"], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(theirs["keras/theirs_pred"], theirs["keras/ours_pred"])
 
 
 # ----- bad arguments --------------------------------------------------------------------------------------

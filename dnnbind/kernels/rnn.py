@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import backend as _backend
 from .._validate import normalize_dtype
-from ._dispatch import as_array, check_float, check_out, route
+from ._dispatch import _cuda_module, as_array, check_float, check_out, route
 
 __all__ = ["RNNWeightLayout", "RNNWeightEntry", "rnn_weight_layout", "pack_keras_weights", "unpack_keras_weights",
            "rnn_forward", "rnn_backward", "RNNSaved"]
@@ -113,10 +113,8 @@ def rnn_weight_layout(cell: str, input_size: int, hidden_size: int, *, bidirecti
         raise ValueError(f"{op}: dtype must be a float type, got {dt}")
     dev = _backend.resolve_device(device) if device is not None else _backend.default_device()
     directions = 2 if bidirectional else 1
-    if dev.is_cuda:
-        from ._cuda import rnn as _cuda_rnn  # (deferred: the CUDA room loads cuda.bindings)
-
-        return _cuda_rnn.rnn_weight_layout(cell, input_size, hidden_size, directions, dt, dev)
+    if dev.is_cuda:  # (the CUDA room is loaded on demand, as route() does: it needs cuda.bindings)
+        return _cuda_module("rnn").rnn_weight_layout(cell, input_size, hidden_size, directions, dt, dev)
     return _numpy_layout(cell, input_size, hidden_size, directions, dt)
 
 

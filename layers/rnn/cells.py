@@ -165,6 +165,10 @@ class _GatedCell(Layer, DropoutRNNCell):
         self.supports_masking = False
         self.kernel = self.recurrent_kernel = self.bias = None
 
+    @classmethod
+    def _builds_keras_shapes(cls) -> bool:
+        return True  # build() takes Keras shapes, with the batch axis (also when a model builds it)
+
     @staticmethod
     def _activation(value: Any, name: str, owner: str) -> Any:
         try:
@@ -184,7 +188,8 @@ class _GatedCell(Layer, DropoutRNNCell):
         return (self._gates * self.units,)
 
     def _bias_value(self, shape: tuple, dtype: Any) -> "np.ndarray | None":
-        """The bias's initial value when it is not ``bias_initializer(shape)`` (the LSTM's forget gate)."""
+        """The bias's initial value when it is not ``bias_initializer(shape)`` (overridden: the LSTM's forget
+        gate)."""
         return None
 
     def build(self, input_shape: Sequence[Any]) -> None:
@@ -198,11 +203,10 @@ class _GatedCell(Layer, DropoutRNNCell):
         self.recurrent_kernel = self.add_weight(shape=(self.units, width), initializer=self.recurrent_initializer,
                                                 name="recurrent_kernel")
         if self.use_bias:
-            bias_shape = self._bias_shape()
-            self.bias = self.add_weight(shape=bias_shape, initializer=self.bias_initializer, name="bias")
-            value = self._bias_value(bias_shape, self.bias.dtype)
-            if value is not None:
-                self.bias.assign(value)
+            special = self._bias_value  # (the LSTM's forget gate) made as the initial value, never assigned after
+            initializer = self.bias_initializer if type(self)._bias_value is _GatedCell._bias_value else (
+                lambda shape, dtype: special(tuple(shape), dtype))
+            self.bias = self.add_weight(shape=self._bias_shape(), initializer=initializer, name="bias")
         else:
             self.bias = None
         self.built = True
@@ -305,7 +309,7 @@ class LSTMCell(_GatedCell):
 
     def _bias_value(self, shape: tuple, dtype: Any) -> "np.ndarray | None":
         if not self.unit_forget_bias:
-            return None
+            return np.asarray(self.bias_initializer(shape, dtype=dtype), dtype)
         u = self.units
         init = self.bias_initializer
         return np.concatenate([np.asarray(init((u,), dtype=dtype)), np.ones((u,), dtype),
@@ -434,6 +438,10 @@ class StackedRNNCells(Layer):
             _check_cell(cell, f"cells[{k}]", owner)
         self.cells = list(cells)
 
+    @classmethod
+    def _builds_keras_shapes(cls) -> bool:
+        return True  # build() takes Keras shapes, with the batch axis (also when a model builds it)
+
     @property
     def state_size(self) -> list:
         return [c.state_size for c in self.cells]
@@ -446,9 +454,8 @@ class StackedRNNCells(Layer):
         out = []
         for cell in self.cells:
             fn = getattr(cell, "get_initial_state", None)
-            if fn is not None:
-                states = fn(batch_size=batch_size)
-                out.append(states if is_nested(cell.state_size) or not is_nested(states) else states[0])
+            if fn is not None:  # (as the cell gives it: Keras's cells give a list, even of one state)
+                out.append(fn(batch_size=batch_size))
             else:
                 sizes = cell.state_size
                 dtype = self._effective_compute_dtype_name()

@@ -65,6 +65,10 @@ class RNN(Layer):
         self.supports_masking = True
         self._states: "list | None" = None  # the stateful variables (private: not weights, nothing saves them)
 
+    @classmethod
+    def _builds_keras_shapes(cls) -> bool:
+        return True  # build() takes Keras shapes, with the batch axis (also when a model builds it)
+
     # ----- shapes and state -----------------------------------------------------------------------------
     @property
     def state_size(self) -> list:
@@ -160,8 +164,8 @@ class RNN(Layer):
                 return self._stateful_initial(batch, sequences.dtype)
             return self.get_initial_state(batch)
         states = list(initial_state) if is_nested(initial_state) else [initial_state]
-        expected = self.get_initial_state(batch) if is_nested(self.cell.state_size) and any(
-            is_nested(s) for s in self.cell.state_size) else None
+        # stacked cells take one structure per cell (the one their zero states have); given flat here
+        expected = self.get_initial_state(batch) if isinstance(self.cell, StackedRNNCells) else None
         flat = flatten_states(states)
         sizes = [int(s) for s in flatten_states(self.state_size)]
         if len(flat) != len(sizes):
@@ -342,8 +346,17 @@ class SimpleRNN(_CellLayer):
         super().__init__(units, cell_arguments=_split_arguments(kwargs, self._keys), **kwargs)
 
 
+class _GatedLayer(_CellLayer):
+    """LSTM and GRU: the arguments of SimpleRNN and a ``recurrent_activation``."""
+
+    def __init__(self, units: int, activation: Any = "tanh", recurrent_activation: Any = "sigmoid",
+                 use_bias: bool = True, **kwargs: Any) -> None:
+        kwargs.update(activation=activation, recurrent_activation=recurrent_activation, use_bias=use_bias)
+        super().__init__(units, cell_arguments=_split_arguments(kwargs, self._keys), **kwargs)
+
+
 @register
-class LSTM(_CellLayer):
+class LSTM(_GatedLayer):
     """``keras.layers.LSTM(units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
     kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
     unit_forget_bias=True, kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None,
@@ -356,14 +369,9 @@ class LSTM(_CellLayer):
     _cell_name = "lstm_cell"
     _keys = SimpleRNN._keys + ("recurrent_activation", "unit_forget_bias")
 
-    def __init__(self, units: int, activation: Any = "tanh", recurrent_activation: Any = "sigmoid",
-                 use_bias: bool = True, **kwargs: Any) -> None:
-        kwargs.update(activation=activation, recurrent_activation=recurrent_activation, use_bias=use_bias)
-        super().__init__(units, cell_arguments=_split_arguments(kwargs, self._keys), **kwargs)
-
 
 @register
-class GRU(_CellLayer):
+class GRU(_GatedLayer):
     """``keras.layers.GRU(units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
     kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer="zeros",
     kernel_regularizer=None, recurrent_regularizer=None, bias_regularizer=None, activity_regularizer=None,
@@ -376,7 +384,3 @@ class GRU(_CellLayer):
     _cell_name = "gru_cell"
     _keys = SimpleRNN._keys + ("recurrent_activation", "reset_after")
 
-    def __init__(self, units: int, activation: Any = "tanh", recurrent_activation: Any = "sigmoid",
-                 use_bias: bool = True, **kwargs: Any) -> None:
-        kwargs.update(activation=activation, recurrent_activation=recurrent_activation, use_bias=use_bias)
-        super().__init__(units, cell_arguments=_split_arguments(kwargs, self._keys), **kwargs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dnnbind import _validate
 from dnnbind import ops as _ops
 from dnnbind.autodiff.tensor import Tensor
 
@@ -102,6 +101,10 @@ class Bidirectional(Layer):
                 raise ValueError(f"{owner}: weights must hold the forward layer's arrays then the backward "
                                  f"layer's (an even count), got {len(weights)}")
             self._initial_weights = weights
+
+    @classmethod
+    def _builds_keras_shapes(cls) -> bool:
+        return True  # build() takes Keras shapes, with the batch axis (also when a model builds it)
 
     def _owner(self) -> str:
         return f"{type(self).__name__} '{self.name}'"
@@ -221,6 +224,10 @@ class TimeDistributed(Layer):
                              f"instance. Received: {layer!r}")
         self.layer = layer
         self.supports_masking = True
+
+    @classmethod
+    def _builds_keras_shapes(cls) -> bool:
+        return True  # build() takes Keras shapes, with the batch axis (also when a model builds it)
 
     def _child_shape(self, input_shape: Any) -> tuple:
         if not isinstance(input_shape, (tuple, list)) or len(input_shape) < 3:

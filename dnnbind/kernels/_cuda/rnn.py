@@ -18,6 +18,7 @@ import numpy as np
 from ... import cudnn
 from ..._lib import cudnn as C
 from ...cuda import to_device
+from ..rnn import RNNSaved, RNNWeightEntry, RNNWeightLayout
 from . import _common as cm
 
 __all__ = ["rnn_weight_layout", "rnn_forward", "rnn_backward"]
@@ -42,8 +43,6 @@ def _descriptor(cell: str, input_size: int, hidden: int, directions: int, dtype:
 
 def rnn_weight_layout(cell: str, input_size: int, hidden: int, directions: int, dtype: np.dtype, device: Any):
     """cuDNN's packed weight space, read once per (cell, sizes, directions, dtype, device)."""
-    from ..rnn import RNNWeightEntry, RNNWeightLayout
-
     key = (cell, input_size, hidden, directions, dtype.name, device.index)
     layout = _layouts.get(key)
     if layout is not None:
@@ -99,8 +98,6 @@ def _ptr(a: Any) -> "int | None":
 
 def rnn_forward(x: Any, weights: Any, layout: Any, *, h0: Any = None, c0: Any = None, seq_lengths: tuple = (),
                 training: bool = False, out: Any = None, stream: Any = None) -> tuple:
-    from ..rnn import RNNSaved
-
     if layout.backend != "cudnn":
         raise ValueError("rnn_forward: the weight layout is NumPy's; on CUDA take rnn_weight_layout(..., device=cuda) "
                          "and pack the weights with it")
