@@ -526,3 +526,36 @@ def test_layers_are_reachable_as_keras_has_them():
                  "Bidirectional", "TimeDistributed", "Masking"):
         cls = getattr(keras.layers, name)
         assert keras.layers.get_layer_class(name) is cls
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("expr", ["keras.layers.LSTM(3, return_sequences=True)", "keras.layers.GRU(3, go_backwards=True)",
+                                  "keras.layers.Bidirectional(keras.layers.SimpleRNN(3, return_sequences=True))"])
+def test_gpu_layers_match_the_cpu(expr):
+    """The keras.ops loop on the device (no cuDNN RNN path yet): the same outputs and input gradients as on
+    the CPU, with a padding mask."""
+    arrays = _arrays()
+    keras.set_default_device("cpu")
+    try:
+        cpu_layer = eval(expr)
+        x = ops.convert_to_tensor(arrays["x"])
+        with keras.GradientTape() as tape:
+            tape.watch(x)
+            y_cpu = cpu_layer(x, mask=arrays["mask"])
+            loss = ops.sum(ops.square(y_cpu))
+        g_cpu = ops.convert_to_numpy(tape.gradient(loss, x))
+        keras.set_default_device("cuda")
+        with keras.kernels.config.override(allow_tf32=False):
+            gpu_layer = eval(expr)
+            xg = ops.convert_to_tensor(arrays["x"])
+            gpu_layer(xg)
+            gpu_layer.set_weights(cpu_layer.get_weights())
+            with keras.GradientTape() as tape:
+                tape.watch(xg)
+                y_gpu = gpu_layer(xg, mask=ops.convert_to_tensor(arrays["mask"]))
+                loss = ops.sum(ops.square(y_gpu))
+            g_gpu = ops.convert_to_numpy(tape.gradient(loss, xg))
+        np.testing.assert_allclose(ops.convert_to_numpy(y_gpu), ops.convert_to_numpy(y_cpu), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(g_gpu, g_cpu, rtol=1e-3, atol=1e-4)
+    finally:
+        keras.set_default_device(None)
