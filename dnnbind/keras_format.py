@@ -50,6 +50,8 @@ _OPTIMIZER_KERAS_ONLY: dict[str, Any] = {
     "ema_overwrite_frequency": _ANY, "loss_scale_factor": None, "gradient_accumulation_steps": None,
 }
 _LOSS_KERAS_ONLY: dict[str, Any] = {"reduction": "sum_over_batch_size", "dtype": None}
+# config keys that hold a whole layer (Bidirectional's and TimeDistributed's layer, an RNN's cell)
+_NESTED_LAYER_KEYS = ("layer", "backward_layer", "cell")
 
 
 # classes that Keras 3 exports (and writes in config.json) under another name than the class's own, which
@@ -145,6 +147,11 @@ def _layer_to_keras(entry: dict, where: str) -> dict:
                          f"(Keras knows {', '.join(_KERAS_ACTIVATIONS)})")
     if "data_format" in config and config["data_format"] is None:
         config["data_format"] = "channels_last"  # what Keras resolves None to (its image_data_format default)
+    for key in _NESTED_LAYER_KEYS:  # a wrapper's layer, an RNN's cell: layer objects inside the config
+        if isinstance(config.get(key), dict):
+            config[key] = _layer_to_keras(config[key], where)
+    if isinstance(config.get("cells"), list):
+        config["cells"] = [_layer_to_keras(c, where) for c in config["cells"]]
     return _keras_object("keras.layers", _KERAS_EXPORT_NAMES.get(class_name, class_name), config)
 
 
@@ -330,8 +337,14 @@ def _layer_from_keras(entry: Any, where: str) -> dict:
     for key, value in list(config.items()):
         if key.endswith("_initializer"):
             config[key] = _initializer_from_keras(value, f"{where}: {key}")
-    if "activation" in config:
-        config["activation"] = _activation_from_keras(config["activation"], where)
+    for key in ("activation", "recurrent_activation"):
+        if key in config:
+            config[key] = _activation_from_keras(config[key], where)
+    for key in _NESTED_LAYER_KEYS:
+        if config.get(key) is not None:
+            config[key] = _layer_from_keras(config[key], f"{where}: {key}")
+    if isinstance(config.get("cells"), list):
+        config["cells"] = [_layer_from_keras(c, f"{where}: cells") for c in config["cells"]]
     return {"class_name": class_name, "config": config}
 
 

@@ -888,34 +888,41 @@ def check_weight_budget(layers: Sequence[Layer], input_shape: Sequence[int], own
             raise ValueError(f"{owner}: check_weight_budget sizes unbuilt layers; '{layer.name}' is built")
         probe = copy.deepcopy(layer)
 
-        def add_weight(*args: Any, _probe: Layer = probe, **kwargs: Any) -> Weight:
-            nonlocal total
-            call = _ADD_WEIGHT.bind(_probe, *args, **kwargs)
-            call.apply_defaults()
-            a = call.arguments
-            wshape = tuple(int(s) for s in a["shape"])
-            label = f"{type(_probe).__name__} '{_probe.name}'"
-            if any(d < 0 for d in wshape):
-                raise ValueError(f"{label}: weight '{a['name']}' would have a negative shape {wshape}")
-            dtype = normalize_dtype(a["dtype"] or _probe.variable_dtype)
-            nbytes = math.prod(wshape) * dtype.itemsize
-            total += nbytes
-            if limit is not None and total > limit:
-                raise AllocationTooLargeError(
-                    f"{owner}: layer '{_probe.name}' ({type(_probe).__name__}) weight '{a['name']}' of shape "
-                    f"{wshape} ({dtype}) needs {nbytes:,} bytes, bringing the model's weights to at least "
-                    f"{total:,} bytes, more than the {limit:,} bytes of {what_limit}; nothing was allocated")
-            view = np.broadcast_to(np.zeros((), dtype), wshape)
-            to_internal = a["to_internal"]
-            w = Weight(_probe, a["name"], wshape, to_internal(view) if to_internal else view, a["trainable"],
-                       to_internal, a["to_keras"])
-            _probe._weights.append(w)
-            return w
+        def sized(_probe: Layer) -> Callable:
+            def add_weight(*args: Any, **kwargs: Any) -> Weight:
+                nonlocal total
+                call = _ADD_WEIGHT.bind(_probe, *args, **kwargs)
+                call.apply_defaults()
+                a = call.arguments
+                wshape = tuple(int(s) for s in a["shape"])
+                label = f"{type(_probe).__name__} '{_probe.name}'"
+                if any(d < 0 for d in wshape):
+                    raise ValueError(f"{label}: weight '{a['name']}' would have a negative shape {wshape}")
+                dtype = normalize_dtype(a["dtype"] or _probe.variable_dtype)
+                nbytes = math.prod(wshape) * dtype.itemsize
+                total += nbytes
+                if limit is not None and total > limit:
+                    raise AllocationTooLargeError(
+                        f"{owner}: layer '{_probe.name}' ({type(_probe).__name__}) weight '{a['name']}' of shape "
+                        f"{wshape} ({dtype}) needs {nbytes:,} bytes, bringing the model's weights to at least "
+                        f"{total:,} bytes, more than the {limit:,} bytes of {what_limit}; nothing was allocated")
+                view = np.broadcast_to(np.zeros((), dtype), wshape)
+                to_internal = a["to_internal"]
+                w = Weight(_probe, a["name"], wshape, to_internal(view) if to_internal else view, a["trainable"],
+                           to_internal, a["to_keras"])
+                _probe._weights.append(w)
+                return w
+            return add_weight
 
-        probe._add_weight = add_weight
+        # the probe and every layer inside it (an RNN's cell, a wrapper's layer) size their weights only
+        stack = [probe]
+        while stack:
+            current = stack.pop()
+            current._add_weight = sized(current)
+            stack.extend(current._sublayers())
         probe._ensure_built(shape)
-        if probe.output_shape is not None:
-            shape = tuple(probe.output_shape)
-        else:  # a layer written in keras.ops (its build keeps no output shape): Keras's shape rule, batch axis off
-            shape = tuple(probe.compute_output_shape((None, *shape)))[1:]
+        out = probe.output_shape
+        if out is None:  # a layer written on keras.ops (Embedding, the recurrent layers): ask it
+            out = tuple(probe.compute_output_shape((None, *shape)))[1:]
+        shape = tuple(out)
     return total

@@ -24,6 +24,7 @@ from .conv import (
 from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
 from .einsum_dense import EinsumDense
 from .embedding import Embedding
+from .masking import Masking
 from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
                       concatenate, dot, maximum, minimum, multiply, subtract)
 from .normalization import BatchNormalization, LayerNormalization, RMSNormalization, SyncBatchNormalization
@@ -45,6 +46,8 @@ from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, 
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
 from .regularization import SpatialDropout2D
+from .rnn import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN, SimpleRNNCell, StackedRNNCells,
+                  TimeDistributed)
 from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, ZeroPadding2D
 
 __all__ = [
@@ -62,6 +65,8 @@ __all__ = [
     "EinsumDense", "MultiHeadAttention", "GroupedQueryAttention", "GroupQueryAttention", "Attention",
     "AdditiveAttention", "RMSNormalization",
     "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
-    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomCrop", "RandomContrast",
-    "RandomBrightness", "Resizing", "CenterCrop",
+from .masking import Masking
+from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
+                      concatenate, dot, maximum, minimum, multiply, subtract)
+from .normalization import BatchNormalization, LayerNormalization, RMSNormalization, SyncBatchNormalization
 ]

@@ -1,4 +1,5 @@
-"""ctypes binding to cuDNN's legacy (v7-style) API, declared from cudnn_{graph,ops,cnn}_v9.h.
+"""ctypes binding to cuDNN's legacy (v7-style) API, declared from cudnn_{graph,ops,cnn,adv}_v9.h (the RNN API
+from cudnn_adv_v9.h: libcudnn exports it and loads libcudnn_adv on first use).
 
 Two ways to call a function, both checked:
 
@@ -61,6 +62,16 @@ __all__ = [
     "ConvolutionFwdAlgo",
     "ConvolutionBwdDataAlgo",
     "ConvolutionBwdFilterAlgo",
+    "RNNAlgo",
+    "ForwardMode",
+    "RNNMode",
+    "RNNBiasMode",
+    "DirectionMode",
+    "RNNInputMode",
+    "RNNDataLayout",
+    "WgradMode",
+    "RNN_PADDED_IO_DISABLED",
+    "RNN_PADDED_IO_ENABLED",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -335,6 +346,77 @@ class ConvolutionBwdFilterAlgo(IntEnum):
     ALGO_COUNT = 7
 
 
+# ----- the RNN API (cudnn_adv_v9.h) -----------------------------------------------------------
+
+
+class RNNAlgo(IntEnum):
+    """``cudnnRNNAlgo_t``."""
+
+    STANDARD = 0
+    PERSIST_STATIC = 1
+    PERSIST_DYNAMIC = 2
+    PERSIST_STATIC_SMALL_H = 3
+
+
+class ForwardMode(IntEnum):
+    """``cudnnForwardMode_t``."""
+
+    INFERENCE = 0
+    TRAINING = 1
+
+
+class RNNMode(IntEnum):
+    """``cudnnRNNMode_t`` (C names CUDNN_RNN_RELU, CUDNN_RNN_TANH, CUDNN_LSTM, CUDNN_GRU)."""
+
+    RNN_RELU = 0
+    RNN_TANH = 1
+    LSTM = 2
+    GRU = 3
+
+
+class RNNBiasMode(IntEnum):
+    """``cudnnRNNBiasMode_t`` (C names CUDNN_RNN_*)."""
+
+    NO_BIAS = 0
+    SINGLE_INP_BIAS = 1
+    DOUBLE_BIAS = 2
+    SINGLE_REC_BIAS = 3
+
+
+class DirectionMode(IntEnum):
+    """``cudnnDirectionMode_t``."""
+
+    UNIDIRECTIONAL = 0
+    BIDIRECTIONAL = 1
+
+
+class RNNInputMode(IntEnum):
+    """``cudnnRNNInputMode_t``."""
+
+    LINEAR_INPUT = 0
+    SKIP_INPUT = 1
+
+
+class RNNDataLayout(IntEnum):
+    """``cudnnRNNDataLayout_t`` (C names CUDNN_RNN_DATA_LAYOUT_*)."""
+
+    SEQ_MAJOR_UNPACKED = 0
+    SEQ_MAJOR_PACKED = 1
+    BATCH_MAJOR_UNPACKED = 2
+
+
+class WgradMode(IntEnum):
+    """``cudnnWgradMode_t`` (C names CUDNN_WGRAD_MODE_*)."""
+
+    ADD = 0
+    SET = 1
+
+
+# auxFlags of cudnnSetRNNDescriptor_v8
+RNN_PADDED_IO_DISABLED = 0
+RNN_PADDED_IO_ENABLED = 1 << 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Structures
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +484,10 @@ pZ = ctypes.POINTER(ctypes.c_size_t)
 pD = ctypes.POINTER(ctypes.c_double)
 pF = ctypes.POINTER(ctypes.c_float)
 pU64 = ctypes.POINTER(ctypes.c_ulonglong)
+I32 = ctypes.c_int32
+U32 = ctypes.c_uint32
+pI32 = ctypes.POINTER(ctypes.c_int32)
+pU32 = ctypes.POINTER(ctypes.c_uint32)
 _pFwdPerf = ctypes.POINTER(ConvolutionFwdAlgoPerf)
 _pBwdDataPerf = ctypes.POINTER(ConvolutionBwdDataAlgoPerf)
 _pBwdFilterPerf = ctypes.POINTER(ConvolutionBwdFilterAlgoPerf)
@@ -516,6 +602,35 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {
     "cudnnGetConvolutionBackwardFilterWorkspaceSize": (P, P, P, P, P, I, pZ),
     "cudnnConvolutionBackwardFilter": (P, P, P, P, P, P, P, I, P, Z, P, P, P),
     "cudnnConvolutionBackwardBias": (P, P, P, P, P, P, P),
+    # ----- the RNN API (cudnn_adv_v9.h); enums are I, int32_t I32, uint32_t U32 -----
+    "cudnnCreateRNNDescriptor": (pP,),
+    "cudnnDestroyRNNDescriptor": (P,),
+    # (rnnDesc, algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize,
+    #  hiddenSize, projSize, numLayers, dropoutDesc, auxFlags)
+    "cudnnSetRNNDescriptor_v8": (P, I, I, I, I, I, I, I, I, I32, I32, I32, I32, P, U32),
+    "cudnnGetRNNDescriptor_v8": (P, pI, pI, pI, pI, pI, pI, pI, pI, pI32, pI32, pI32, pI32, pP, pU32),
+    "cudnnBuildRNNDynamic": (P, P, I),
+    # (handle, rnnDesc, fwdMode, xDesc, workSpaceSize*, reserveSpaceSize*)
+    "cudnnGetRNNTempSpaceSizes": (P, P, I, P, pZ, pZ),
+    "cudnnGetRNNWeightSpaceSize": (P, P, pZ),
+    # (handle, rnnDesc, pseudoLayer, weightSpaceSize, weightSpace, linLayerID, mDesc, mAddr*, bDesc, bAddr*)
+    "cudnnGetRNNWeightParams": (P, P, I32, Z, P, I32, P, pP, P, pP),
+    "cudnnCreateRNNDataDescriptor": (pP,),
+    "cudnnDestroyRNNDataDescriptor": (P,),
+    # (rnnDataDesc, dataType, layout, maxSeqLength, batchSize, vectorSize, seqLengthArray, paddingFill)
+    "cudnnSetRNNDataDescriptor": (P, I, I, I, I, I, pI, P),
+    # (rnnDataDesc, dataType*, layout*, maxSeqLength*, batchSize*, vectorSize*, arrayLengthRequested,
+    #  seqLengthArray, paddingFill)
+    "cudnnGetRNNDataDescriptor": (P, pI, pI, pI, pI, pI, I, pI, P),
+    # (handle, rnnDesc, fwdMode, devSeqLengths, xDesc, x, yDesc, y, hDesc, hx, hy, cDesc, cx, cy,
+    #  weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
+    "cudnnRNNForward": (P, P, I, P, P, P, P, P, P, P, P, P, P, P, Z, P, Z, P, Z, P),
+    # (handle, rnnDesc, devSeqLengths, yDesc, y, dy, xDesc, dx, hDesc, hx, dhy, dhx, cDesc, cx, dcy, dcx,
+    #  weightSpaceSize, weightSpace, workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
+    "cudnnRNNBackwardData_v8": (P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, Z, P, Z, P, Z, P),
+    # (handle, rnnDesc, addGrad, devSeqLengths, xDesc, x, hDesc, hx, yDesc, y, weightSpaceSize, dweightSpace,
+    #  workSpaceSize, workSpace, reserveSpaceSize, reserveSpace)
+    "cudnnRNNBackwardWeights_v8": (P, P, I, P, P, P, P, P, P, P, Z, P, Z, P, Z, P),
 }
 
 # Functions that do not return a status.

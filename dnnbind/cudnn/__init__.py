@@ -1,7 +1,8 @@
 """Public cuDNN objects: the room every dnnbind op drives cuDNN through.
 
 * the handle (:class:`Handle`, :func:`get_handle`: one cached handle per stream);
-* the legacy-API descriptors (tensor, filter, convolution, pooling, activation, dropout, ...),
+* the legacy-API descriptors (tensor, filter, convolution, pooling, activation, dropout, ...; the RNN
+  API's :class:`RNNDescriptor` and :class:`RNNDataDescriptor`, in :mod:`._rnn`),
   with a bounded, lock-free-on-hit ``cached()`` (:class:`LRUCache`);
 * the convolution algorithm choice and its cache (:mod:`dnnbind.cudnn.algo`);
 * the grow-only per-stream workspace (:func:`workspace`, :func:`workspace_buffer`,
@@ -21,9 +22,11 @@ from . import _descriptors, algo, graph
 from .._cache import LRUCache
 from ._descriptors import *  # noqa: F401,F403  (the descriptors and their records; see its __all__)
 from ._handle import Handle, get_handle
+from . import _rnn
+from ._rnn import RNNDataDescriptor, RNNDataInfo, RNNDescriptor, RNNInfo, RNNWeightParam
 from ._workspace import release_workspaces, workspace, workspace_buffer
 from .graph import Graph, GraphNotSupportedError, Plan, clear_plan_cache, plan_cache_info
 
-__all__ = ["Handle", "get_handle", "version", "cudart_version", *_descriptors.__all__,
+__all__ = ["Handle", "get_handle", "version", "cudart_version", *_descriptors.__all__, *_rnn.__all__,
            "algo", "LRUCache", "workspace", "workspace_buffer", "release_workspaces",
            "graph", "Graph", "Plan", "GraphNotSupportedError", "clear_plan_cache", "plan_cache_info"]

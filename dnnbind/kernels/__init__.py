@@ -52,6 +52,8 @@ from .elementwise import (
 from .layernorm import layernorm_backward, layernorm_forward
 from .merging import concatenate, concatenate_backward, extremum_backward, maximum, minimum
 from .preprocessing import normalize, normalize_backward, rescale
+from .rnn import (RNNSaved, RNNWeightLayout, pack_keras_weights, rnn_backward, rnn_forward, rnn_weight_layout,
+                  unpack_keras_weights)
 from .reshaping import crop2d, pad2d, transpose, upsample2d_backward, upsample2d_forward
 from .losses import binary_crossentropy, crossentropy_from_probs, mean_squared_error, softmax_cross_entropy
 from .optim import UpdateTables, adam_update, advance_step, rmsprop_update, sgd_update
@@ -69,6 +71,9 @@ from .softmax import softmax_backward, softmax_forward
 from .spatial_dropout import spatial_dropout_backward, spatial_dropout_forward
 
 __all__ = [
+    # rnn (cuDNN's RNN API; NumPy twin)
+    "rnn_forward", "rnn_backward", "rnn_weight_layout", "pack_keras_weights", "unpack_keras_weights",
+    "RNNWeightLayout", "RNNSaved",
     "config", "ConvParams", "PoolParams", "resolve_padding", "ACTIVATIONS",
     # conv
     "conv2d_forward", "conv2d_backward_data", "conv2d_backward_filter", "conv2d_output_shape",
