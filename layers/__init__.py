@@ -65,8 +65,8 @@ __all__ = [
     "EinsumDense", "MultiHeadAttention", "GroupedQueryAttention", "GroupQueryAttention", "Attention",
     "AdditiveAttention", "RMSNormalization",
     "Reshape", "Permute", "Identity", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "Rescaling", "Normalization",
-from .masking import Masking
-from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
-                      concatenate, dot, maximum, minimum, multiply, subtract)
-from .normalization import BatchNormalization, LayerNormalization, RMSNormalization, SyncBatchNormalization
+    "RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomCrop", "RandomContrast",
+    "RandomBrightness", "Resizing", "CenterCrop",
+    "Masking", "RNN", "SimpleRNN", "LSTM", "GRU", "SimpleRNNCell", "LSTMCell", "GRUCell", "StackedRNNCells",
+    "Bidirectional", "TimeDistributed",
 ]
