@@ -26,6 +26,7 @@ def _inputs() -> dict:
         "tob_y": rng.normal(size=(3, 8, 1)).astype(np.float32),
         "tob_k": rng.normal(size=(4, 1)).astype(np.float32),
         "tob_b": rng.normal(size=(1,)).astype(np.float32),
+        "bn_x": rng.normal(1.5, 2.0, size=(6, 3, 3, 4)).astype(np.float32),
     }
 
 
@@ -43,6 +44,12 @@ m.compile(keras.optimizers.SGD(0.1), "mse", metrics=["mae"])
 m.set_weights([inp["tob_k"], inp["tob_b"]])
 out["train_on_batch"] = [m.train_on_batch(inp["tob_x"][i], inp["tob_y"][i]) for i in range(3)]
 out["test_on_batch"] = [m.test_on_batch(inp["tob_x"][i], inp["tob_y"][i]) for i in range(3)]
+
+# 2. BatchNormalization: moving_variance takes the biased batch variance
+m = keras.Sequential([keras.Input((3, 3, 4)), keras.layers.BatchNormalization(momentum=0.8)])
+m.compile(keras.optimizers.SGD(0.1), "mse")
+m.train_on_batch(inp["bn_x"], inp["bn_x"] * 0.5)
+out["bn_moving"] = [w.tolist() for w in m.layers[0].get_weights()[2:]]
 
 with open(work + "/keras.json", "w") as f:
     json.dump(out, f)
@@ -84,3 +91,117 @@ def test_train_and_test_on_batch_return_this_batchs_values(cpu, ref, inp):
     before = float(np.mean((m.predict(x, verbose=0) - y) ** 2))
     d = m.train_on_batch(x, y, return_dict=True)
     assert sorted(d) == ["loss", "mae"] and d["loss"] == pytest.approx(before, rel=1e-5)
+
+
+def test_batchnorm_moving_variance_takes_the_biased_batch_variance(cpu, ref, inp):
+    m = keras.Sequential([keras.Input((3, 3, 4)), keras.layers.BatchNormalization(momentum=0.8)])
+    m.compile(keras.optimizers.SGD(0.1), "mse")
+    m.train_on_batch(inp["bn_x"], inp["bn_x"] * 0.5)
+    moving_mean, moving_var = m.layers[0].get_weights()[2:]
+    np.testing.assert_allclose(moving_mean, ref["bn_moving"][0], rtol=1e-5)
+    np.testing.assert_allclose(moving_var, ref["bn_moving"][1], rtol=1e-5)
+    np.testing.assert_allclose(moving_var, 0.8 + 0.2 * inp["bn_x"].var(axis=(0, 1, 2)), rtol=1e-5)
+
+
+def _bn_model(kind: str, seed: int):
+    """Small channels-last models whose batch norms take each device path: after a bias-free Conv2D (the
+    fused convolution + batch norm), followed by a relu (the fused batch norm + relu), and after a Dense."""
+    layers = keras.layers
+    if kind == "conv_bn_relu":
+        body = [keras.Input((6, 6, 8)), layers.Conv2D(8, 3, padding="same", use_bias=False,
+                                                      kernel_initializer=keras.initializers.GlorotUniform(seed)),
+                layers.BatchNormalization(momentum=0.7), layers.ReLU(), layers.GlobalAveragePooling2D()]
+    elif kind == "bn_relu":
+        body = [keras.Input((6, 6, 8)), layers.BatchNormalization(momentum=0.7), layers.ReLU(),
+                layers.GlobalAveragePooling2D()]
+    else:
+        body = [keras.Input((5,)), layers.Dense(8, kernel_initializer=keras.initializers.GlorotUniform(seed)),
+                layers.BatchNormalization(momentum=0.7)]
+    m = keras.Sequential(body)
+    m.compile(keras.optimizers.SGD(0.01), "mse")
+    return m
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kind", ["conv_bn_relu", "bn_relu", "dense_bn"])
+def test_gpu_batchnorm_moving_variance_matches_the_numpy_path(kind, dtype):
+    """One training step on the GPU leaves the same moving statistics as on NumPy (the biased batch
+    variance, as Keras), on every batch-norm path a layer chain takes."""
+    from dnnbind import mixed_precision
+
+    rng = np.random.default_rng(7)
+    shape = (16, 6, 6, 8) if kind != "dense_bn" else (32, 5)
+    x = rng.normal(0.5, 1.5, size=shape).astype(np.float32)
+    y = rng.normal(size=(shape[0], 8)).astype(np.float32)
+    stats = {}
+    try:
+        mixed_precision.set_global_policy("mixed_float16" if dtype == "float16" else "float32")
+        for device in ("cpu", "cuda"):
+            keras.set_default_device(device)
+            m = _bn_model(kind, 3)
+            m.train_on_batch(x, y)
+            bn = next(layer for layer in m.layers if isinstance(layer, keras.layers.BatchNormalization))
+            stats[device] = [np.asarray(w, np.float64) for w in bn.get_weights()[2:]]
+    finally:
+        keras.set_default_device(None)
+        mixed_precision.set_global_policy("float32")
+    tol = 2e-3 if dtype == "float16" else 1e-4
+    np.testing.assert_allclose(stats["cuda"][0], stats["cpu"][0], rtol=tol, atol=tol)
+    np.testing.assert_allclose(stats["cuda"][1], stats["cpu"][1], rtol=tol)
+    if kind == "bn_relu":  # the batch norm sees x itself: Keras's value, the biased variance
+        np.testing.assert_allclose(stats["cuda"][1], 0.7 + 0.3 * x.astype(np.float64).var(axis=(0, 1, 2)), rtol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gpu_conv_batchnorm_kernel_running_var_is_biased(dtype):
+    """``kernels.conv2d_batchnorm_forward_training`` on CUDA (the genstats graph where chosen, else the two
+    ops) updates the running variance with the biased variance of the convolution's output."""
+    from dnnbind import kernels
+    from dnnbind.cuda import to_device
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(0.3, 1.0, size=(8, 6, 6, 16)).astype(dtype)
+    w = (rng.normal(size=(16, 3, 3, 16)) * 0.2).astype(dtype)
+    gamma = rng.uniform(0.5, 1.5, 16).astype(np.float32)
+    beta = rng.normal(size=16).astype(np.float32)
+    rm, rv = rng.normal(size=16).astype(np.float32), rng.uniform(0.5, 2.0, 16).astype(np.float32)
+    drm, drv = to_device(rm), to_device(rv)
+    y, _, saved = kernels.conv2d_batchnorm_forward_training(
+        to_device(x), to_device(w), to_device(gamma), to_device(beta), drm, drv, momentum=0.9, padding=1,
+        layout="NHWC", activation="relu")
+    yh = np.asarray(y.to_host(), np.float64)
+    var = yh.var(axis=(0, 1, 2))
+    tol = 5e-3 if dtype == np.float16 else 1e-4
+    np.testing.assert_allclose(np.asarray(drv.to_host()), 0.9 * rv + 0.1 * var, rtol=tol,
+                               err_msg=f"path {saved.path}")
+    np.testing.assert_allclose(np.asarray(drm.to_host()), 0.9 * rm + 0.1 * yh.mean(axis=(0, 1, 2)), rtol=tol,
+                               atol=tol, err_msg=f"path {saved.path}")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_sync_batchnorm_running_var_is_biased(device):
+    """The synchronised batch norm's forward (one rank, the all-reduce a no-op) updates the running variance
+    with the biased batch variance, on NumPy and on CUDA."""
+    from dnnbind.layers.sync_batchnorm import sync_batchnorm_forward
+
+    if device == "cuda":
+        from dnnbind.cuda import to_device
+    else:
+        def to_device(a):
+            return a.copy()
+
+    def host(a):
+        return np.asarray(a.to_host() if device == "cuda" else a, np.float64)
+
+    rng = np.random.default_rng(12)
+    x = rng.normal(1.0, 2.0, size=(8, 4, 4, 6)).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 1.5, 6).astype(np.float32), rng.normal(size=6).astype(np.float32)
+    rm, rv = rng.normal(size=6).astype(np.float32), rng.uniform(0.5, 2.0, 6).astype(np.float32)
+    drm, drv = to_device(rm), to_device(rv)
+    sync_batchnorm_forward(to_device(x), to_device(gamma), to_device(beta), drm, drv, momentum=0.9, epsilon=1e-3,
+                           layout="NHWC", world_size=1, all_reduce=lambda arrays: None)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(host(drv), 0.9 * rv + 0.1 * x64.var(axis=(0, 1, 2)), rtol=1e-5)
+    np.testing.assert_allclose(host(drm), 0.9 * rm + 0.1 * x64.mean(axis=(0, 1, 2)), rtol=1e-5, atol=1e-6)
