@@ -30,6 +30,9 @@ def _inputs() -> dict:
     }
 
 
+SUMMARY_KWARGS = [{}, {"line_length": 64}, {"show_trainable": True}, {"expand_nested": True},
+                  {"positions": [0.5, 0.7, 1.0]}]
+
 _KERAS_SCRIPT = r'''
 import json, sys
 import numpy as np
@@ -51,6 +54,37 @@ m.compile(keras.optimizers.SGD(0.1), "mse")
 m.train_on_batch(inp["bn_x"], inp["bn_x"] * 0.5)
 out["bn_moving"] = [w.tolist() for w in m.layers[0].get_weights()[2:]]
 
+# 3. model.summary(): the box-drawn table
+def summary_models():
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="d1"),
+                          keras.layers.BatchNormalization(name="batch_normalization"),
+                          keras.layers.Dense(2, name="d2")], name="seq")
+    yield "seq", m
+    m.compile("sgd", "mse")  # plain SGD: its variables are the same in dnnbind and Keras (iterations)
+    m.train_on_batch(inp["tob_x"][0][:, :3], inp["tob_y"][0].repeat(2, axis=1))
+    yield "seq_compiled", m
+    a, b = keras.Input((3,), name="a"), keras.Input((3,), name="b")
+    shared = keras.layers.Dense(3, name="shared")
+    h = shared(a)
+    o = keras.layers.Add(name="add")([shared(h), b])
+    yield "functional", keras.Model([a, b], keras.layers.Dense(2, name="head")(o), name="fun")
+    i = keras.Input((4,), name="x")
+    yield "chain", keras.Model(i, keras.layers.Dense(2, name="o")(keras.layers.Dense(5, name="h")(i)),
+                               name="chain")
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="in1")], name="inner")
+    yield "nested", keras.Sequential([keras.Input((4,)), inner, keras.layers.Dense(1, name="top")], name="outer")
+
+
+SUMMARY_KWARGS = json.load(open(work + "/summary_kwargs.json"))
+out["summary"] = {}
+for label, model in summary_models():
+    for n, kw in enumerate(SUMMARY_KWARGS):
+        if "positions" in kw and label in ("functional",):
+            continue
+        texts = []
+        model.summary(print_fn=lambda text, **_: texts.append(text), **kw)
+        out["summary"][f"{label}/{n}"] = texts
+
 with open(work + "/keras.json", "w") as f:
     json.dump(out, f)
 '''
@@ -62,8 +96,10 @@ def ref(tmp_path_factory):
         pytest.skip("real Keras 3 with JAX is not installed (test extra)")
     work = tmp_path_factory.mktemp("keras_semantics")
     np.savez(work / "inputs.npz", **_inputs())
+    with open(work / "summary_kwargs.json", "w") as f:
+        json.dump(SUMMARY_KWARGS, f)
     env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
-    env.update(KERAS_HOME=str(work / "kh"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    env.update(KERAS_HOME=str(work / "kh"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", COLUMNS="200")
     proc = subprocess.run([sys.executable, "-c", _KERAS_SCRIPT, str(work)], capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 0, f"the Keras side failed:\n{proc.stderr[-4000:]}"
@@ -205,3 +241,61 @@ def test_sync_batchnorm_running_var_is_biased(device):
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(host(drv), 0.9 * rv + 0.1 * x64.var(axis=(0, 1, 2)), rtol=1e-5)
     np.testing.assert_allclose(host(drm), 0.9 * rm + 0.1 * x64.mean(axis=(0, 1, 2)), rtol=1e-5, atol=1e-6)
+
+
+def _summary_script_part(name: str):
+    """A function of ``_KERAS_SCRIPT`` run here with ``keras`` = dnnbind (the same model code)."""
+    start = _KERAS_SCRIPT.index(f"def {name}(")
+    end = _KERAS_SCRIPT.index("\n\n\n", start)
+    scope = {"keras": keras, "np": np}
+    return scope, _KERAS_SCRIPT[start:end]
+
+
+def test_summary_prints_keras_3s_table(cpu, ref, inp, monkeypatch):
+    """The table, the parameter lines (with "Optimizer params" once compiled and trained) and the wrapping
+    are Keras 3's text, character for character, for Sequential, functional (shared layer, several
+    inputs), chain-like functional and nested models, and each summary argument."""
+    monkeypatch.setenv("COLUMNS", "200")  # as the Keras side: the default width is min(88 or 108, columns - 4)
+    scope, source = _summary_script_part("summary_models")
+    scope["inp"] = inp
+    exec(source, scope)  # noqa: S102 - this file's own text
+    seen = 0
+    for label, model in scope["summary_models"]():
+        for n, kw in enumerate(SUMMARY_KWARGS):
+            key = f"{label}/{n}"
+            if key not in ref["summary"]:
+                continue
+            texts = []
+            model.summary(print_fn=texts.append, **kw)
+            theirs = ref["summary"][key]
+            if label == "seq_compiled":
+                # Keras's SGD holds iterations (int32) and learning_rate as variables; dnnbind's
+                # optimizer.variables hold iterations (int64) only: the same 8 bytes, one count fewer
+                assert "Optimizer params: 2 (8.00 B)" in theirs[0] and " Total params: 44 (176.00 B)" in theirs[0]
+                assert len(model.optimizer.variables) == 1
+                theirs = [theirs[0].replace("Optimizer params: 2 (", "Optimizer params: 1 (")
+                          .replace(" Total params: 44 (", " Total params: 43 (")]
+            assert texts == theirs, f"{key} {kw}:\n{texts[0]}\nKeras:\n{theirs[0]}"
+            seen += 1
+    assert seen == 24
+    assert "Non-trainable params: 8 (32.00 B)" in ref["summary"]["seq/0"][0]
+
+
+def test_summary_without_print_fn_goes_to_stdout(cpu, capsys):
+    """Keras 3's text for a narrow table (as it printed it): the header wraps and sits at the bottom."""
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="only")], name="tiny")
+    m.summary(line_length=40)
+    assert capsys.readouterr().out == """\
+Model: "tiny"
+┏━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━┓
+┃                 ┃ Output     ┃ Param ┃
+┃ Layer (type)    ┃ Shape      ┃     # ┃
+┡━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━┩
+│ only (Dense)    │ (None, 2)  │     8 │
+└─────────────────┴────────────┴───────┘
+ Total params: 8 (32.00 B)
+ Trainable params: 8 (32.00 B)
+ Non-trainable params: 0 (0.00 B)
+"""
+    with pytest.raises(ValueError, match="line_length"):
+        m.summary(line_length=0)
