@@ -85,6 +85,29 @@ for label, model in summary_models():
         model.summary(print_fn=lambda text, **_: texts.append(text), **kw)
         out["summary"][f"{label}/{n}"] = texts
 
+# 5. inputs are fed in their Input's dtype
+SEEN = []  # module level: Keras would wrap a list kept on the layer in a tracked copy
+
+
+class Spy(keras.layers.Layer):
+    def call(self, x):
+        SEEN.append(str(x.dtype))
+        return keras.ops.cast(x, "float32") * 1.0
+
+
+out["input_dtypes"] = {}
+for in_dtype in ("int32", "float32"):
+    for data_dtype in ("int64", "float64"):
+        i = keras.Input((3,), dtype=in_dtype)
+        m = keras.Model(i, keras.layers.Dense(1)(Spy()(i)))
+        m.compile("sgd", "mse")
+        data = np.array([[1, 2, 3], [4, 5, 6]], data_dtype)
+        del SEEN[:]
+        m.fit(data, np.ones((2, 1), "float32"), verbose=0)
+        m.predict(data, verbose=0)
+        m.evaluate(data, np.ones((2, 1), "float32"), verbose=0)
+        out["input_dtypes"][f"{in_dtype}/{data_dtype}"] = sorted(set(SEEN))
+
 with open(work + "/keras.json", "w") as f:
     json.dump(out, f)
 '''
@@ -299,3 +322,70 @@ Model: "tiny"
 """
     with pytest.raises(ValueError, match="line_length"):
         m.summary(line_length=0)
+
+
+class _Spy(keras.layers.Layer):
+    def __init__(self, seen, **kwargs):
+        super().__init__(**kwargs)
+        self.seen = seen
+
+    def call(self, x):
+        self.seen.append(str(x.dtype))
+        return keras.ops.cast(x, "float32") * 1.0
+
+
+@pytest.mark.parametrize("in_dtype", ["int32", "float32"])
+@pytest.mark.parametrize("data_dtype", ["int64", "float64"])
+def test_fit_predict_evaluate_feed_inputs_in_their_input_dtype(cpu, ref, in_dtype, data_dtype):
+    """Keras 3 converts the data to each Input's dtype: int32 ids stay integers, ints fed to a float32
+    Input become float32."""
+    seen = []
+    i = keras.Input((3,), dtype=in_dtype)
+    m = keras.Model(i, keras.layers.Dense(1)(_Spy(seen)(i)))
+    m.compile("sgd", "mse")
+    data = np.array([[1, 2, 3], [4, 5, 6]], data_dtype)
+    del seen[:]
+    m.fit(data, np.ones((2, 1), "float32"), verbose=0)
+    m.predict(data, verbose=0)
+    m.evaluate(data, np.ones((2, 1), "float32"), verbose=0)
+    m.train_on_batch(data, np.ones((2, 1), "float32"))
+    assert sorted(set(seen)) == ref["input_dtypes"][f"{in_dtype}/{data_dtype}"] == [in_dtype]
+
+
+def test_sequential_feeds_its_inputs_dtype(cpu):
+    seen = []
+    m = keras.Sequential([keras.Input((3,), dtype="int32"), _Spy(seen), keras.layers.Dense(1)])
+    m.compile("sgd", "mse")
+    del seen[:]
+    data = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
+    m.fit(data, np.ones((2, 1), "float32"), verbose=0)
+    m.predict(data.astype(np.float64), verbose=0)
+    assert set(seen) == {"int32"}
+
+
+@pytest.mark.gpu
+def test_gpu_int32_ids_train_as_on_numpy():
+    """An Embedding fed int32 ids (host arrays in fit, DeviceArrays in train_on_batch) on CUDA: the same
+    weights after the steps as on NumPy."""
+    from dnnbind.cuda import to_device
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 50, size=(16, 4)).astype(np.int64)
+    y = rng.normal(size=(16, 1)).astype(np.float32)
+    weights = {}
+    try:
+        for device in ("cpu", "cuda"):
+            keras.set_default_device(device)
+            m = keras.Sequential([keras.Input((4,), dtype="int32"),
+                                  keras.layers.Embedding(50, 3, embeddings_initializer=keras.initializers.RandomNormal(
+                                      seed=1)), keras.layers.Flatten(),
+                                  keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))])
+            m.compile(keras.optimizers.SGD(0.1), "mse")
+            m.fit(ids, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+            x = to_device(ids.astype(np.int32)) if device == "cuda" else ids.astype(np.int32)
+            m.train_on_batch(x, to_device(y) if device == "cuda" else y)
+            weights[device] = m.get_weights()
+    finally:
+        keras.set_default_device(None)
+    for a, b in zip(weights["cuda"], weights["cpu"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

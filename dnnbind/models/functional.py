@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .. import _validate
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
@@ -221,6 +223,10 @@ class Functional(Model):
 
     def _input_hint(self) -> str:
         return f" (input '{self._input_names()[0]}')"
+
+    def _input_dtypes(self) -> "list[np.dtype | None]":
+        """Each ``Input``'s dtype: Keras 3 converts the data to it (int32 ids stay integers)."""
+        return [np.dtype(t.dtype) for t in self.inputs]
 
     def _guess_input_structure(self, x: Any) -> None:
         pass

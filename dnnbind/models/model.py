@@ -223,6 +223,11 @@ class Model(Trainer, Layer):
     def _expected_input_shapes(self) -> "list[tuple] | None":
         return self._built_input_shapes
 
+    def _input_dtypes(self) -> "list[np.dtype | None]":
+        """The dtype each input is fed as (Keras 3: the ``Input``'s dtype); None where the model has no
+        ``Input`` (a subclassed model: fed float32)."""
+        return [None] * len(self._input_names())
+
     def _output_shapes(self) -> list[tuple]:
         self._require_built("the output shape")
         return list(self._built_output_shapes)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .. import _validate, kernels
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
@@ -174,6 +176,11 @@ class Sequential(Model):
     @property
     def output_names(self) -> list[str]:
         return [self._layers[-1].name if self._layers else "output"]
+
+    def _input_dtypes(self) -> "list[np.dtype | None]":
+        """The ``Input``'s dtype (Keras 3 converts the data to it), None without an ``Input``."""
+        layer = self._input_layer
+        return [None if layer is None else np.dtype(layer.input_dtype)]
 
     def _expected_input_shapes(self) -> "list[tuple] | None":
         shape = self._built_input_shape if self.built else self._sequential_input_shape()
