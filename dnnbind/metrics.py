@@ -24,6 +24,7 @@ __all__ = [
     "Metric",
     "Mean",
     "Accuracy",
+    "accuracy",
     "SparseCategoricalAccuracy",
     "CategoricalAccuracy",
     "BinaryAccuracy",
@@ -263,11 +264,70 @@ class SparseTopKCategoricalAccuracy(TopKCategoricalAccuracy):
         self._count += int(y_pred.shape[0])
 
 
-class Accuracy(Metric):
-    """Keras's ``"accuracy"``: sparse, categorical or binary, chosen from the label and output shapes.
+class _MeanMetricWrapper(Metric):
+    """The (weighted) mean of a per-sample function's values (Keras 3's ``MeanMetricWrapper``)."""
 
-    As Keras (``compile_utils``): a 1-wide output is binary; labels of lower rank than the output, or
-    a 1-wide label for a wider output, are sparse; otherwise categorical.
+    _fn: Any = None
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Keras 3's ``Mean`` of ``reduce_to_samplewise_values``: the values reduced to one mean per sample
+        (over the axes past the weights' rank, then past the batch axis); with weights, the total gains
+        ``sum(per-sample mean of values * weights)`` and the count the per-sample means of the weights,
+        else the count gains the number of samples."""
+        values = _ops.cast(type(self)._fn(y_true, y_pred), "float32")
+        if sample_weight is not None:
+            w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
+            values, w = _losses.squeeze_or_expand_to_same_rank(values, w)
+            if values.ndim > w.ndim:
+                values = _ops.mean(values, axis=tuple(range(w.ndim, values.ndim)))
+            w = _ops.broadcast_to(w, tuple(values.shape))
+            values = values * w
+            if w.ndim > 1:
+                w = _ops.mean(w, axis=tuple(range(1, w.ndim)))
+            count = float(np.sum(_ops.convert_to_numpy(w)))
+        else:
+            count = float(values.shape[0]) if values.ndim >= 1 else 1.0
+        if values.ndim > 1:
+            values = _ops.mean(values, axis=tuple(range(1, values.ndim)))
+        self._add(_ops.sum(values), values)
+        self._count += count
+
+
+class MeanSquaredError(_MeanMetricWrapper):
+    """The mean of ``mean((y_true - y_pred)**2, axis=-1)`` (``keras.metrics.MeanSquaredError``; ``"mse"``)."""
+    _fn = staticmethod(_losses.mean_squared_error)
+
+
+class MeanAbsoluteError(_MeanMetricWrapper):
+    """The mean of ``mean(|y_true - y_pred|, axis=-1)`` (``keras.metrics.MeanAbsoluteError``; ``"mae"``)."""
+    _fn = staticmethod(_losses.mean_absolute_error)
+
+
+def accuracy(y_true: Any, y_pred: Any) -> Tensor:
+    """``keras.metrics.accuracy``: 1.0 where ``y_true == y_pred`` (``y_true`` cast to ``y_pred``'s dtype), else
+    0.0, elementwise, after Keras 3's ``squeeze_or_expand_to_same_rank``."""
+    y_pred = _ops.convert_to_tensor(y_pred)
+    y_true = _ops.cast(_ops.convert_to_tensor(y_true), y_pred.dtype)
+    y_true, y_pred = _losses.squeeze_or_expand_to_same_rank(y_true, y_pred)
+    return _ops.cast(_ops.equal(y_true, y_pred), "float32")
+
+
+class Accuracy(_MeanMetricWrapper):
+    """How often ``y_pred`` equals ``y_true`` exactly (``keras.metrics.Accuracy``): the (weighted) mean over
+    samples of :func:`accuracy`'s per-sample mean. Not the ``"accuracy"`` string of ``compile``, which picks a
+    binary, categorical or sparse accuracy from the shapes."""
+    _fn = staticmethod(accuracy)
+
+    def __init__(self, name: "str | None" = None, dtype: Any = None) -> None:
+        super().__init__(name=name or "accuracy", dtype=dtype)
+
+
+class _AutoAccuracy(Metric):
+    """``compile(metrics=["accuracy"])`` (or ``"acc"``): sparse, categorical or binary, chosen from the label
+    and output shapes (Keras 3's ``compile_utils.get_metric``; the class :class:`Accuracy` is exact equality).
+
+    As Keras: a 1-wide output is binary; labels of lower rank than the output, or a 1-wide label for a
+    wider output, are sparse; otherwise categorical.
     """
 
     def __init__(self, name: str | None = None) -> None:
@@ -298,33 +358,6 @@ class Accuracy(Metric):
     def reset_state(self):
         if self._impl is not None:
             self._impl.reset_state()
-
-
-class _MeanMetricWrapper(Metric):
-    """The (weighted) mean of a per-sample function's values (Keras 3's ``MeanMetricWrapper``)."""
-
-    _fn: Any = None
-
-    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        values = type(self)._fn(y_true, y_pred)
-        if sample_weight is None:
-            self._add(_ops.sum(values), values)
-            self._count += int(values.size)
-            return
-        w = _ops.cast(_ops.convert_to_tensor(sample_weight), values.dtype)
-        w = _ops.broadcast_to(_ops.reshape(w, tuple(w.shape) + (1,) * (values.ndim - w.ndim)), tuple(values.shape))
-        self._add(_ops.sum(values * w), values)
-        self._count += float(np.sum(_ops.convert_to_numpy(w)))
-
-
-class MeanSquaredError(_MeanMetricWrapper):
-    """The mean of ``mean((y_true - y_pred)**2, axis=-1)`` (``keras.metrics.MeanSquaredError``; ``"mse"``)."""
-    _fn = staticmethod(_losses.mean_squared_error)
-
-
-class MeanAbsoluteError(_MeanMetricWrapper):
-    """The mean of ``mean(|y_true - y_pred|, axis=-1)`` (``keras.metrics.MeanAbsoluteError``; ``"mae"``)."""
-    _fn = staticmethod(_losses.mean_absolute_error)
 
 
 class _ConfusionMatrixMetric(Metric):
@@ -519,7 +552,7 @@ class AUC(_ConfusionMatrixMetric):
 
 
 for _cls in (Mean, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, TopKCategoricalAccuracy,
-             SparseTopKCategoricalAccuracy, Accuracy):
+             SparseTopKCategoricalAccuracy, _AutoAccuracy):
     if "update_state" in _cls.__dict__:
         _cls.update_state = _takes_tensors(_cls.__dict__["update_state"])
 
@@ -554,9 +587,20 @@ def known_names() -> list[str]:
     return sorted([*_BY_NAME, *_ALIASES])
 
 
+def compile_metric(identifier: Any) -> Metric:
+    """A metric for ``compile``: as :func:`get`, except that the strings ``"accuracy"`` and ``"acc"`` give the
+    accuracy that picks binary, categorical or sparse from the shapes (Keras 3's ``compile_utils``), named
+    as given."""
+    if isinstance(identifier, str) and identifier.strip().lower() in ("accuracy", "acc"):
+        return _AutoAccuracy(name=identifier.strip())
+    return get(identifier)
+
+
 def get(identifier: Any) -> Metric:
-    """A metric from a name (``"accuracy"``, ``"acc"``, ``"top_k_categorical_accuracy"``...),
-    a config dict, a class or an instance. ``"acc"`` keeps the name ``"acc"`` in logs, as Keras."""
+    """A metric from a name (``"accuracy"``: :class:`Accuracy`, exact equality, as Keras 3's
+    ``metrics.get``; ``"acc"``, ``"top_k_categorical_accuracy"``...), a config dict, a class or an
+    instance. ``"acc"`` keeps the name ``"acc"`` in logs, as Keras. ``compile`` reads its metrics with
+    :func:`compile_metric`."""
     if isinstance(identifier, Metric):
         return identifier
     if isinstance(identifier, type) and issubclass(identifier, Metric):
@@ -569,6 +613,8 @@ def get(identifier: Any) -> Metric:
         cls = _BY_NAME[name]
         return cls(name=key) if key.lower() in _ALIASES else cls()
     if isinstance(identifier, dict):
+        if identifier.get("class_name") == "_AutoAccuracy":  # compile's "accuracy", copied per output
+            return _AutoAccuracy(**identifier.get("config", {}))
         name = _CLASS_TO_NAME.get(identifier.get("class_name"))
         if name is None:
             raise ValueError(f"unknown metric class {identifier.get('class_name')!r}")

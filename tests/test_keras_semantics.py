@@ -27,6 +27,8 @@ def _inputs() -> dict:
         "tob_k": rng.normal(size=(4, 1)).astype(np.float32),
         "tob_b": rng.normal(size=(1,)).astype(np.float32),
         "bn_x": rng.normal(1.5, 2.0, size=(6, 3, 3, 4)).astype(np.float32),
+        "acc_x": rng.normal(size=(12, 4)).astype(np.float32),
+        "acc_y": rng.integers(0, 2, size=(12, 1)).astype(np.float32),
     }
 
 
@@ -107,6 +109,19 @@ for in_dtype in ("int32", "float32"):
         m.predict(data, verbose=0)
         m.evaluate(data, np.ones((2, 1), "float32"), verbose=0)
         out["input_dtypes"][f"{in_dtype}/{data_dtype}"] = sorted(set(SEEN))
+
+# 7. metrics.Accuracy is exact equality; compile's "accuracy" string picks from the shapes
+a = keras.metrics.Accuracy()
+a.update_state([[1], [2], [3], [4]], [[0], [2], [3], [4]])
+a.update_state([[1, 2]], [[1, 0]], sample_weight=[[0.5, 2.0]])
+out["accuracy_class"] = float(a.result())
+out["accuracy_get"] = type(keras.metrics.get("accuracy")).__name__
+m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+m.compile("sgd", "binary_crossentropy", metrics=["accuracy", keras.metrics.Accuracy(name="exact"),
+                                                 keras.metrics.BinaryAccuracy(name="ba")])
+w = m.get_weights()
+out["accuracy_weights"] = [v.tolist() for v in w]
+out["accuracy_eval"] = m.evaluate(inp["acc_x"], inp["acc_y"], verbose=0, return_dict=True)
 
 with open(work + "/keras.json", "w") as f:
     json.dump(out, f)
@@ -389,3 +404,22 @@ def test_gpu_int32_ids_train_as_on_numpy():
         keras.set_default_device(None)
     for a, b in zip(weights["cuda"], weights["cpu"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_accuracy_class_is_exact_equality_and_the_string_picks_from_shapes(cpu, ref, inp):
+    a = keras.metrics.Accuracy()
+    a.update_state([[1], [2], [3], [4]], [[0], [2], [3], [4]])
+    assert float(a.result()) == pytest.approx(0.75)
+    a.update_state([[1, 2]], [[1, 0]], sample_weight=[[0.5, 2.0]])
+    assert float(a.result()) == pytest.approx(ref["accuracy_class"], rel=1e-6)
+    assert type(keras.metrics.get("accuracy")).__name__ == ref["accuracy_get"] == "Accuracy"
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+    m.compile("sgd", "binary_crossentropy",
+              metrics=["accuracy", keras.metrics.Accuracy(name="exact"), keras.metrics.BinaryAccuracy(name="ba")])
+    m.set_weights([np.asarray(v, np.float32) for v in ref["accuracy_weights"]])
+    got = m.evaluate(inp["acc_x"], inp["acc_y"], verbose=0, return_dict=True)
+    theirs = ref["accuracy_eval"]
+    assert sorted(got) == sorted(theirs) == ["accuracy", "ba", "exact", "loss"]
+    for k in theirs:
+        assert float(got[k]) == pytest.approx(theirs[k], rel=1e-5, abs=1e-6), k
+    assert theirs["accuracy"] == theirs["ba"] > 0 and theirs["exact"] == 0.0

@@ -122,7 +122,7 @@ def resolve(optimizer: Any, loss: Any, metrics: Any, loss_weights: Any, names: l
     optimizer = optimizers_module.get(optimizer)
     resolved = [NoLoss() if no_loss else None if entry is None else losses_module.get(entry)
                 for entry in loss_list]
-    output_metrics = [[metrics_module.get(m) for m in group] for group in spec]
+    output_metrics = [[metrics_module.compile_metric(m) for m in group] for group in spec]
     if multi:
         # one object per output: a metric instance given once is copied for the other outputs
         seen: set = set()
@@ -157,8 +157,8 @@ def compile_arguments(config: dict) -> dict:
             else [None if v is None else losses_module.get(v) for v in loss] if isinstance(loss, list)
             else losses_module.get(loss))
     metrics = config.get("metrics") or []
-    metrics = ({k: [metrics_module.get(m) for m in v] for k, v in metrics.items()} if isinstance(metrics, dict)
-               else [metrics_module.get(m) for m in metrics])
+    metrics = ({k: [metrics_module.compile_metric(m) for m in v] for k, v in metrics.items()}
+               if isinstance(metrics, dict) else [metrics_module.compile_metric(m) for m in metrics])
     if isinstance(metrics, dict):
         # saved names carry the output prefix; compile adds it again
         for key, group in metrics.items():
