@@ -32,6 +32,8 @@ def _inputs() -> dict:
     }
 
 
+INITIALIZERS = ["RandomNormal", "RandomUniform", "TruncatedNormal", "GlorotUniform", "GlorotNormal", "HeNormal",
+                "HeUniform", "LecunNormal", "LecunUniform", "VarianceScaling", "Orthogonal"]
 SUMMARY_KWARGS = [{}, {"line_length": 64}, {"show_trainable": True}, {"expand_nested": True},
                   {"positions": [0.5, 0.7, 1.0]}]
 
@@ -78,6 +80,7 @@ def summary_models():
 
 
 SUMMARY_KWARGS = json.load(open(work + "/summary_kwargs.json"))
+INITIALIZERS = json.load(open(work + "/initializers.json"))
 out["summary"] = {}
 for label, model in summary_models():
     for n, kw in enumerate(SUMMARY_KWARGS):
@@ -123,6 +126,24 @@ w = m.get_weights()
 out["accuracy_weights"] = [v.tolist() for v in w]
 out["accuracy_eval"] = m.evaluate(inp["acc_x"], inp["acc_y"], verbose=0, return_dict=True)
 
+# 8. an initializer instance repeats its values (int seed or none); a SeedGenerator seed does not
+out["initializers"] = {}
+for cls in INITIALIZERS:
+    for seed in ("int", "none", "generator"):
+        arg = 3 if seed == "int" else None if seed == "none" else keras.random.SeedGenerator(3)
+        init = getattr(keras.initializers, cls)(seed=arg)
+        out["initializers"][f"{cls}/{seed}"] = bool(np.array_equal(np.asarray(init((4, 3))),
+                                                                     np.asarray(init((4, 3)))))
+shared = keras.initializers.GlorotUniform()
+d1, d2 = keras.layers.Dense(3, kernel_initializer=shared), keras.layers.Dense(3, kernel_initializer=shared)
+d1.build((None, 4))
+d2.build((None, 4))
+out["initializers"]["shared_instance"] = bool(np.array_equal(np.asarray(d1.kernel), np.asarray(d2.kernel)))
+d1, d2 = keras.layers.Dense(3), keras.layers.Dense(3)
+d1.build((None, 4))
+d2.build((None, 4))
+out["initializers"]["default_string"] = bool(np.array_equal(np.asarray(d1.kernel), np.asarray(d2.kernel)))
+
 with open(work + "/keras.json", "w") as f:
     json.dump(out, f)
 '''
@@ -136,6 +157,8 @@ def ref(tmp_path_factory):
     np.savez(work / "inputs.npz", **_inputs())
     with open(work / "summary_kwargs.json", "w") as f:
         json.dump(SUMMARY_KWARGS, f)
+    with open(work / "initializers.json", "w") as f:
+        json.dump(INITIALIZERS, f)
     env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
     env.update(KERAS_HOME=str(work / "kh"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", COLUMNS="200")
     proc = subprocess.run([sys.executable, "-c", _KERAS_SCRIPT, str(work)], capture_output=True, text=True,
@@ -423,3 +446,34 @@ def test_accuracy_class_is_exact_equality_and_the_string_picks_from_shapes(cpu, 
     for k in theirs:
         assert float(got[k]) == pytest.approx(theirs[k], rel=1e-5, abs=1e-6), k
     assert theirs["accuracy"] == theirs["ba"] > 0 and theirs["exact"] == 0.0
+
+
+def test_an_initializer_instance_repeats_its_values_as_keras(cpu, ref):
+    """Keras 3: an initializer with an int seed, or none (a seed drawn at creation), returns the same values at
+    every call (two layers sharing the instance get the same kernel); a SeedGenerator seed gives new values
+    at every call; two layers given the default string get different kernels."""
+    from dnnbind import random as krandom
+
+    theirs = ref["initializers"]
+    for cls in INITIALIZERS:
+        for seed in ("int", "none", "generator"):
+            arg = 3 if seed == "int" else None if seed == "none" else krandom.SeedGenerator(3)
+            init = getattr(keras.initializers, cls)(seed=arg)
+            a, b = np.asarray(init((4, 3))), np.asarray(init((4, 3)))
+            assert not np.all(a == 0)
+            assert bool(np.array_equal(a, b)) == theirs[f"{cls}/{seed}"] == (seed != "generator"), (cls, seed)
+    shared = keras.initializers.GlorotUniform()
+    d1, d2 = keras.layers.Dense(3, kernel_initializer=shared), keras.layers.Dense(3, kernel_initializer=shared)
+    d1.build((None, 4))
+    d2.build((None, 4))
+    assert bool(np.array_equal(d1.get_weights()[0], d2.get_weights()[0])) == theirs["shared_instance"] is True
+    d1, d2 = keras.layers.Dense(3), keras.layers.Dense(3)
+    d1.build((None, 4))
+    d2.build((None, 4))
+    assert bool(np.array_equal(d1.get_weights()[0], d2.get_weights()[0])) == theirs["default_string"] is False
+    # the same int seed in two instances: the same values; another seed: others
+    g = keras.initializers.GlorotUniform
+    assert np.array_equal(g(seed=7)((5, 2)), g(seed=7)((5, 2))) and not np.array_equal(g(seed=7)((5, 2)),
+                                                                                         g(seed=8)((5, 2)))
+    with pytest.raises(ValueError, match="seed must be an int"):
+        g(seed=1.5)
