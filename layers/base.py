@@ -889,6 +889,17 @@ class Layer:
         tensors = nodes[0].input_tensors
         return tensors[0] if len(tensors) == 1 else list(tensors)
 
+    @property
+    def output(self) -> Any:
+        """Keras 3's ``Layer.output``: the symbolic output of the layer's first call in a functional graph
+        (a list when that call gave several). A Sequential model's layers have one once the model's
+        ``inputs``/``outputs`` were read."""
+        nodes = self.__dict__.get("_inbound_nodes")
+        if not nodes:
+            raise AttributeError(f"The layer {self.name} has never been called and thus has no defined output.")
+        tensors = nodes[0].output_tensors
+        return tensors[0] if len(tensors) == 1 else list(tensors)
+
     def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
         """Keras's mask propagation: layers that ``supports_masking`` pass the mask on, others drop it."""
         return previous_mask if self.supports_masking else None

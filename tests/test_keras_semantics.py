@@ -144,6 +144,28 @@ d1.build((None, 4))
 d2.build((None, 4))
 out["initializers"]["default_string"] = bool(np.array_equal(np.asarray(d1.kernel), np.asarray(d2.kernel)))
 
+# 10. Sequential.inputs / outputs
+def seq_io():
+    found = {}
+    empty = keras.Sequential([keras.layers.Dense(2)], name="empty")
+    for what in ("inputs", "outputs"):
+        try:
+            getattr(empty, what)
+            found[f"unbuilt_{what}"] = "ok"
+        except AttributeError as exc:
+            found[f"unbuilt_{what}"] = str(exc)
+    m = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3, name="first"), keras.layers.Dense(2, name="last")])
+    found["inputs"] = [list(t.shape) for t in m.inputs]
+    found["outputs"] = [list(t.shape) for t in m.outputs]
+    found["first_output"] = list(m.get_layer("first").output.shape)
+    built_later = keras.Sequential([keras.layers.Dense(4)])
+    built_later.build((None, 6))
+    found["built_later"] = [list(t.shape) for t in built_later.inputs + built_later.outputs]
+    return found
+
+
+out["sequential_io"] = seq_io()
+
 with open(work + "/keras.json", "w") as f:
     json.dump(out, f)
 '''
@@ -477,3 +499,18 @@ def test_an_initializer_instance_repeats_its_values_as_keras(cpu, ref):
                                                                                          g(seed=8)((5, 2)))
     with pytest.raises(ValueError, match="seed must be an int"):
         g(seed=1.5)
+
+
+def test_sequential_inputs_and_outputs_as_keras(cpu, ref):
+    scope, source = _summary_script_part("seq_io")
+    exec(source, scope)  # noqa: S102 - this file's own text
+    ours = scope["seq_io"]()
+    assert ours == ref["sequential_io"]
+    assert ours["unbuilt_inputs"] == "Sequential model 'empty' has no defined inputs yet."
+    # the graph computes what the model computes
+    m = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3, name="a"), keras.layers.Dense(2, name="b")])
+    probe = keras.Model(m.inputs, [m.get_layer("a").output, m.outputs[0]])
+    x = np.random.default_rng(3).normal(size=(4, 5)).astype(np.float32)
+    hidden, final = probe.predict(x, verbose=0)
+    np.testing.assert_allclose(final, m.predict(x, verbose=0), rtol=1e-6)
+    np.testing.assert_allclose(hidden, np.asarray(m.get_layer("a")(x)), rtol=1e-6)
