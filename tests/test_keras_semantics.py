@@ -166,6 +166,34 @@ def seq_io():
 
 out["sequential_io"] = seq_io()
 
+# 11. model.losses: add_loss and activity losses of the last call, then the weights' regularization
+class AddLoss(keras.layers.Layer):
+    def call(self, x):
+        self.add_loss(keras.ops.sum(x) * 0.01)
+        return x
+
+
+def losses_model():
+    m = keras.Sequential([keras.Input((3,)),
+                          keras.layers.Dense(2, kernel_initializer="ones", kernel_regularizer=keras.regularizers.L2(0.1),
+                                             activity_regularizer=keras.regularizers.L1(0.01)),
+                          AddLoss(), keras.layers.Dense(1, kernel_initializer="ones",
+                                                        bias_regularizer=keras.regularizers.L2(0.2))])
+    m.compile(keras.optimizers.SGD(0.05), "mse")
+    return m
+
+
+x_l = np.linspace(-1, 1, 12).reshape(4, 3).astype("float32")
+y_l = np.linspace(0, 1, 4).reshape(4, 1).astype("float32")
+m = losses_model()
+found = {"before": [float(v) for v in m.losses]}
+found["fit_loss"] = m.fit(x_l, y_l, batch_size=4, epochs=2, verbose=0).history["loss"]
+found["after_fit"] = [float(v) for v in m.losses]
+found["evaluate"] = m.evaluate(x_l, y_l, verbose=0)
+m(x_l)
+found["after_call"] = [float(v) for v in m.losses]
+out["losses"] = found
+
 with open(work + "/keras.json", "w") as f:
     json.dump(out, f)
 '''
@@ -514,3 +542,24 @@ def test_sequential_inputs_and_outputs_as_keras(cpu, ref):
     hidden, final = probe.predict(x, verbose=0)
     np.testing.assert_allclose(final, m.predict(x, verbose=0), rtol=1e-6)
     np.testing.assert_allclose(hidden, np.asarray(m.get_layer("a")(x)), rtol=1e-6)
+
+
+def test_model_losses_as_keras(cpu, ref):
+    """model.losses before and after fit (the current weights' penalties), after a call (that call's
+    activity and add_loss losses first), and the fit/evaluate losses that include them."""
+    scope, source = _summary_script_part("losses_model")
+    a = _KERAS_SCRIPT.index("class AddLoss(")
+    exec(_KERAS_SCRIPT[a:_KERAS_SCRIPT.index("\n\n\n", a)], scope)  # noqa: S102 - this file's own text
+    exec(source, scope)  # noqa: S102
+    x_l = np.linspace(-1, 1, 12).reshape(4, 3).astype("float32")
+    y_l = np.linspace(0, 1, 4).reshape(4, 1).astype("float32")
+    m = scope["losses_model"]()
+    theirs = ref["losses"]
+    np.testing.assert_allclose([float(v) for v in m.losses], theirs["before"], rtol=1e-6)
+    assert len(theirs["before"]) == 2 and len(theirs["after_call"]) == 4
+    np.testing.assert_allclose(m.fit(x_l, y_l, batch_size=4, epochs=2, verbose=0).history["loss"],
+                               theirs["fit_loss"], rtol=1e-5)
+    np.testing.assert_allclose([float(v) for v in m.losses], theirs["after_fit"], rtol=1e-5)
+    assert m.evaluate(x_l, y_l, verbose=0) == pytest.approx(theirs["evaluate"], rel=1e-5)
+    m(x_l)
+    np.testing.assert_allclose([float(v) for v in m.losses], theirs["after_call"], rtol=1e-5)

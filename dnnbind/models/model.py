@@ -157,19 +157,19 @@ class Model(Trainer, Layer):
 
     @property
     def losses(self) -> list:
-        """The losses of ``add_loss`` calls (the model's and every layer's) and the weights' regularization
-        losses, computed now (differentiable under a tape)."""
-        out = []
-        for item in self.__dict__.get("_own_losses", []):
-            out.append(item() if callable(item) and not isinstance(item, Tensor) else item)
-        for w in self._own_variables():
-            if w.regularizer is not None and w.trainable and self.trainable:
-                out.append(w.regularizer(w))
+        """Keras 3's ``model.losses``: the ``add_loss`` and activity-regularizer losses of the last call (the
+        model's, then each layer's), then the regularization losses of :attr:`trainable_weights`, computed
+        now (differentiable under a tape; after ``fit`` those are the current weights' penalties)."""
+        return self._added_losses() + [w.regularizer(w) for w in self.trainable_weights if w.regularizer is not None]
+
+    def _added_losses(self) -> list:
+        out = [item() if callable(item) and not isinstance(item, Tensor) else item
+               for item in self.__dict__.get("_own_losses", [])]
         seen: set = set()
         for layer in self._direct_layers():
             if id(layer) not in seen and not isinstance(layer, InputLayer):
                 seen.add(id(layer))
-                out.extend(layer.losses)
+                out.extend(layer._added_losses())
         return out
 
     def _clear_losses(self) -> None:
