@@ -40,7 +40,7 @@ _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
     "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
     "saving", "backend", "errors", "trainers", "kernels", "autodiff",
-    "random", "activations", "regularizers", "constraints", "config",
+    "random", "activations", "regularizers", "constraints", "config", "distribution", "quantizers",
 }
 
 # name -> (module, attribute)

@@ -70,17 +70,42 @@ class Initializer:
         return cls(**config)
 
 
-class _Seeded(Initializer):
-    """An initialiser drawing from its own generator, advanced by every call.
+def _is_seed_generator(value: Any) -> bool:
+    """Whether ``value`` is a :class:`dnnbind.random.SeedGenerator`, known by its class's module and name:
+    dnnbind.random imports ops, whose variables import this module, so this module cannot import it."""
+    cls = type(value)
+    return cls.__name__ == "SeedGenerator" and cls.__module__ == "dnnbind.random"
 
-    ``seed=None`` draws the generator's seed, at creation, from dnnbind's seed generator
-    (:func:`dnnbind.utils.draw_seed`; reproducible after :func:`dnnbind.utils.set_random_seed`).
-    ``seed`` (what ``get_config`` returns) stays None, so a layer rebuilt from its config draws anew.
+
+class _Seeded(Initializer):
+    """A random initialiser with Keras 3's seeding: an instance gives the same values at every call.
+
+    ``seed``: an int (the values are a function of it); None: one drawn when the instance is created,
+    from dnnbind's seed generator (:func:`dnnbind.utils.draw_seed`; reproducible after
+    :func:`dnnbind.utils.set_random_seed`), then kept, so an unseeded instance also repeats its values,
+    as Keras 3's (whose ``make_default_seed`` does the same); a ``keras.random.SeedGenerator``: new
+    values at every call (Keras's way to have them differ), from a stream seeded by the generator's seed.
+    ``seed`` (what ``get_config`` returns) stays None for an unseeded instance, so a layer rebuilt from its
+    config draws anew.
     """
 
-    def __init__(self, seed: int | None = None) -> None:
+    def __init__(self, seed: "int | Any | None" = None) -> None:
+        if _is_seed_generator(seed):
+            self._stream = np.random.default_rng(seed.seed)
+            self._seed_value = None
+        elif seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_))):
+            self._stream = None
+            self._seed_value = draw_seed() if seed is None else int(seed)
+        else:
+            raise ValueError(f"{type(self).__name__}: seed must be an int, None or a keras.random.SeedGenerator, "
+                             f"got {seed!r} (of type {type(seed).__name__})")
         self.seed = seed
-        self._rng = np.random.default_rng(draw_seed() if seed is None else seed)
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """The generator for one call: a fresh one from the seed (the same values every call), or the
+        SeedGenerator's running stream."""
+        return self._stream if self._stream is not None else np.random.default_rng(self._seed_value)
 
     def get_config(self) -> dict:
         return {"seed": self.seed}

@@ -24,6 +24,7 @@ __all__ = [
     "Metric",
     "Mean",
     "Accuracy",
+    "accuracy",
     "SparseCategoricalAccuracy",
     "CategoricalAccuracy",
     "BinaryAccuracy",
@@ -266,11 +267,109 @@ class SparseTopKCategoricalAccuracy(TopKCategoricalAccuracy):
         self._count += int(y_pred.shape[0])
 
 
-class Accuracy(Metric):
-    """Keras's ``"accuracy"``: sparse, categorical or binary, chosen from the label and output shapes.
+class MeanMetricWrapper(Metric):
+    """The (weighted) mean of a stateless function's values (Keras 3's ``keras.metrics.MeanMetricWrapper``).
 
-    As Keras (``compile_utils``): a 1-wide output is binary; labels of lower rank than the output, or
-    a 1-wide label for a wider output, are sparse; otherwise categorical.
+    ``fn(y_true, y_pred, **kwargs)`` is written in ``keras.ops`` and gets tensors; its values are reduced to
+    one mean per sample and averaged over samples (a batch's single number counts once), weighted as Keras
+    weights them. ``compile(metrics=[fn])`` wraps a plain function in one, named after it."""
+
+    _fn: Any = None  # dnnbind's own wrappers (MeanSquaredError...) set the function on the class
+
+    def __init__(self, fn: Any = None, name: str | None = None, dtype: Any = None, **kwargs: Any) -> None:
+        fn = type(self)._fn if fn is None else fn
+        if fn is None or not callable(fn):
+            raise _validate.ArgumentTypeError(
+                f"{type(self).__name__}: fn must be a function fn(y_true, y_pred) returning the values to average, "
+                f"got {type(fn).__name__}")
+        super().__init__(name=name, dtype=dtype)
+        self._fn = fn
+        self._fn_kwargs = dict(kwargs)
+
+    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
+        """Keras 3's ``Mean`` of ``reduce_to_samplewise_values``: the values reduced to one mean per sample
+        (over the axes past the weights' rank, then past the batch axis); with weights, the total gains
+        ``sum(per-sample mean of values * weights)`` and the count the per-sample means of the weights,
+        else the count gains the number of samples."""
+        y_true = y_true if isinstance(y_true, Tensor) else _ops.convert_to_tensor(y_true)
+        y_pred = y_pred if isinstance(y_pred, Tensor) else _ops.convert_to_tensor(y_pred)
+        values = _ops.cast(_ops.convert_to_tensor(self._fn(y_true, y_pred, **self._fn_kwargs)), "float32")
+        if sample_weight is not None:
+            w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
+            values, w = _losses.squeeze_or_expand_to_same_rank(values, w)
+            if values.ndim > w.ndim:
+                values = _ops.mean(values, axis=tuple(range(w.ndim, values.ndim)))
+            w = _ops.broadcast_to(w, tuple(values.shape))
+            values = values * w
+            if w.ndim > 1:
+                w = _ops.mean(w, axis=tuple(range(1, w.ndim)))
+            count = float(np.sum(_ops.convert_to_numpy(w)))
+        else:
+            count = float(values.shape[0]) if values.ndim >= 1 else 1.0
+        if values.ndim > 1:
+            values = _ops.mean(values, axis=tuple(range(1, values.ndim)))
+        self._add(_ops.sum(values), values)
+        self._count += count
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        if type(self) is MeanMetricWrapper:
+            config = {**config, "fn": getattr(self._fn, "__name__", repr(self._fn)), **self._fn_kwargs}
+        return config
+
+
+_MeanMetricWrapper = MeanMetricWrapper  # the name the subclasses below were written with
+
+
+class MeanSquaredError(MeanMetricWrapper):
+    """The mean of ``mean((y_true - y_pred)**2, axis=-1)`` (``keras.metrics.MeanSquaredError``; ``"mse"``)."""
+    _fn = staticmethod(_losses.mean_squared_error)
+
+    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+
+
+class MeanAbsoluteError(MeanMetricWrapper):
+    """The mean of ``mean(|y_true - y_pred|, axis=-1)`` (``keras.metrics.MeanAbsoluteError``; ``"mae"``)."""
+    _fn = staticmethod(_losses.mean_absolute_error)
+
+    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+
+
+class KLDivergence(MeanMetricWrapper):
+    """The mean of ``kl_divergence(y_true, y_pred)`` per sample (``keras.metrics.KLDivergence``)."""
+    _fn = staticmethod(_losses.kl_divergence)
+
+    def __init__(self, name: str | None = "kl_divergence", dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+
+
+def accuracy(y_true: Any, y_pred: Any) -> Tensor:
+    """``keras.metrics.accuracy``: 1.0 where ``y_true == y_pred`` (``y_true`` cast to ``y_pred``'s dtype), else
+    0.0, elementwise, after Keras 3's ``squeeze_or_expand_to_same_rank``."""
+    y_pred = _ops.convert_to_tensor(y_pred)
+    y_true = _ops.cast(_ops.convert_to_tensor(y_true), y_pred.dtype)
+    y_true, y_pred = _losses.squeeze_or_expand_to_same_rank(y_true, y_pred)
+    return _ops.cast(_ops.equal(y_true, y_pred), "float32")
+
+
+class Accuracy(_MeanMetricWrapper):
+    """How often ``y_pred`` equals ``y_true`` exactly (``keras.metrics.Accuracy``): the (weighted) mean over
+    samples of :func:`accuracy`'s per-sample mean. Not the ``"accuracy"`` string of ``compile``, which picks a
+    binary, categorical or sparse accuracy from the shapes."""
+    _fn = staticmethod(accuracy)
+
+    def __init__(self, name: "str | None" = None, dtype: Any = None) -> None:
+        super().__init__(name=name or "accuracy", dtype=dtype)
+
+
+class _AutoAccuracy(Metric):
+    """``compile(metrics=["accuracy"])`` (or ``"acc"``): sparse, categorical or binary, chosen from the label
+    and output shapes (Keras 3's ``compile_utils.get_metric``; the class :class:`Accuracy` is exact equality).
+
+    As Keras: a 1-wide output is binary; labels of lower rank than the output, or a 1-wide label for a
+    wider output, are sparse; otherwise categorical.
     """
 
     def __init__(self, name: str | None = None) -> None:
@@ -301,69 +400,6 @@ class Accuracy(Metric):
     def reset_state(self):
         if self._impl is not None:
             self._impl.reset_state()
-
-
-class MeanMetricWrapper(Metric):
-    """The (weighted) mean of a stateless function's values (Keras 3's ``keras.metrics.MeanMetricWrapper``).
-
-    ``fn(y_true, y_pred, **kwargs)`` is written in ``keras.ops`` and gets tensors; it returns per-sample (or
-    per-element) values, or one number per batch: ``result()`` is the mean of every value seen (a batch's
-    single number counts once). ``compile(metrics=[fn])`` wraps a plain function in one, named after it."""
-
-    _fn: Any = None  # dnnbind's own wrappers (MeanSquaredError...) set the function on the class
-
-    def __init__(self, fn: Any = None, name: str | None = None, dtype: Any = None, **kwargs: Any) -> None:
-        fn = type(self)._fn if fn is None else fn
-        if fn is None or not callable(fn):
-            raise _validate.ArgumentTypeError(
-                f"{type(self).__name__}: fn must be a function fn(y_true, y_pred) returning the values to average, "
-                f"got {type(fn).__name__}")
-        super().__init__(name=name, dtype=dtype)
-        self._fn = fn
-        self._fn_kwargs = dict(kwargs)
-
-    def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        y_true = y_true if isinstance(y_true, Tensor) else _ops.convert_to_tensor(y_true)
-        y_pred = y_pred if isinstance(y_pred, Tensor) else _ops.convert_to_tensor(y_pred)
-        values = _ops.convert_to_tensor(self._fn(y_true, y_pred, **self._fn_kwargs))
-        if sample_weight is None:
-            self._add(_ops.sum(values), values)
-            self._count += int(values.size)
-            return
-        w = _ops.cast(_ops.convert_to_tensor(sample_weight), values.dtype)
-        w = _ops.broadcast_to(_ops.reshape(w, tuple(w.shape) + (1,) * (values.ndim - w.ndim)), tuple(values.shape))
-        self._add(_ops.sum(values * w), values)
-        self._count += float(np.sum(_ops.convert_to_numpy(w)))
-
-    def get_config(self) -> dict:
-        config = super().get_config()
-        if type(self) is MeanMetricWrapper:
-            config = {**config, "fn": getattr(self._fn, "__name__", repr(self._fn)), **self._fn_kwargs}
-        return config
-
-
-class MeanSquaredError(MeanMetricWrapper):
-    """The mean of ``mean((y_true - y_pred)**2, axis=-1)`` (``keras.metrics.MeanSquaredError``; ``"mse"``)."""
-    _fn = staticmethod(_losses.mean_squared_error)
-
-    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
-        super().__init__(name=name, dtype=dtype)
-
-
-class MeanAbsoluteError(MeanMetricWrapper):
-    """The mean of ``mean(|y_true - y_pred|, axis=-1)`` (``keras.metrics.MeanAbsoluteError``; ``"mae"``)."""
-    _fn = staticmethod(_losses.mean_absolute_error)
-
-    def __init__(self, name: str | None = None, dtype: Any = None) -> None:
-        super().__init__(name=name, dtype=dtype)
-
-
-class KLDivergence(MeanMetricWrapper):
-    """The mean of ``kl_divergence(y_true, y_pred)`` per sample (``keras.metrics.KLDivergence``)."""
-    _fn = staticmethod(_losses.kl_divergence)
-
-    def __init__(self, name: str | None = "kl_divergence", dtype: Any = None) -> None:
-        super().__init__(name=name, dtype=dtype)
 
 
 class _ConfusionMatrixMetric(Metric):
@@ -558,7 +594,7 @@ class AUC(_ConfusionMatrixMetric):
 
 
 for _cls in (Mean, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, TopKCategoricalAccuracy,
-             SparseTopKCategoricalAccuracy, Accuracy):
+             SparseTopKCategoricalAccuracy, _AutoAccuracy):
     if "update_state" in _cls.__dict__:
         _cls.update_state = _takes_tensors(_cls.__dict__["update_state"])
 
@@ -595,9 +631,20 @@ def known_names() -> list[str]:
     return sorted([*_BY_NAME, *_ALIASES])
 
 
+def compile_metric(identifier: Any) -> Metric:
+    """A metric for ``compile``: as :func:`get`, except that the strings ``"accuracy"`` and ``"acc"`` give the
+    accuracy that picks binary, categorical or sparse from the shapes (Keras 3's ``compile_utils``), named
+    as given."""
+    if isinstance(identifier, str) and identifier.strip().lower() in ("accuracy", "acc"):
+        return _AutoAccuracy(name=identifier.strip())
+    return get(identifier)
+
+
 def get(identifier: Any) -> Metric:
-    """A metric from a name (``"accuracy"``, ``"acc"``, ``"top_k_categorical_accuracy"``...),
-    a config dict, a class or an instance. ``"acc"`` keeps the name ``"acc"`` in logs, as Keras."""
+    """A metric from a name (``"accuracy"``: :class:`Accuracy`, exact equality, as Keras 3's
+    ``metrics.get``; ``"acc"``, ``"top_k_categorical_accuracy"``...), a config dict, a class or an
+    instance. ``"acc"`` keeps the name ``"acc"`` in logs, as Keras. ``compile`` reads its metrics with
+    :func:`compile_metric`."""
     if isinstance(identifier, Metric):
         return identifier
     if isinstance(identifier, type) and issubclass(identifier, Metric):
@@ -610,6 +657,8 @@ def get(identifier: Any) -> Metric:
         cls = _BY_NAME[name]
         return cls(name=key) if key.lower() in _ALIASES else cls()
     if isinstance(identifier, dict):
+        if identifier.get("class_name") == "_AutoAccuracy":  # compile's "accuracy", copied per output
+            return _AutoAccuracy(**identifier.get("config", {}))
         name = _CLASS_TO_NAME.get(identifier.get("class_name"))
         if name is None:
             raise ValueError(f"unknown metric class {identifier.get('class_name')!r}")

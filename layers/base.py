@@ -754,16 +754,17 @@ class Layer:
 
     @property
     def losses(self) -> list:
-        """The losses added by ``add_loss`` (this layer's and its sublayers') and the weights'
-        regularization losses (computed now, so they are differentiable under a tape)."""
-        out = []
-        for item in self.__dict__.get("_own_losses", []):
-            out.append(item() if callable(item) and not isinstance(item, Tensor) else item)
-        for w in self._weights + self._tracked_variables():
-            if w.regularizer is not None and w.trainable and self.trainable:
-                out.append(w.regularizer(w))
+        """Keras 3's order: the losses added by ``add_loss`` and the activity regularizers in the last call
+        (this layer's, then its sublayers'), then the regularization losses of :attr:`trainable_weights`
+        (computed now, so they are differentiable under a tape)."""
+        return self._added_losses() + [w.regularizer(w) for w in self.trainable_weights if w.regularizer is not None]
+
+    def _added_losses(self) -> list:
+        """The ``add_loss`` losses of the last call: this layer's, then its sublayers' (depth first)."""
+        out = [item() if callable(item) and not isinstance(item, Tensor) else item
+               for item in self.__dict__.get("_own_losses", [])]
         for layer in self._sublayers():
-            out.extend(layer.losses)
+            out.extend(layer._added_losses())
         return out
 
     def _has_losses(self) -> bool:
@@ -930,7 +931,8 @@ class Layer:
     @property
     def output(self) -> Any:
         """Keras 3's ``Layer.output``: the symbolic output of the layer's first call in a functional graph (a
-        list when that call gave several, as ``MILAttentionLayer``'s list of scores)."""
+        list when that call gave several, as ``MILAttentionLayer``'s list of scores). A Sequential model's
+        layers have one once the model's ``inputs``/``outputs`` were read."""
         if "_explicit_output" in self.__dict__:
             return self.__dict__["_explicit_output"]
         nodes = self.__dict__.get("_inbound_nodes")
@@ -1034,7 +1036,7 @@ class Layer:
                     outputs = self.call(*args, **kwargs)
             else:
                 outputs = self.call(*args, **kwargs)
-        if self.activity_regularizer is not None and training:
+        if self.activity_regularizer is not None:  # in every call, as Keras 3 (evaluate's loss has it too)
             for o in _flatten_tracked(outputs):
                 if isinstance(o, Tensor):
                     self.add_loss(_ops.divide(self.activity_regularizer(o), float(o.shape[0]) if o.ndim else 1.0))
@@ -1091,12 +1093,12 @@ class Layer:
 
     def _legacy_apply(self, inputs: Any, training: bool, logits: bool = False) -> Any:
         """Run the hand-written forward on ``inputs`` (then its ``keras.ops`` activation, if it has one, and its
-        activity regularizer's loss in training)."""
+        activity regularizer's loss, in every call as Keras 3)."""
         out = self._legacy_node(inputs, training, logits)
         post = self._post_activation()
         if post is not None and not logits:
             out = post(out)
-        if self.activity_regularizer is not None and training:
+        if self.activity_regularizer is not None:
             n = float(out.shape[0]) if out.ndim else 1.0
             self.add_loss(_ops.divide(self.activity_regularizer(out), n))
         return out

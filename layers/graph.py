@@ -297,8 +297,7 @@ class InputLayer(Layer):
         self.input_shape = tuple(shape)
         self.output_shape = tuple(shape)
         self.built = True
-        node = Node(self, (), {}, ((batch_size, *shape), self.input_dtype))
-        self.output = node.outputs
+        Node(self, (), {}, ((batch_size, *shape), self.input_dtype))  # its tensor is self.output (Layer.output)
 
     @property
     def shape(self) -> tuple:

@@ -28,8 +28,8 @@ class BatchNormalization(Layer):
     channels_first): 4-d images, 2-d ``(N, C)`` features, and other ranks (Conv1D's ``(N, steps, C)``,
     volumes), which are computed as 4-d ``(N, prod(spatial), 1, C)`` / ``(N, C, prod(spatial), 1)``.
     ``moving = momentum * moving + (1 - momentum) * batch_statistic`` (Keras). The batch variance
-    that feeds ``moving_variance`` is the unbiased one (cuDNN's convention; Keras uses the biased
-    one, a relative difference of 1/(N*H*W - 1)).
+    that feeds ``moving_variance`` is the biased one, as Keras (on every path: cuDNN's unbiased update
+    is corrected, the fused convolution + batch norm and the synchronised forms use the biased one).
     Weights (Keras order): ``gamma`` (if ``scale``), ``beta`` (if ``center``), ``moving_mean``,
     ``moving_variance``; all float32 whatever the dtype policy.
 

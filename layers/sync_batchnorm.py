@@ -10,7 +10,7 @@ size; every rank must feed a batch of the same size, as ``fit`` under ``DataPara
 
     s1, s2 = sum(x - K), sum((x - K)**2)         # this rank's; K = the moving mean, shared by all ranks
     all-reduce (sum) [s1, s2]
-    mean = K + s1 / N;  var = s2 / N - (s1 / N)**2  (biased, clamped at 0; the unbiased one feeds moving_variance)
+    mean = K + s1 / N;  var = s2 / N - (s1 / N)**2  (biased, clamped at 0; it feeds moving_variance too, as Keras)
     xhat = (x - mean) / sqrt(var + epsilon);  y = gamma * xhat + beta
 
 The shift ``K`` (any value the ranks share, the moving mean being close to the batch mean) keeps
@@ -69,7 +69,7 @@ def sync_batchnorm_forward(x: Any, gamma: Any, beta: Any, running_mean: Any, run
         ``(N, C)``, or 4-d ``NHWC``/``NCHW`` (``layout``), float.
     gamma, beta, running_mean, running_var:
         ``(C,)`` float32 (the running ones are updated in place:
-        ``running = momentum * running + (1 - momentum) * batch``, unbiased batch variance).
+        ``running = momentum * running + (1 - momentum) * batch``, biased batch variance: Keras).
     world_size:
         How many ranks take part (each with a batch the size of ``x``).
     all_reduce:
@@ -98,8 +98,7 @@ def sync_batchnorm_forward(x: Any, gamma: Any, beta: Any, running_mean: Any, run
     xhat = kernels.normalize(xc, _per_channel(mean, xc, layout), _per_channel(var_eps, xc, layout), epsilon=0.0)
     y = kernels.rescale(xhat, _per_channel(_as(gamma, cd), xc, layout), _per_channel(_as(beta, cd), xc, layout))
     scale = kernels.normalize_backward(_as(gamma, cd), var_eps, epsilon=0.0)
-    unbiased = kernels.scale(var, count / (count - 1)) if count > 1 else var
-    for running, batch in ((running_mean, mean), (running_var, unbiased)):
+    for running, batch in ((running_mean, mean), (running_var, var)):
         kernels.scale(running, momentum, out=running)
         kernels.axpy(1.0 - momentum, _as(batch, running.dtype), running)
     return _as(y, x.dtype), xhat, scale

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+import os
+
+# One BLAS thread per test process, set before NumPy loads OpenBLAS (it reads these once, at load): with
+# pytest-xdist's one worker per core, a multi-threaded BLAS in every worker only oversubscribes the cores.
+# A value already in the environment wins.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402 - after the thread settings above
 import pytest
 
 

@@ -516,3 +516,22 @@ def test_package_data_ships_the_embedded_files():
                and any(fnmatch.fnmatch(str(p.relative_to(package)), pat) for pat in patterns)}
     rel = str(mnist.EMBEDDED_DIR.relative_to(package))
     assert {f"{rel}/t10k-images-idx3-ubyte.gz", f"{rel}/t10k-labels-idx1-ubyte.gz", f"{rel}/README.md"} <= shipped
+
+
+def test_the_license_file_is_apache_2_and_mnist_keeps_its_note():
+    """pyproject declares Apache-2.0: LICENSE holds that licence's full text; the bundled MNIST files carry
+    their own licence note, packaged with them."""
+    import hashlib
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "LICENSE").read_text()
+    # the text apache.org publishes (https://www.apache.org/licenses/LICENSE-2.0.txt), byte for byte
+    assert hashlib.md5(text.encode()).hexdigest() == "3b83ef96387f14655fc854ddc3c6bd57"
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text and "END OF TERMS AND CONDITIONS" in text
+    pyproject = (root / "pyproject.toml").read_text()
+    assert re.search(r'^license = \{ text = "Apache-2.0" \}$', pyproject, re.M)
+    note = (root / "dnnbind" / "datasets" / "mnist-t10k" / "README.md").read_text()
+    assert "CC BY-SA 3.0" in note and "LeCun" in note
+    assert '"mnist-t10k/README.md"' in pyproject

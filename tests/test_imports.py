@@ -148,3 +148,31 @@ def test_the_numpy_backend_loads_no_cuda_binding():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"
+
+
+# Keras 3's namespaces that dnnbind has (``keras.<name>`` is ``dnnbind.<name>``)
+KERAS_NAMESPACES = ("activations", "backend", "callbacks", "config", "constraints", "datasets", "distribution",
+                    "initializers", "layers", "losses", "metrics", "mixed_precision", "models", "ops",
+                    "optimizers", "quantizers", "random", "regularizers", "saving", "utils")
+
+
+def test_every_keras_namespace_is_reachable_after_a_bare_import_without_loading_cuda():
+    """``import dnnbind as keras`` then ``keras.distribution``, ``keras.quantizers``, ...: each an attribute of
+    the package (as Keras 3 has them), and none loads a CUDA library or its binding until used."""
+    code = (
+        "import sys, types, dnnbind\n"
+        f"names = {KERAS_NAMESPACES!r}\n"
+        "mods = [getattr(dnnbind, n) for n in names]\n"
+        "assert all(isinstance(m, types.ModuleType) and m.__name__ == 'dnnbind.' + n for m, n in zip(mods, names))\n"
+        "assert dnnbind.distribution.DataParallel and dnnbind.quantizers.abs_max_quantize\n"
+        "assert set(names) <= set(dir(dnnbind))\n"
+        "from dnnbind._lib import loader\n"
+        "bindings = sorted(m for m in sys.modules if m.startswith(('cuda.bindings', 'dnnbind.cuda', "
+        "'dnnbind.kernels._cuda', 'dnnbind.cudnn', 'dnnbind.cublas', 'dnnbind._lib.cudnn', 'dnnbind._lib.cublas', "
+        "'dnnbind._lib.nccl')))\n"
+        "maps = [line.split()[-1] for line in open('/proc/self/maps') if any(k in line for k in "
+        "('libcudnn', 'libcublas', 'libnccl', 'libcudart', 'libnvrtc'))]\n"
+        "print(bindings, sorted(loader._loaded), sorted(set(maps)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[] [] []"

@@ -160,7 +160,10 @@ def test_nhwc_training_matches_torch_channels_last(rng, shape):
     ty.backward(torch.from_numpy(dy.transpose(to_nchw).copy()).cuda())
     nhwc = (0, 2, 3, 1)
     check("batchnorm_forward_training", "float32", y, ty.detach().permute(nhwc).cpu().numpy(), "torch")
-    check("batchnorm.running_var", "float32", drv, t_rv.cpu().numpy(), "torch")
+    # torch feeds the unbiased batch variance to the running one; Keras (and dnnbind) the biased one
+    count = x.size // c
+    biased = 0.9 + (t_rv.cpu().numpy().astype(np.float64) - 0.9) * (count - 1) / count
+    check("batchnorm.running_var", "float32", drv, biased, "torch, debiased")
     check("batchnorm_backward.dx", "float32", dx, tx.grad.permute(nhwc).cpu().numpy(), "torch")
     check("batchnorm_backward.dgamma", "float32", dg, tg.grad.cpu().numpy(), "torch")
     check("batchnorm_backward.dbeta", "float32", db, tb.grad.cpu().numpy(), "torch")
@@ -262,6 +265,9 @@ def _ctypes_check(name: str, args: tuple) -> None:
             raise AssertionError(f"{name} argument {i}: {a!r} is not a {t.__name__}") from exc
 
 
+_CORRECTION: list = []  # (kernel, args, kwargs) of the running-variance correction under fake_cudnn
+
+
 @pytest.fixture
 def fake_cudnn(monkeypatch):
     """Route the CUDA implementation to recorders: every cuDNN batch-norm call is checked against
@@ -296,6 +302,17 @@ def fake_cudnn(monkeypatch):
                         ("empty", empty), ("output", output)):
         monkeypatch.setattr(cm, attr, value)
     monkeypatch.setattr(cudnn, "workspace", lambda s, n: 0x5000 if n else 0)
+    # the running-variance correction after a training call (kernels of their own): recorded apart
+    _CORRECTION.clear()
+
+    def kernel(name):
+        def run(*args, **kwargs):
+            _CORRECTION.append((name, args, kwargs))
+            return kwargs.get("out") or (args[-1] if name == "axpy" else empty(args[0].shape, args[0].dtype, None))
+        return run
+
+    for name in ("copy", "scale", "axpy"):
+        monkeypatch.setattr(bn, name, kernel(name))
     monkeypatch.setattr(bn, "_fwd_sizes", cudnn.LRUCache(8))
     monkeypatch.setattr(bn, "_bwd_sizes", cudnn.LRUCache(8))
     return calls
@@ -313,6 +330,10 @@ def test_ex_calls_match_the_ctypes_declarations_and_carry_the_reserve(fake_cudnn
     reserve_ptr = fwd[23]
     assert reserve_ptr and saved.reserve.ptr == reserve_ptr and saved.reserve.nbytes == 512
     assert saved.path == bn.PERSISTENT and saved.x_shape == x.shape and saved.x_dtype == x.dtype
+    # cuDNN fed running_var the unbiased variance: rv = (n-1)/n * rv + momentum/n * old (n = 8*4*4), Keras's
+    (_, (rv_in,), _), (_, (rv1, f1), k1), (_, (f2, old, rv2), _) = _CORRECTION
+    assert [c[0] for c in _CORRECTION] == ["copy", "scale", "axpy"] and rv_in is p[3] and rv1 is rv2 is p[3]
+    assert f1 == pytest.approx(127 / 128) and k1["out"] is p[3] and f2 == pytest.approx(0.9 / 128)
     # the size queries are cached by what the descriptors describe, never by their handles
     assert [key for key, _ in bn._fwd_sizes.items()] == [(0, (8, 64, 4, 4), np.dtype(np.float32))]
     dy = _FakeArray(x.shape, ptr=0x3000)

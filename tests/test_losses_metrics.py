@@ -224,12 +224,15 @@ def test_auc_matches_real_keras(rng, cpu, tmp_path):
 
 
 def test_accuracy_resolution_as_keras():
-    acc = metrics.get("accuracy")
+    """compile's "accuracy" string picks the accuracy from the shapes (Keras 3's compile_utils); metrics.get
+    gives the exact-equality Accuracy (tests/test_keras_semantics.py compares both with Keras)."""
+    acc = metrics.compile_metric("accuracy")
     assert isinstance(acc.resolve((), (10,)), metrics.SparseCategoricalAccuracy)
     assert isinstance(acc.resolve((1,), (10,)), metrics.SparseCategoricalAccuracy)
     assert isinstance(acc.resolve((10,), (10,)), metrics.CategoricalAccuracy)
     assert isinstance(acc.resolve((1,), (1,)), metrics.BinaryAccuracy)
-    assert metrics.get("acc").name == "acc"
+    assert metrics.compile_metric("acc").name == "acc" and metrics.get("acc").name == "acc"
+    assert type(metrics.get("accuracy")) is metrics.Accuracy
     with pytest.raises(ValueError, match="unknown metric 'f1'.*accuracy"):
         metrics.get("f1")
 

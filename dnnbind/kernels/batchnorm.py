@@ -13,8 +13,9 @@ A 2-d ``(N, C)`` input is normalised per column in either mode (parameters ``(C,
 ``gamma``, ``beta``, the running statistics and the saved statistics are float32
 (float64 when ``x`` is float64), whatever ``x``'s dtype. Running statistics follow
 Keras: ``running = momentum * running + (1 - momentum) * batch`` (cuDNN's exponential
-factor is ``1 - momentum``); the batch variance used there is the unbiased one (as
-cuDNN and PyTorch), while the normalisation itself uses the biased variance.
+factor is ``1 - momentum``); the batch variance used there is the biased one, the one the
+normalisation uses (Keras 3; cuDNN and PyTorch feed the unbiased one, and the CUDA path corrects
+cuDNN's update to Keras's).
 
 What the backward needs travels with the op: the training forward returns ``(y, saved)``, a
 :class:`BatchNormSaved` (the saved statistics and, on CUDA's SPATIAL_PERSISTENT path, cuDNN's
@@ -203,11 +204,10 @@ def batchnorm_forward_training(
     if activation is not None:
         # relu commutes with the final rounding, so this equals the separate activation_forward
         _activation_forward(centered, "relu", None, centered)
-    unbiased = var * (count / (count - 1)) if count > 1 else var
     running_mean *= momentum
     running_mean += (1 - momentum) * mean
     running_var *= momentum
-    running_var += (1 - momentum) * unbiased
+    running_var += (1 - momentum) * var
     sdt = param_dtype(x.dtype)
     saved = BatchNormSaved(mean.astype(sdt, copy=False), inv_std.astype(sdt, copy=False), path="numpy",
                            x_shape=tuple(x.shape), x_dtype=x.dtype, activation=activation)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .. import _validate
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
@@ -222,6 +224,10 @@ class Functional(Model):
     def _input_hint(self) -> str:
         return f" (input '{self._input_names()[0]}')"
 
+    def _input_dtypes(self) -> "list[np.dtype | None]":
+        """Each ``Input``'s dtype: Keras 3 converts the data to it (int32 ids stay integers)."""
+        return [np.dtype(t.dtype) for t in self.inputs]
+
     def _guess_input_structure(self, x: Any) -> None:
         pass
 
@@ -313,19 +319,83 @@ class Functional(Model):
         return specs[0] if self._single_output else specs
 
     # ----- summary and config -----------------------------------------------------------------
-    def _summary_rows(self) -> list[tuple[str, str, int, "str | None"]]:
+    def _summary_graph(self) -> tuple[list, dict]:
+        """Keras 3's ``map_graph`` order: ``(layers, nodes by depth)``. The layers (InputLayers included) by
+        decreasing depth from the outputs, within a depth in the order a depth-first walk from the outputs
+        first meets them; a node's depth is one more than its deepest consumer's (an input's node counts
+        as a node with no parents)."""
+        producer = {id(t): node for node in self._nodes for t in node.output_tensors}
+        input_nodes: dict = {}
+
+        def node_of(t):
+            found = producer.get(id(t))
+            if found is None:  # an InputLayer's tensor: one node of its own, keyed by the layer
+                layer = t._keras_history[0]
+                found = input_nodes.setdefault(id(layer), (layer, []))
+            return found
+
+        def layer_of(node):
+            return node[0] if isinstance(node, tuple) else node.layer
+
+        def parents(node):
+            return [] if isinstance(node, tuple) else [node_of(t) for t in node.input_tensors]
+
+        order, finished, indices = [], set(), {}
+
+        def walk(node):
+            if id(node) in finished:
+                return
+            indices.setdefault(id(layer_of(node)), len(indices))
+            for parent in parents(node):
+                walk(parent)
+            finished.add(id(node))
+            order.append(node)
+
+        for t in self.outputs:
+            walk(node_of(t))
+        node_depth, layer_depth, layers = {}, {}, {}
+        for node in reversed(order):
+            layer = layer_of(node)
+            depth = max(node_depth.get(id(node), 0), layer_depth.get(id(layer), 0))
+            layer_depth[id(layer)], node_depth[id(node)], layers[id(layer)] = depth, depth, layer
+            for parent in parents(node):
+                node_depth[id(parent)] = max(depth + 1, node_depth.get(id(parent), 0))
+        ranked = sorted(layers.values(), key=lambda la: (-layer_depth[id(la)], indices[id(la)]))
+        by_depth: dict = {}
+        for node in order:
+            by_depth.setdefault(node_depth[id(node)], []).append(node)
+        return ranked, by_depth
+
+    def _summary_rows(self) -> list[tuple]:
+        """Keras 3's rows: one per layer (InputLayers included) in ``map_graph`` order, "Connected to" the
+        inputs of each of its applications in this model as ``layer[node][tensor]``, the output shape of its
+        last application."""
+        layers, _ = self._summary_graph()
         rows = []
-        for t in self.inputs:
-            layer = t._keras_history[0]
-            rows.append((f"{layer.name} (InputLayer)", str(t.shape).replace(",)", ")"), 0, "-"))
-        for node in self._nodes:
-            layer = node.layer
+        for layer in layers:
+            nodes = [n for n in self._nodes if n.layer is layer]
+            if not nodes:  # an InputLayer
+                t = next(t for t in self.inputs if t._keras_history[0] is layer)
+                rows.append((f"{layer.name} (InputLayer)", str(t.shape).replace(",)", ")"), "0", "-", layer))
+                continue
             links = ", ".join(f"{t._keras_history[0].name}[{t._keras_history[1]}][{t._keras_history[2]}]"
-                              for t in node.input_tensors)
-            rows.append((f"{layer.name} ({type(layer).__name__})",
-                         str(node.output_tensors[0].shape).replace(",)", ")"),
-                         layer.count_params() if node.index == 0 else 0, links))
+                              for n in nodes for t in n.input_tensors)
+            outs = nodes[-1].output_tensors
+            shape = (str(outs[0].shape).replace(",)", ")") if len(outs) == 1
+                     else "[" + ", ".join(str(t.shape).replace(",)", ")") for t in outs) + "]")
+            rows.append((f"{layer.name} ({type(layer).__name__})", shape, f"{layer.count_params():,}",
+                         links or "-", layer))
         return rows
+
+    def _summary_is_sequential(self) -> bool:
+        """Keras's ``sequential_like``: one node per depth, none with more than one input tensor, no layer
+        applied twice."""
+        _, by_depth = self._summary_graph()
+        for nodes in by_depth.values():
+            if len(nodes) > 1 or (not isinstance(nodes[0], tuple) and len(nodes[0].input_tensors) > 1):
+                return False
+        applied = [id(n.layer) for n in self._nodes]
+        return len(applied) == len(set(applied))
 
     @staticmethod
     def _tensor_config(t: KerasTensor) -> dict:

@@ -36,6 +36,7 @@ from ..layers.core import _QuantizableMixin, check_calibration
 from ..layers.graph import InputLayer, KerasTensor
 from ..trainers.precision import LossScale
 from ..trainers.trainer import Trainer
+from . import _summary
 
 __all__ = ["Model"]
 
@@ -156,19 +157,19 @@ class Model(Trainer, Layer):
 
     @property
     def losses(self) -> list:
-        """The losses of ``add_loss`` calls (the model's and every layer's) and the weights' regularization
-        losses, computed now (differentiable under a tape)."""
-        out = []
-        for item in self.__dict__.get("_own_losses", []):
-            out.append(item() if callable(item) and not isinstance(item, Tensor) else item)
-        for w in self._own_variables():
-            if w.regularizer is not None and w.trainable and self.trainable:
-                out.append(w.regularizer(w))
+        """Keras 3's ``model.losses``: the ``add_loss`` and activity-regularizer losses of the last call (the
+        model's, then each layer's), then the regularization losses of :attr:`trainable_weights`, computed
+        now (differentiable under a tape; after ``fit`` those are the current weights' penalties)."""
+        return self._added_losses() + [w.regularizer(w) for w in self.trainable_weights if w.regularizer is not None]
+
+    def _added_losses(self) -> list:
+        out = [item() if callable(item) and not isinstance(item, Tensor) else item
+               for item in self.__dict__.get("_own_losses", [])]
         seen: set = set()
         for layer in self._direct_layers():
             if id(layer) not in seen and not isinstance(layer, InputLayer):
                 seen.add(id(layer))
-                out.extend(layer.losses)
+                out.extend(layer._added_losses())
         return out
 
     def _clear_losses(self) -> None:
@@ -221,6 +222,11 @@ class Model(Trainer, Layer):
 
     def _expected_input_shapes(self) -> "list[tuple] | None":
         return self._built_input_shapes
+
+    def _input_dtypes(self) -> "list[np.dtype | None]":
+        """The dtype each input is fed as (Keras 3: the ``Input``'s dtype); None where the model has no
+        ``Input`` (a subclassed model: fed float32)."""
+        return [None] * len(self._input_names())
 
     def _output_shapes(self) -> list[tuple]:
         self._require_built("the output shape")
@@ -554,22 +560,28 @@ class Model(Trainer, Layer):
     train_on_batch.__doc__ = Trainer.train_on_batch.__doc__
 
     # ----- summary ----------------------------------------------------------------------------
-    def _summary_rows(self) -> list[tuple[str, str, int, "str | None"]]:
-        """``(name (type), output shape, params, connected to or None)`` per row; a quantized layer's type
-        carries its mode (``dense (Dense, int8)``)."""
+    def _summary_rows(self) -> list[tuple]:
+        """``(name (type), output shape, params, connected to or None, layer)`` per row, as Keras 3 shows
+        them (an unbuilt layer: ``?`` and ``0 (unbuilt)``); a quantized layer's type carries its mode
+        (``dense (Dense, int8)``)."""
         rows = []
         for layer in self.layers:
-            if isinstance(layer, Model):
-                shape = str(layer.output_shape) if layer.built else "(unbuilt)"
-            else:
-                out = layer.output_shape if layer.output_shape is not None else self._layer_output_shape(layer)
-                shape = "(unbuilt)" if not layer.built else "?" if out is None else \
-                    str((None, *out)).replace(",)", ")")
-            params = layer.count_params() if (layer.built or not isinstance(layer, Model)) else 0
             mode = getattr(layer, "quantization_mode", None)
             kind = type(layer).__name__ + (f", {mode}" if mode else "")
-            rows.append((f"{layer.name} ({kind})", shape, params, None))
+            if not layer.built:
+                rows.append((f"{layer.name} ({kind})", "?", "0 (unbuilt)", None, layer))
+                continue
+            if isinstance(layer, Model):
+                shape = str(layer.output_shape)
+            else:
+                out = layer.output_shape if layer.output_shape is not None else self._layer_output_shape(layer)
+                shape = "?" if out is None else str((None, *out)).replace(",)", ")")
+            rows.append((f"{layer.name} ({kind})", shape, f"{layer.count_params():,}", None, layer))
         return rows
+
+    def _summary_is_sequential(self) -> bool:
+        """Keras's ``sequential_like``: the three-column table without "Connected to"."""
+        return True
 
     def _layer_output_shape(self, layer: Layer) -> "tuple | None":
         """The sample output shape of ``layer`` in this model when the layer keeps none itself (a layer
@@ -578,54 +590,44 @@ class Model(Trainer, Layer):
 
     def summary(self, line_length: int | None = None, positions: Any = None, print_fn=None,
                 expand_nested: bool = False, show_trainable: bool = False) -> None:
-        """Print a Keras-style table: ``Layer (type) | Output Shape | Param #`` (``| Connected to`` for
-        functional models) and the totals."""
-        rows = self._summary_rows()
-        connected = any(r[3] is not None for r in rows)
-        c1 = max([29, *(len(r[0]) + 2 for r in rows)])
-        c2 = max([26, *(len(r[1]) + 2 for r in rows)])
-        c3 = 12
-        widths = [c1, c1 + c2, c1 + c2 + c3]
-        if connected:
-            c4 = max([20, *(len(r[3] or "") + 2 for r in rows)])
-            widths.append(c1 + c2 + c3 + c4)
-        width = max(line_length or 65, widths[-1])
-        cols = widths[:-1] + [width]
-        out = print_fn or print
+        """Print Keras 3's table: ``Layer (type) | Output Shape | Param #`` (``| Connected to`` for a
+        functional model that is not a chain; ``| Trainable`` with ``show_trainable``), box-drawn as Keras
+        prints it without a terminal (no colour), then the total, trainable, non-trainable and (once the
+        optimizer has its variables) optimizer parameter counts with their sizes. ``line_length``: the
+        table's width (default 88, or 108 with "Connected to"; at most the terminal's width - 4);
+        ``positions``: the columns' right edges as fractions of it; ``expand_nested``: the layers of nested
+        models too (prefixed ``└``). ``print_fn`` gets the whole text in one call (Keras 3); default:
+        stdout."""
+        owner = f"{self._owner}: summary"
+        expand_nested = _validate.boolean(expand_nested, "expand_nested", owner)
+        show_trainable = _validate.boolean(show_trainable, "show_trainable", owner)
+        if line_length is not None:
+            line_length = _validate.integer(line_length, "line_length", owner, minimum=1)
+        connected = not self._summary_is_sequential()
 
-        def row(fields):
-            line = ""
-            for i, field in enumerate(fields):
-                line = (line + " " + str(field))[: cols[i]].ljust(cols[i])
-            return line.rstrip()
+        def with_nested(rows, level):
+            out = []
+            for name, shape, params, links, layer in rows:
+                prefix = "   " * level + "└ " if level else ""
+                out.append((prefix + name, shape, params, links if not level else "-", layer))
+                if expand_nested and isinstance(layer, Model) and layer.built:
+                    out.extend(with_nested(layer._summary_rows(), level + 1))
+            return out
 
-        header = ["Layer (type)", "Output Shape", "Param #"] + (["Connected to"] if connected else [])
-        out(f'Model: "{self.name}"')
-        out("_" * width)
-        out(row(header))
-        out("=" * width)
-        for i, (name, shape, params, conn) in enumerate(rows):
-            out(row([name, shape, f"{params:,}"] + ([conn or "-"] if connected else [])))
-            if i != len(rows) - 1:
-                out("")
-        out("=" * width)
-        trainable = sum(int(np.prod(w.shape)) for w in self.trainable_weights)
-        total = sum(int(np.prod(w.shape)) for w in self.weights)
-        nbytes = lambda ws: sum(int(np.prod(w.shape)) * w.value.dtype.itemsize for w in ws)  # noqa: E731
-        human = _validate.human_bytes
-        out(f"Total params: {total:,} ({human(nbytes(self.weights))})")
-        out(f"Trainable params: {trainable:,} ({human(nbytes(self.trainable_weights))})")
-        out(f"Non-trainable params: {total - trainable:,} ({human(nbytes(self.non_trainable_weights))})")
+        rows = with_nested(self._summary_rows(), 0)
+        extra = []
         quantized = self._quantized_layers()
         if quantized:
+            human = _validate.human_bytes
             now = before = 0
             for layer in quantized:
                 a, b = layer.quantized_bytes()
                 now, before = now + a, before + b
             modes = ", ".join(sorted({layer.quantization_mode for layer in quantized}))
-            out(f"Quantized layers: {len(quantized)} ({modes}): weights {human(now)} instead of {human(before)} "
-                f"(saved {human(before - now)})")
-        out("_" * width)
+            extra.append(f" Quantized layers: {len(quantized)} ({modes}): weights {human(now)} instead of "
+                         f"{human(before)} (saved {human(before - now)})")
+        _summary.emit(_summary.format_summary(self, rows, connected, line_length, positions, show_trainable, extra),
+                      print_fn)
 
     # ----- config and saving ------------------------------------------------------------------
     def get_config(self) -> dict:

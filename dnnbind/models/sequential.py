@@ -12,11 +12,13 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .. import _validate, kernels
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
 from ..layers.base import Layer, _bump_structure, deserialize, unique_name
-from ..layers.graph import InputLayer, KerasTensor
+from ..layers.graph import Input, InputLayer, KerasTensor
 from .chain import LayerChain, chainable, conv_bn_candidates, fusion_candidates
 from .model import Model
 
@@ -94,6 +96,40 @@ class Sequential(Model):
         if self._layers and self._sequential_input_shape() is not None:
             self.build()
         return layer
+
+    @property
+    def inputs(self) -> list:
+        """Keras 3's ``Sequential.inputs`` once the model knows its input shape: ``[the Input's tensor]``
+        (made for the built shape where the model has no ``Input``)."""
+        return self._graph("inputs")[0]
+
+    @property
+    def outputs(self) -> list:
+        """Keras 3's ``Sequential.outputs``: ``[the last layer's symbolic output]`` of the model applied to
+        :attr:`inputs` (each layer's ``output`` is then its tensor in that graph)."""
+        return self._graph("outputs")[1]
+
+    def _graph(self, what: str) -> "tuple[list, list]":
+        """The model as a functional graph (Keras 3 builds one in ``Sequential.build``): the layers applied in
+        turn to the Input's tensor, made again only when the layers or the input shape change."""
+        if not self.built:
+            if not self._layers or self._sequential_input_shape() is None:
+                raise AttributeError(f"Sequential model '{self.name}' has no defined {what} yet.")
+            self.build()
+        key = (tuple(id(layer) for layer in self._layers), tuple(self._built_input_shape))
+        cached = self.__dict__.get("_graph_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        if self._input_layer is not None and tuple(self._input_layer.input_shape) == tuple(self._built_input_shape):
+            x = self._input_layer.output
+        else:
+            x = Input(shape=tuple(self._built_input_shape))
+        inputs = [x]
+        for layer in self._layers:
+            x = layer(x)
+        outputs = x if isinstance(x, list) else [x]
+        self.__dict__["_graph_cache"] = (key, inputs, outputs)
+        return inputs, outputs
 
     def _sequential_input_shape(self) -> tuple[int, ...] | None:
         if self._input_layer is not None:
@@ -174,6 +210,11 @@ class Sequential(Model):
     @property
     def output_names(self) -> list[str]:
         return [self._layers[-1].name if self._layers else "output"]
+
+    def _input_dtypes(self) -> "list[np.dtype | None]":
+        """The ``Input``'s dtype (Keras 3 converts the data to it), None without an ``Input``."""
+        layer = self._input_layer
+        return [None if layer is None else np.dtype(layer.input_dtype)]
 
     def _expected_input_shapes(self) -> "list[tuple] | None":
         shape = self._built_input_shape if self.built else self._sequential_input_shape()

@@ -94,7 +94,7 @@ def _metric(identifier: Any) -> Any:
     :class:`~dnnbind.metrics.MeanMetricWrapper` named after it (Keras 3's ``compile_utils.get_metric``)."""
     if callable(identifier) and not isinstance(identifier, (type, metrics_module.Metric)):
         return metrics_module.MeanMetricWrapper(identifier, name=getattr(identifier, "__name__", None))
-    return metrics_module.get(identifier)
+    return metrics_module.compile_metric(identifier)  # "accuracy": picked from the shapes, as Keras's compile
 
 
 def _serialize_losses(loss: Any, resolved: list, names: list[str]) -> Any:
@@ -167,8 +167,8 @@ def compile_arguments(config: dict) -> dict:
             else [None if v is None else losses_module.get(v) for v in loss] if isinstance(loss, list)
             else losses_module.get(loss))
     metrics = config.get("metrics") or []
-    metrics = ({k: [metrics_module.get(m) for m in v] for k, v in metrics.items()} if isinstance(metrics, dict)
-               else [metrics_module.get(m) for m in metrics])
+    metrics = ({k: [metrics_module.compile_metric(m) for m in v] for k, v in metrics.items()}
+               if isinstance(metrics, dict) else [metrics_module.compile_metric(m) for m in metrics])
     if isinstance(metrics, dict):
         # saved names carry the output prefix; compile adds it again
         for key, group in metrics.items():

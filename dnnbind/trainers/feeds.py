@@ -6,8 +6,9 @@ inputs and targets are *packed*, one array for a one-input (one-output) model, a
 with a loss to the targets (:func:`step_targets`).
 
 * Checks (:func:`check_x`, :func:`check_y`, :func:`check_xy`, :func:`check_sample_weight`,
-  :func:`check_class_weight`): host arrays in the model's input/output order, float32 inputs of the
-  model's sample shapes (the model is built from them if needed), labels in each loss's form, NaN/inf
+  :func:`check_class_weight`): host arrays in the model's input/output order, inputs in each
+  ``Input``'s dtype (float32 without one, as Keras 3) and of the model's sample shapes (the model is
+  built from them if needed), labels in each loss's form, NaN/inf
   refused where they would make the loss NaN; every error names the model, the call and the argument.
 * Feeds (:func:`array_feed`, :func:`source_feed`, :func:`eval_feed`): an
   :class:`~dnnbind.trainers.data_adapters.EpochIterator` over the right adapter; a generator's or a
@@ -64,8 +65,17 @@ def refuse_both_weights(class_weight: Any, sample_weight: Any, owner: str) -> No
 
 
 # ----- checks ---------------------------------------------------------------------------------
+def input_dtypes(model: Any, n: int) -> list[np.dtype]:
+    """The dtype each of ``n`` inputs is fed as: the model's ``Input`` dtype (Keras 3 converts the data to
+    it), float32 where it has none."""
+    known = model._input_dtypes()
+    known = list(known) + [None] * (n - len(known))
+    return [_F32 if d is None else d for d in known[:n]]
+
+
 def check_x(model: Any, x: Any, what: str, *, finite: bool = True, allow_empty: bool = False) -> list[np.ndarray]:
-    """``x`` as float32 host arrays of the model's input shapes, one per input (building the model
+    """``x`` as host arrays of the model's input shapes and dtypes (each ``Input``'s dtype, float32 where
+    the model has none), one per input (building the model
     from them if needed). ``finite``: refuse NaN/inf (training and evaluation; predict accepts
     them, as Keras); ``allow_empty``: accept zero samples (predict returns an empty result)."""
     if not model._call_optional():
@@ -77,7 +87,7 @@ def check_x(model: Any, x: Any, what: str, *, finite: bool = True, allow_empty: 
     model._guess_input_structure(x)
     items = flatten_structure(x, model._input_names(), f"{owner}: {what}", "x")
     arrays = []
-    for item in items:
+    for item, dtype in zip(items, input_dtypes(model, len(items))):
         if backend.is_device_array(item):
             raise TypeError(f"{owner}: {what} takes NumPy arrays; got a DeviceArray "
                             "(use predict_on_batch/train_on_batch for device data)")
@@ -86,8 +96,8 @@ def check_x(model: Any, x: Any, what: str, *, finite: bool = True, allow_empty: 
             raise TypeError(f"{owner}: {what} expects numeric input data (floats or ints), got dtype {arr.dtype}")
         if arr.ndim < 1:
             raise ValueError(f"{owner}: {what} expects a batch of samples, got a scalar")
-        if arr.dtype != _F32:
-            arr = arr.astype(_F32)  # ints/bools/float64 are cast to float32, as Keras does
+        if arr.dtype != dtype:
+            arr = arr.astype(dtype)  # to the Input's dtype, as Keras 3 (int32 ids stay integers)
         arrays.append(arr)
     counts = {len(a) for a in arrays}
     if len(counts) > 1:
@@ -347,7 +357,10 @@ def device_batch(model: Any, x: Any, y: Any, what: str, sample_weight: Any = Non
         if tuple(arr.shape[1:]) != tuple(shape):
             raise ValueError(f"{owner} expects input of shape (batch, {', '.join(map(str, shape))}), "
                              f"got {tuple(arr.shape)}")
-    items = [a if a.dtype.kind == "f" else kernels.cast(a, _F32) for a in items]
+    dtypes = model._input_dtypes()
+    # to the Input's dtype (Keras 3); without one, floats as given and the rest as float32
+    items = [a if a.dtype == (d if d is not None else a.dtype if a.dtype.kind == "f" else _F32)
+             else kernels.cast(a, d if d is not None else _F32) for a, d in zip(items, dtypes)]
     n = int(items[0].shape[0])
     if y is None:
         return pack(items), None

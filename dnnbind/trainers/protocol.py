@@ -92,6 +92,9 @@ class TrainedModel(TrainedLayer, Protocol):
     def _expected_input_shapes(self) -> "list | None":
         """Per input, the sample shape (no batch axis) data must have, or None before the model is built."""
 
+    def _input_dtypes(self) -> list:
+        """Per input, the NumPy dtype data is converted to (the ``Input``'s), or None (float32)."""
+
     def _output_shapes(self) -> list:
         """Per output, the sample shape (labels are prepared against it; an empty ``predict`` returns it)."""
 

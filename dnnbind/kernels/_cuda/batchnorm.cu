@@ -25,7 +25,7 @@ BN_INFER_KERNEL(bf16_t, bf16)
 // statistics of every channel into shared tables (mean = sum / count, biased var = E[x^2] - mean^2,
 // clamped at 0; scale = gamma / sqrt(var + eps), shift = beta - mean * scale); block 0 also writes
 // the saved mean and 1/std and updates the running statistics (running = momentum * running +
-// (1 - momentum) * batch, unbiased variance: Keras), one thread per channel. Then
+// (1 - momentum) * batch, biased variance: Keras), one thread per channel. Then
 // y = x * scale[c] + shift[c] (relu'd when `relu`; NaN kept, as the relu op keeps it) over N-element
 // packs: 16-byte loads and stores in the `_vec` kernels (C a multiple of N and 16-byte aligned
 // x and y, which the host checks), one element per step in the others. C <= BN_APPLY_MAX_C.
@@ -66,11 +66,10 @@ __device__ __forceinline__ void bn_apply_sums(const T* x, T* y, const float* sum
         table_scale[c] = scale;
         table_shift[c] = beta[c] - mean * scale;
         if (blockIdx.x == 0) {
-            float unbiased = count > 1.0f ? var * (count / (count - 1.0f)) : var;
             save_mean[c] = mean;
             save_inv_std[c] = inv_std;
             running_mean[c] = momentum * running_mean[c] + (1.0f - momentum) * mean;
-            running_var[c] = momentum * running_var[c] + (1.0f - momentum) * unbiased;
+            running_var[c] = momentum * running_var[c] + (1.0f - momentum) * var;
         }
     }
     __syncthreads();

@@ -35,7 +35,11 @@ which needs only the saved mean and 1/std (identical semantics), so results stay
 When cuDNN's reserve size is 0 nothing is kept.
 
 Running statistics follow Keras: cuDNN's exponentialAverageFactor is ``1 - momentum``
-(running = momentum * running + (1 - momentum) * batch, with the unbiased batch variance).
+(running = momentum * running + (1 - momentum) * batch). cuDNN feeds the running variance the
+unbiased batch variance (``var * n / (n - 1)``, n the values per statistic); Keras feeds it the
+biased one, so every training call is followed by one correction from a copy of the old running
+variance (:func:`_biased_running_var`: ``(n - 1) / n * cudnn_result + momentum / n * old``, which is
+exactly ``momentum * old + (1 - momentum) * biased_var``; three stream-ordered kernels on C values).
 The saved statistics are the batch mean and 1/sqrt(var + eps). Parameters and statistics
 are float32 (float64 for float64 x; float32 parameters with float64 x are widened for the
 call). bfloat16 x goes straight into the Ex path (``BF16_DIRECT``; cuDNN's docs do not
@@ -75,7 +79,7 @@ from ..._lib import cudnn as C
 from ..batchnorm import BatchNormSaved
 from . import _common as cm
 from .activation import _act_desc, activation_backward, activation_forward
-from .elementwise import cast
+from .elementwise import axpy, cast, copy, scale
 
 __all__ = ["batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_backward",
            "USE_PERSISTENT_NHWC", "BN2D_PATH", "BF16_DIRECT", "INFERENCE_KERNEL", "FUSE_ACTIVATION"]
@@ -341,11 +345,41 @@ def _forward_training_ex(x: Any, g: Any, b: Any, rm: Any, rv: Any, momentum: flo
                           x_dtype=x.dtype)
 
 
+def _biased_running_var(running_var: Any, old: Any, count: int, momentum: float, s: Any) -> None:
+    """Turn cuDNN's update of ``running_var`` (fed the unbiased batch variance) into Keras's (the biased one).
+
+    cuDNN wrote ``new = m * old + (1 - m) * var * n / (n - 1)``; Keras wants ``m * old + (1 - m) * var``,
+    which is ``(n - 1) / n * new + m / n * old`` (no division by ``1 - m``, no cancellation: both terms are
+    non-negative). For ``n == 1`` the biased variance is 0 and the result ``m * old``."""
+    momentum = float(momentum)
+    if count > 1:
+        scale(running_var, (count - 1) / count, out=running_var, stream=s)
+        axpy(momentum / count, old, running_var, stream=s)
+    else:
+        scale(old, momentum, out=running_var, stream=s)
+
+
 def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, *,
                                momentum: float = 0.99, epsilon: float = 1e-3, mode: str = "spatial",
                                layout: str = "NCHW", activation: "str | None" = None, out: Any = None,
                                stream: Any = None) -> "tuple[Any, BatchNormSaved]":
-    """(y, saved); updates running_mean/running_var in place. ``activation="relu"``: y = relu(bn(x))."""
+    """(y, saved); updates running_mean/running_var in place (Keras: the biased batch variance feeds
+    running_var). ``activation="relu"``: y = relu(bn(x))."""
+    s = cm.stream_of(stream)
+    old = copy(running_var, stream=s)
+    result = _forward_training_cudnn(x, gamma, beta, running_mean, running_var, momentum=momentum,
+                                     epsilon=epsilon, mode=mode, layout=layout, activation=activation, out=out,
+                                     stream=s)
+    _biased_running_var(running_var, old, int(x.size) // int(np.prod(gamma.shape)), momentum, s)
+    return result
+
+
+def _forward_training_cudnn(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, *,
+                            momentum: float, epsilon: float, mode: str, layout: str,
+                            activation: "str | None" = None, out: Any = None,
+                            stream: Any = None) -> "tuple[Any, BatchNormSaved]":
+    """The cuDNN training call(s) of :func:`batchnorm_forward_training`: running_var as cuDNN updates it
+    (with the unbiased batch variance)."""
     s = cm.stream_of(stream)
     if activation is not None:
         if _use_fused(x, mode, layout):
@@ -358,8 +392,8 @@ def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any,
                     raise
             else:
                 return y, saved
-        y, saved = batchnorm_forward_training(x, gamma, beta, running_mean, running_var, momentum=momentum,
-                                              epsilon=epsilon, mode=mode, layout=layout, out=out, stream=s)
+        y, saved = _forward_training_cudnn(x, gamma, beta, running_mean, running_var, momentum=momentum,
+                                           epsilon=epsilon, mode=mode, layout=layout, out=out, stream=s)
         activation_forward(y, "relu", out=y, stream=s)
         return y, dataclasses.replace(saved, activation=activation)
     kw = dict(momentum=momentum, epsilon=epsilon, mode=mode, layout=layout)
@@ -375,8 +409,8 @@ def batchnorm_forward_training(x: Any, gamma: Any, beta: Any, running_mean: Any,
             return y, saved
     if x.dtype == cm.BF16:
         # saved describes the float32 copy it was made for: the backward runs on float32 copies too
-        y32, saved = batchnorm_forward_training(_cast(x, cm.F32, s), gamma, beta, running_mean, running_var,
-                                                stream=s, **kw)
+        y32, saved = _forward_training_cudnn(_cast(x, cm.F32, s), gamma, beta, running_mean, running_var,
+                                             stream=s, **kw)
         return _cast(y32, cm.BF16, s, out=out), saved
     pdt = _param_dtype(x)
     y = cm.output(out, x.shape, x.dtype, s)

@@ -12,7 +12,7 @@ statistics from the sums (mean, biased variance E[y^2] - mean^2, 1/sqrt(var + ep
 bn_finalize, it loses digits to cancellation when a channel's |mean| is many times its standard deviation,
 where the legacy batch norm does not; the cancellation is clamped at 0, never negative),
 normalises ``y`` into ``out`` (with the relu) and, in its first block, writes the saved mean and 1/std
-and updates the running statistics (Keras momentum, unbiased variance). What is saved against the two
+and updates the running statistics (Keras momentum, biased variance). What is saved against the two
 ops: the batch norm's statistics pass over ``y``. The record's ``path`` is ``"cudnn_genstats"``;
 :func:`~dnnbind.kernels.batchnorm_backward` takes it as it takes a record made by
 hand (its *Ex path when cuDNN needs no reserve for the shape, else the legacy SPATIAL path, from the
