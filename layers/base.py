@@ -305,6 +305,8 @@ def _trainable_edge(w: Variable, tapes: "list | None" = None) -> "tuple | None":
 def _trainable_edges(weights: Sequence[Variable]) -> tuple:
     """``tuple(_trainable_edge(w) for w in weights)``, the active tapes looked up once."""
     tapes = _engine.active_tapes()
+    if len(tapes) == 1:  # the common case (one training step's tape): one call for the whole batch
+        return tapes[0]._read_edges(weights)
     return tuple(_trainable_edge(w, tapes) for w in weights)
 
 

@@ -254,30 +254,22 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                 if left == 1:
                     on_leaf(target.owner, grads[edge])
 
-    # --- reverse sweep
+    # --- reverse sweep (a source's gradient stays in ``grads``: it is final once its node comes up, and it
+    # is read into ``results`` after the sweep)
     for node in reversed(order):
-        if node not in relevant:
+        if node.is_leaf or node not in relevant:
             continue
         if node.n_outputs == 1:
             key = (node, 0)
-            wanted = want.get(key)
-            g = grads.get(key) if wanted is not None else grads.pop(key, None)
-            outs = [g]
-            if wanted is not None:
-                for j in wanted:
-                    results[j] = g
+            g = grads.get(key) if key in want else grads.pop(key, None)
+            if g is None:
+                continue
+            outs = (g,)
         else:
-            outs = []
-            for i in range(node.n_outputs):
-                key = (node, i)
-                wanted = want.get(key)
-                g = grads.get(key) if wanted is not None else grads.pop(key, None)
-                outs.append(g)
-                if wanted is not None:
-                    for j in wanted:
-                        results[j] = g
-        if node.is_leaf or all(g is None for g in outs):
-            continue
+            outs = tuple(grads.get((node, i)) if (node, i) in want else grads.pop((node, i), None)
+                         for i in range(node.n_outputs))
+            if all(g is None for g in outs):
+                continue
         if node.vjp is None:
             raise RuntimeError(
                 f"the backward of {node.name} was already run and its saved tensors were freed: a "
@@ -314,7 +306,10 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
             node.holders -= 1
             if node.holders == 0:
                 node.release()
-    # leaves that are sources were filled when their (leaf) node came up in the sweep
+    for key, positions in want.items():
+        g = grads.get(key)
+        for j in positions:
+            results[j] = g
     return results
 
 

@@ -117,6 +117,21 @@ class GradientTape:
     def _note_access(self, variable: Any) -> None:
         self._accessed.setdefault(id(variable), variable)
 
+    def _read_edges(self, variables: Sequence[Any]) -> tuple:
+        """``watches`` and ``_note_access`` for a batch of variables read at once while this tape is the only
+        one recording (dnnbind's own layers read all their weights together): per variable, the edge to its
+        leaf when this tape watches it, else None."""
+        watched, accessed, auto = self._watched, self._accessed, self.watch_accessed_variables
+        edges = []
+        for v in variables:
+            if id(v) in watched or (auto and v.trainable):
+                accessed.setdefault(id(v), v)
+                leaf = v._leaf
+                edges.append((leaf if leaf is not None else v._leaf_node(), 0))
+            else:
+                edges.append(None)
+        return tuple(edges)
+
     def watched_variables(self) -> list:
         """The variables this tape watched (read while recording, or watched explicitly), in first-read order."""
         out = {**self._accessed}

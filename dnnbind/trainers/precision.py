@@ -134,15 +134,17 @@ def precast_weights(model: Any, layers: list) -> list:
         for (layer, w), copy in zip(entries, cast()):
             made.setdefault(id(layer), (layer, {}))[1][w] = copy
     # handed out only once every cast was queued: a failed one leaves no layer holding copies
+    # (through __dict__: plain private fields, set on every layer each step, need no tracking __setattr__)
     for layer, pre in made.values():
-        layer._precast = pre
+        layer.__dict__["_precast"] = pre
     return [layer for layer, _ in made.values()]
 
 
 def end_precast(touched: list) -> None:
     for layer in touched:
-        layer._precast = None
-        layer._keep_grad_dtype = False
+        d = layer.__dict__
+        d["_precast"] = None
+        d["_keep_grad_dtype"] = False
 
 
 def grads_in_compute_dtype(model: Any, replica: Any) -> bool:

@@ -535,7 +535,7 @@ class Trainer:
                 total = self._loss_and_metrics(xs, ys, training=True)
             if touched and grads_in_compute_dtype(self, replica):
                 for layer in touched:
-                    layer._keep_grad_dtype = True
+                    layer.__dict__["_keep_grad_dtype"] = True  # (a plain private field: no tracking __setattr__)
             slots = self._trainable_slots()  # after the forward: a subclassed model may build layers in it
             if not slots:
                 return
