@@ -303,10 +303,11 @@ def _trainable_edge(w: Variable, tapes: "list | None" = None) -> "tuple | None":
 
 
 def _trainable_edges(weights: Sequence[Variable]) -> tuple:
-    """``tuple(_trainable_edge(w) for w in weights)``, the active tapes looked up once."""
+    """``tuple(_trainable_edge(w) for w in weights)`` for trainable ``weights`` (read from ``trainable_weights``
+    now), the active tapes looked up once."""
     tapes = _engine.active_tapes()
     if len(tapes) == 1:  # the common case (one training step's tape): one call for the whole batch
-        return tapes[0]._read_edges(weights)
+        return tapes[0]._read_edges(weights, all_trainable=True)
     return tuple(_trainable_edge(w, tapes) for w in weights)
 
 
@@ -1104,15 +1105,18 @@ class Layer:
     def _call_state(self) -> tuple[dict, dict]:
         """What a forward left on ``self`` (and on its :class:`ActivationFn` attributes) for backward:
         a shallow snapshot that :meth:`_restore_call_state` puts back before that application's backward."""
-        state = self.__dict__.copy()  # (one C-level copy: this runs per layer per training step)
-        state.pop("grads", None)
+        d = self.__dict__
+        # One C-level copy (this runs per layer per training step); ``grads`` is in it but never restored (see
+        # _restore_call_state); the marker of the latest application is not (a snapshot kept in that marker
+        # would make a reference cycle).
+        state = d.copy()
         state.pop("_last_saved", None)
+        # (the number of attributes, the names of the ActivationFn ones): found again when the count changes
         keys = state.get("_activation_keys")
-        if keys is None or len(keys[0]) != len(state):
+        if keys is None or keys[0] != len(state):
             found = tuple(k for k, v in state.items() if isinstance(v, ActivationFn))
-            keys = (tuple(state), found)
-            self.__dict__["_activation_keys"] = keys
-            state["_activation_keys"] = keys
+            keys = (len(state) + ("_activation_keys" not in state), found)  # (as the next copy will count)
+            d["_activation_keys"] = state["_activation_keys"] = keys
         if not keys[1]:
             return state, {}
         nested = {k: state[k].__dict__.copy() for k in keys[1] if isinstance(state.get(k), ActivationFn)}
@@ -1120,7 +1124,10 @@ class Layer:
 
     def _restore_call_state(self, saved: tuple[dict, dict]) -> None:
         state, nested = saved
-        self.__dict__.update(state)
+        d = self.__dict__
+        grads = d.get("grads")  # the gradients being filled stay
+        d.update(state)
+        d["grads"] = grads
         for key, attrs in nested.items():
             state[key].__dict__.update(attrs)
 

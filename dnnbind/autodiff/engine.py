@@ -37,11 +37,13 @@ _local = threading.local()
 class _Hooks:
     """Functions of the ops room the engine needs (installed by :mod:`dnnbind.ops` on import: the
     engine sits below it). ``add(a, b)``: the differentiable sum of two gradients; ``wrap(x)``: a raw
-    array or number as a constant Tensor; ``materialize(filled)``: a :class:`FilledTensor`'s array."""
+    array or number as a constant Tensor (``tensor``: that class); ``materialize(filled)``: a
+    :class:`FilledTensor`'s array."""
 
     ops: Any = None  # the dnnbind.ops module itself
     add: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
     wrap: Callable[[Any], Any] = None  # type: ignore[assignment]
+    tensor: type = None  # type: ignore[assignment]  # the Tensor class (what ``wrap`` returns as it is)
     materialize: Callable[[Any], Any] = None  # type: ignore[assignment]
     seed: Callable[[Any], Any] = None  # type: ignore[assignment]
 
@@ -196,9 +198,14 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
         else:
             node, index = leaf, 0
         if node is not None:
-            want.setdefault((node, index), []).append(i)
-    source_nodes = {k[0] for k in want}
-    # --- nodes reachable from the targets, inputs before their consumers, and which of them lead to a source
+            key = (node, index)
+            if key in want:
+                want[key].append(i)
+            else:
+                want[key] = [i]
+    # --- the non-leaf nodes reachable from the targets (a leaf has no inputs and no VJP: the sweep has nothing
+    # to do there), inputs before their consumers, and which of them lead to a source. ``relevant`` starts
+    # with every source node: for the nodes reached, that is the same as the sources reached.
     stack = [node for node in (getattr(t, "_node", None) for t in targets) if node is not None]
     seen: set = set()
     while stack:
@@ -207,13 +214,12 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
             continue
         seen.add(node)
         for edge in node.edges:
-            if edge is not None and edge[0] not in seen:
+            if edge is not None and not edge[0].is_leaf and edge[0] not in seen:
                 stack.append(edge[0])
     order = sorted(seen, key=_SEQ)
-    relevant: set = set()
+    relevant = {k[0] for k in want}
     for node in order:
-        if node in source_nodes:
-            relevant.add(node)
+        if node in relevant:
             continue
         for e in node.edges:
             if e is not None and e[0] in relevant:
@@ -232,19 +238,19 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     # --- how many deliveries each source leaf waits for (to report it as soon as it is final)
     pending: dict = {}
     if on_leaf is not None:
-        for node in relevant:
-            if not node.is_leaf:
+        for node in order:
+            if node in relevant and not node.is_leaf:
                 for e in node.edges:
                     if e is not None and e[0].is_leaf and (e[0], 0) in want:
                         pending[e[0]] = pending.get(e[0], 0) + 1
-    wrap = hooks.wrap
+    wrap, tensor_type = hooks.wrap, hooks.tensor
 
     def deliver(edge: tuple, g: Any, poison: bool, node: Node) -> None:
-        if not hasattr(g, "_node"):
-            g = wrap(g)
+        if g.__class__ is not tensor_type:
+            g = wrap(g)  # (a tensor subclass as it is; a raw array as a constant)
         if poison:
             g = _poisoned(g, node)
-        old = grads.get(edge)
+        old = grads[edge] if edge in grads else None
         grads[edge] = g if old is None else hooks.add(old, g)
         if pending:
             target = edge[0]
@@ -307,7 +313,7 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
             if node.holders == 0:
                 node.release()
     for key, positions in want.items():
-        g = grads.get(key)
+        g = grads[key] if key in grads else None
         for j in positions:
             results[j] = g
     return results

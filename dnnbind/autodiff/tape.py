@@ -117,15 +117,19 @@ class GradientTape:
     def _note_access(self, variable: Any) -> None:
         self._accessed.setdefault(id(variable), variable)
 
-    def _read_edges(self, variables: Sequence[Any]) -> tuple:
+    def _read_edges(self, variables: Sequence[Any], all_trainable: bool = False) -> tuple:
         """``watches`` and ``_note_access`` for a batch of variables read at once while this tape is the only
         one recording (dnnbind's own layers read all their weights together): per variable, the edge to its
-        leaf when this tape watches it, else None."""
-        watched, accessed, auto = self._watched, self._accessed, self.watch_accessed_variables
+        leaf when this tape watches it, else None. ``all_trainable``: the caller knows every variable is
+        trainable now (a layer's ``trainable_weights``)."""
+        watched, accessed = self._watched, self._accessed
+        auto = self.watch_accessed_variables
         edges = []
         for v in variables:
-            if id(v) in watched or (auto and v.trainable):
-                accessed.setdefault(id(v), v)
+            key = id(v)
+            if (auto and (all_trainable or v.trainable)) or key in watched:
+                if key not in accessed:
+                    accessed[key] = v
                 leaf = v._leaf
                 edges.append((leaf if leaf is not None else v._leaf_node(), 0))
             else:

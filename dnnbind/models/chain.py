@@ -202,7 +202,9 @@ class LayerChain:
 
             def finished(layer: Layer) -> None:
                 d = layer.__dict__
-                grads = d.get("grads") or {}
+                grads = d["grads"]  # (set to {} below, before the backward)
+                if not grads:
+                    return
                 d["grads"] = {}
                 for name, k in per_layer.get(id(layer), ()):
                     g = grads.get(name)

@@ -353,5 +353,6 @@ def keras_op(fn: "Callable | None" = None, *, differentiable: bool = True, famil
 
 
 engine.hooks.wrap = lambda value: value if isinstance(value, Tensor) else Tensor(value)
+engine.hooks.tensor = Tensor
 engine.hooks.materialize = _materialize
 engine.hooks.seed = ones_like_seed
