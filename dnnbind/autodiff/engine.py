@@ -155,7 +155,11 @@ def record(raw_outputs: "Any | tuple", edges: tuple, vjp: Callable, name: str, *
     if keep_outputs:
         node.outputs_raw = tuple(outs)
     tapes = _tapes()
-    node.holders = -1 if any(t._persistent for t in tapes) else len(tapes)
+    node.holders = len(tapes)
+    for t in tapes:
+        if t._persistent:
+            node.holders = -1  # a persistent tape keeps every node it recorded
+            break
     wrap = hooks.wrap
     result = []
     for i, raw in enumerate(outs):
@@ -282,7 +286,7 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                 "non-persistent GradientTape computes one set of gradients; use "
                 "GradientTape(persistent=True) to call gradient() more than once")
         edges = node.edges
-        needs = node.needs_input_grad = tuple(e is not None and e[0] in relevant for e in edges)
+        needs = node.needs_input_grad = tuple([e is not None and e[0] in relevant for e in edges])
         poison = node.once_differentiable and recording()
         emitted: set = set()
         if on_leaf is not None:  # early delivery matters only to whoever hears of final leaf gradients

@@ -51,8 +51,17 @@ _BOOL = np.dtype(np.bool_)
 # keras.backend and sits below kernels; they are re-exported here for the op families
 
 
+# NumPy dtypes that np_dtype gives back as they are (each is what its own Keras name maps to): the ops pass
+# these on every call, and the spelling rules need not run for them
+_NATIVE_DTYPES = frozenset([np.dtype(name) for name in (
+    "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32",
+    "float64", "complex64", "complex128")] + [BFLOAT16])
+
+
 def np_dtype(dtype: Any) -> np.dtype:
     """The NumPy dtype (ml_dtypes' bfloat16 for ``"bfloat16"``) of a Keras dtype spelling."""
+    if isinstance(dtype, np.dtype) and dtype in _NATIVE_DTYPES:
+        return dtype
     name = standardize_dtype(dtype)
     return BFLOAT16 if name == "bfloat16" else np.dtype(name)
 
@@ -330,6 +339,22 @@ def _is_symbolic(value: Any) -> bool:
     return False
 
 
+# Types whose values never are, nor hold, a symbolic tensor (a Tensor's slots leave no room for a
+# ``_keras_history``): an op's arguments of these types are not inspected on every call
+_PLAIN_TYPES = frozenset([Tensor, int, float, bool, str, type(None)])
+
+
+def _any_symbolic(args: tuple, kwargs: dict) -> bool:
+    for a in args:
+        if a.__class__ not in _PLAIN_TYPES and _is_symbolic(a):
+            return True
+    if kwargs:
+        for v in kwargs.values():
+            if v.__class__ not in _PLAIN_TYPES and _is_symbolic(v):
+                return True
+    return False
+
+
 def keras_op(fn: "Callable | None" = None, *, differentiable: bool = True, family: str = "numpy",
              name: "str | None" = None) -> Any:
     """Declare a public op: registered (``REGISTRY``, which the gradient-check harness walks), and
@@ -340,8 +365,7 @@ def keras_op(fn: "Callable | None" = None, *, differentiable: bool = True, famil
 
         @functools.wraps(f)
         def op(*args: Any, **kwargs: Any) -> Any:
-            if _symbolic_handler is not None and (any(_is_symbolic(a) for a in args)
-                                                  or any(_is_symbolic(v) for v in kwargs.values())):
+            if _symbolic_handler is not None and _any_symbolic(args, kwargs):
                 return _symbolic_handler(op, args, kwargs)
             return f(*args, **kwargs)
 

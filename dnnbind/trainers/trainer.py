@@ -572,7 +572,7 @@ class Trainer:
 
     def _apply_constraints(self, variables: list) -> None:
         for w in variables:
-            c = getattr(w, "constraint", None)
+            c = w.constraint  # (a Variable's class default: None)
             if c is not None:
                 w.assign(c(w))
 
