@@ -15,6 +15,7 @@ the memory is freed when the last view dies.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 from typing import Any, Iterable
 
@@ -98,7 +99,7 @@ class DeviceArray:
     allocated on; copies without an explicit stream run there).
     """
 
-    __slots__ = ("_ptr", "_shape", "_dtype", "_strides", "_base", "_device_index", "_stream",
+    __slots__ = ("_ptr", "_shape", "_ndim", "_dtype", "_strides", "_base", "_device_index", "_stream",
                  "_closed", "__weakref__")
 
     # NumPy must not treat a DeviceArray as a scalar or sequence in mixed expressions.
@@ -108,6 +109,7 @@ class DeviceArray:
                  strides: tuple[int, ...] | None = None, device_index: int, stream: Any) -> None:
         self._base = base
         self._shape = normalize_shape(shape)
+        self._ndim = len(self._shape)
         self._dtype = normalize_dtype(dtype, "DeviceArray", _SUPPORTED)
         self._ptr = int(ptr)
         self._strides = (_c_strides(self._shape, self._dtype.itemsize) if strides is None
@@ -128,6 +130,7 @@ class DeviceArray:
         self = object.__new__(cls)
         self._base = base
         self._shape = shape
+        self._ndim = len(shape)
         self._dtype = dtype
         self._ptr = ptr
         self._strides = strides
@@ -142,14 +145,11 @@ class DeviceArray:
     shape = property(operator.attrgetter("_shape"), doc="The shape, a tuple of ints.")
     dtype = property(operator.attrgetter("_dtype"), doc="The element type, an np.dtype.")
     strides = property(operator.attrgetter("_strides"), doc="Byte strides (NumPy convention).")
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
+    ndim = property(operator.attrgetter("_ndim"), doc="The number of dimensions, len(shape).")
 
     @property
     def size(self) -> int:
-        return _prod(self._shape)
+        return math.prod(self._shape)
 
     @property
     def itemsize(self) -> int:
