@@ -184,7 +184,7 @@ _structure = [0]
 
 
 def structure_version() -> int:
-    return _structure[0] + _variable_module.trainable_changes()
+    return _structure[0] + _variable_module._trainable_changes[0]  # (+ trainable_changes(), read in place)
 
 
 def _bump_structure() -> None:

@@ -183,7 +183,7 @@ def _accumulate(old: Any, new: Any) -> Any:
 
 
 def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any], *, tape: Any = None,
-             release: bool = True, on_leaf: "Callable[[Any, Any], None] | None" = None) -> list:
+             release: bool = True, on_leaf: "Callable[[Any, Any], None] | None" = None, raw: bool = False) -> list:
     """Gradients of ``targets`` (tensors), seeded with ``seeds`` (one tensor per target, the gradient of
     the final scalar w.r.t. it), w.r.t. ``sources`` (leaves' owners or recorded tensors): one entry per
     source, None when unconnected.
@@ -191,7 +191,8 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     ``tape``: the tape asking (its non-persistent nodes are released after their VJP runs, unless another
     tape that was active when they were recorded still holds them). ``on_leaf(owner, grad)``: called once
     per source leaf as soon as its gradient is final (every node that read it has delivered), before the
-    sweep ends."""
+    sweep ends. ``raw``: the results (and what ``on_leaf`` gets) are raw arrays, not tensors (a training step
+    hands them to the optimizer), and a raw array a VJP gives a leaf is kept as it is, never wrapped."""
     # (nodes are dict keys by identity: Node defines no __eq__/__hash__)
     # --- the keys of the sources: leaves by owner, recorded tensors by (node, index)
     want: dict = {}
@@ -250,19 +251,19 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     wrap, tensor_type = hooks.wrap, hooks.tensor
 
     def deliver(edge: tuple, g: Any, poison: bool, node: Node) -> None:
-        if g.__class__ is not tensor_type:
+        if g.__class__ is not tensor_type and (poison or not raw or not edge[0].is_leaf):
             g = wrap(g)  # (a tensor subclass as it is; a raw array as a constant)
         if poison:
             g = _poisoned(g, node)
         old = grads[edge] if edge in grads else None
-        grads[edge] = g if old is None else hooks.add(old, g)
+        grads[edge] = g if old is None else hooks.add(wrap(old), wrap(g))  # (wrap: a raw leaf gradient)
         if pending:
             target = edge[0]
             left = pending.get(target)
             if left is not None:
                 pending[target] = left - 1
                 if left == 1:
-                    on_leaf(target.owner, grads[edge])
+                    on_leaf(target.owner, _raw_of(grads[edge], tensor_type) if raw else grads[edge])
 
     # --- reverse sweep (a source's gradient stays in ``grads``: it is final once its node comes up, and it
     # is read into ``results`` after the sweep)
@@ -318,12 +319,18 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                 node.release()
     for key, positions in want.items():
         g = grads[key] if key in grads else None
+        if raw and g is not None:
+            g = _raw_of(g, tensor_type)
         for j in positions:
             results[j] = g
     return results
 
 
 _NO_LEAF = object()
+
+
+def _raw_of(g: Any, tensor_type: type) -> Any:
+    return g.data if isinstance(g, tensor_type) else g
 _SEQ = operator.attrgetter("seq")
 
 

@@ -263,10 +263,11 @@ def make(out: Any, inputs: Sequence[Any], vjp: Callable, name: str, *, keep_outp
     """The op's raw result(s) as tensor(s); recorded with ``vjp`` when a tape records and an input of
     ``inputs`` (tensors, or None for non-differentiable arguments) needs a gradient."""
     if recording():
-        edges = tuple(None if t is None else edge(t) for t in inputs)
-        if any(e is not None for e in edges):
-            return engine.record(out, edges, vjp, name, keep_outputs=keep_outputs,
-                                 once_differentiable=once_differentiable, multiple=multiple)
+        edges = tuple([None if t is None else edge(t) for t in inputs])
+        for e in edges:
+            if e is not None:
+                return engine.record(out, edges, vjp, name, keep_outputs=keep_outputs,
+                                     once_differentiable=once_differentiable, multiple=multiple)
     if multiple:
         return tuple(Tensor(o) for o in out)
     return Tensor(out)
@@ -285,7 +286,7 @@ class _Filled(FilledTensor):
 def filled(value: float, shape: Sequence[int], dtype: Any, device: Any) -> FilledTensor:
     """A tensor of ``shape`` holding ``value`` everywhere, made on ``device`` only when read."""
     return _Filled(float(value) if not isinstance(value, (int, np.integer)) or isinstance(value, bool)
-                   else value, tuple(int(s) for s in shape), np.dtype(dtype) if dtype is not BFLOAT16 else dtype,
+                   else value, tuple(map(int, shape)), np.dtype(dtype) if dtype is not BFLOAT16 else dtype,
                    device)
 
 

@@ -548,11 +548,11 @@ class Trainer:
                 seed if backend.is_device_array(seed) or isinstance(seed, np.ndarray) else np.float32(seed))
             if seed is not None and tuple(seed_t.shape) != tuple(total.shape):
                 seed_t = ops.broadcast_to(ops.cast(seed_t, total.dtype), total.shape)
-            on_leaf = None if reducer is None else (lambda w, g: reducer.weight_done(w, g.data))
-            found = autodiff_engine.gradient([total], [seed_t], variables, tape=tape, on_leaf=on_leaf)
+            on_leaf = None if reducer is None else reducer.weight_done
+            found = autodiff_engine.gradient([total], [seed_t], variables, tape=tape, on_leaf=on_leaf, raw=True)
             params = [w.value for w in variables]
             # a weight no loss reaches (an output without a loss) gets a zero gradient
-            grads = [kernels.zeros_like(w.value) if g is None else g.data for w, g in zip(variables, found)]
+            grads = [kernels.zeros_like(w.value) if g is None else g for w, g in zip(variables, found)]
             del found, total, tape
             if reducer is not None:
                 reducer.finish(grads)  # the last buckets; the compute stream then waits for all of them
