@@ -263,7 +263,8 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
             if left is not None:
                 pending[target] = left - 1
                 if left == 1:
-                    on_leaf(target.owner, _raw_of(grads[edge], tensor_type) if raw else grads[edge])
+                    g = grads[edge]
+                    on_leaf(target.owner, g.data if raw and isinstance(g, tensor_type) else g)
 
     # --- reverse sweep (a source's gradient stays in ``grads``: it is final once its node comes up, and it
     # is read into ``results`` after the sweep)
@@ -319,18 +320,14 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                 node.release()
     for key, positions in want.items():
         g = grads[key] if key in grads else None
-        if raw and g is not None:
-            g = _raw_of(g, tensor_type)
+        if raw and g is not None and isinstance(g, tensor_type):
+            g = g.data
         for j in positions:
             results[j] = g
     return results
 
 
 _NO_LEAF = object()
-
-
-def _raw_of(g: Any, tensor_type: type) -> Any:
-    return g.data if isinstance(g, tensor_type) else g
 _SEQ = operator.attrgetter("seq")
 
 

@@ -99,7 +99,7 @@ class DeviceArray:
     allocated on; copies without an explicit stream run there).
     """
 
-    __slots__ = ("_ptr", "_shape", "_ndim", "_dtype", "_strides", "_base", "_device_index", "_stream",
+    __slots__ = ("_ptr", "_shape", "_ndim", "_size", "_dtype", "_strides", "_base", "_device_index", "_stream",
                  "_closed", "__weakref__")
 
     # NumPy must not treat a DeviceArray as a scalar or sequence in mixed expressions.
@@ -110,6 +110,7 @@ class DeviceArray:
         self._base = base
         self._shape = normalize_shape(shape)
         self._ndim = len(self._shape)
+        self._size = math.prod(self._shape)
         self._dtype = normalize_dtype(dtype, "DeviceArray", _SUPPORTED)
         self._ptr = int(ptr)
         self._strides = (_c_strides(self._shape, self._dtype.itemsize) if strides is None
@@ -122,15 +123,16 @@ class DeviceArray:
 
     @classmethod
     def _make(cls, base: Any, shape: tuple[int, ...], dtype: np.dtype, ptr: int, strides: tuple[int, ...],
-              device_index: int, stream: Any) -> "DeviceArray":
+              device_index: int, stream: Any, size: "int | None" = None) -> "DeviceArray":
         """Internal constructor for already-normalised fields (a tuple of ints ``shape``, a
         supported ``np.dtype``, int ``ptr``/``device_index``, byte ``strides`` of the same
-        length): skips the checks of ``__init__``, which the hot paths (``empty``, views) do
-        not need."""
+        length; ``size``, the product of ``shape``, when the caller knows it): skips the checks
+        of ``__init__``, which the hot paths (``empty``, views) do not need."""
         self = object.__new__(cls)
         self._base = base
         self._shape = shape
         self._ndim = len(shape)
+        self._size = math.prod(shape) if size is None else size
         self._dtype = dtype
         self._ptr = ptr
         self._strides = strides
@@ -146,10 +148,7 @@ class DeviceArray:
     dtype = property(operator.attrgetter("_dtype"), doc="The element type, an np.dtype.")
     strides = property(operator.attrgetter("_strides"), doc="Byte strides (NumPy convention).")
     ndim = property(operator.attrgetter("_ndim"), doc="The number of dimensions, len(shape).")
-
-    @property
-    def size(self) -> int:
-        return math.prod(self._shape)
+    size = property(operator.attrgetter("_size"), doc="The number of elements, the product of shape.")
 
     @property
     def itemsize(self) -> int:
@@ -522,7 +521,8 @@ def _empty_on(shape: "tuple[int, ...]", dtype: np.dtype, stream: _Stream) -> Dev
     shape, dtype, strides, nbytes = hit
     # ``what`` is only formatted when the allocation fails (a tuple, not an f-string per call).
     allocation = _alloc_on(nbytes, stream, ("an array of shape {} {}", shape, dtype))
-    return DeviceArray._make(allocation, shape, dtype, allocation._record.ptr, strides, stream._device, stream)
+    return DeviceArray._make(allocation, shape, dtype, allocation._record.ptr, strides, stream._device, stream,
+                             nbytes // dtype.itemsize)
 
 
 def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any = None) -> DeviceArray:
@@ -535,7 +535,7 @@ def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any =
     shape, dt, strides, nbytes = hit if hit is not None else _layout(shape, dt)
     s, index = _placement(stream, device, "empty")
     allocation = _alloc_on(nbytes, s, ("an array of shape {} {}", shape, dt))
-    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, strides, index, s)
+    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, strides, index, s, nbytes // dt.itemsize)
 
 
 def constant(array: Any, stream: Any = None, device: Any = None) -> DeviceArray:
