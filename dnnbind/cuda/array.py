@@ -123,15 +123,16 @@ class DeviceArray:
 
     @classmethod
     def _make(cls, base: Any, shape: tuple[int, ...], dtype: np.dtype, ptr: int, strides: tuple[int, ...],
-              device_index: int, stream: Any, size: "int | None" = None) -> "DeviceArray":
+              device_index: int, stream: Any, size: "int | None" = None,
+              ndim: "int | None" = None) -> "DeviceArray":
         """Internal constructor for already-normalised fields (a tuple of ints ``shape``, a
         supported ``np.dtype``, int ``ptr``/``device_index``, byte ``strides`` of the same
-        length; ``size``, the product of ``shape``, when the caller knows it): skips the checks
+        length; ``size`` and ``ndim`` of ``shape`` when the caller knows them): skips the checks
         of ``__init__``, which the hot paths (``empty``, views) do not need."""
         self = object.__new__(cls)
         self._base = base
         self._shape = shape
-        self._ndim = len(shape)
+        self._ndim = len(shape) if ndim is None else ndim
         self._size = math.prod(shape) if size is None else size
         self._dtype = dtype
         self._ptr = ptr
@@ -487,12 +488,13 @@ def _placement(stream: Any, device: Any, what: str):
 # Bounded: cleared when full (it holds only small tuples). A dict get/set is atomic, so threads
 # need no lock (two threads may both fill an entry, with equal values). Nothing in it refers to a
 # stream, a device or memory, so a hit can never hand out something that was closed.
-_layouts: "dict[tuple, tuple[tuple[int, ...], np.dtype, tuple[int, ...], int]]" = {}
+_layouts: "dict[tuple, tuple[tuple[int, ...], np.dtype, tuple[int, ...], int, int, int]]" = {}
 _LAYOUTS_MAX = 4096
 
 
-def _layout(shape: Any, dtype: Any, what: str = "empty") -> "tuple[tuple[int, ...], np.dtype, tuple[int, ...], int]":
-    """``(shape, dtype, strides, nbytes)`` of a new C-contiguous array; ValueError/TypeError
+def _layout(shape: Any, dtype: Any,
+            what: str = "empty") -> "tuple[tuple[int, ...], np.dtype, tuple[int, ...], int, int, int]":
+    """``(shape, dtype, strides, nbytes, size, ndim)`` of a new C-contiguous array; ValueError/TypeError
     naming ``what`` for a bad shape or an unsupported dtype."""
     try:
         key = (shape, dtype)
@@ -503,7 +505,7 @@ def _layout(shape: Any, dtype: Any, what: str = "empty") -> "tuple[tuple[int, ..
         return hit
     shp = normalize_shape(shape, what)
     dt = normalize_dtype(dtype, what, _SUPPORTED)
-    hit = (shp, dt, _c_strides(shp, dt.itemsize), _prod(shp) * dt.itemsize)
+    hit = (shp, dt, _c_strides(shp, dt.itemsize), _prod(shp) * dt.itemsize, _prod(shp), len(shp))
     if key is not None:
         if len(_layouts) >= _LAYOUTS_MAX:
             _layouts.clear()
@@ -518,11 +520,11 @@ def _empty_on(shape: "tuple[int, ...]", dtype: np.dtype, stream: _Stream) -> Dev
     hit = _layouts.get((shape, dtype))
     if hit is None:
         hit = _layout(shape, dtype)
-    shape, dtype, strides, nbytes = hit
+    shape, dtype, strides, nbytes, size, ndim = hit
     # ``what`` is only formatted when the allocation fails (a tuple, not an f-string per call).
     allocation = _alloc_on(nbytes, stream, ("an array of shape {} {}", shape, dtype))
     return DeviceArray._make(allocation, shape, dtype, allocation._record.ptr, strides, stream._device, stream,
-                             nbytes // dtype.itemsize)
+                             size, ndim)
 
 
 def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any = None) -> DeviceArray:
@@ -532,10 +534,10 @@ def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any =
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty", _SUPPORTED)
     hit = _layouts.get((shape, dt))
-    shape, dt, strides, nbytes = hit if hit is not None else _layout(shape, dt)
+    shape, dt, strides, nbytes, size, ndim = hit if hit is not None else _layout(shape, dt)
     s, index = _placement(stream, device, "empty")
     allocation = _alloc_on(nbytes, s, ("an array of shape {} {}", shape, dt))
-    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, strides, index, s, nbytes // dt.itemsize)
+    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, strides, index, s, size, ndim)
 
 
 def constant(array: Any, stream: Any = None, device: Any = None) -> DeviceArray:

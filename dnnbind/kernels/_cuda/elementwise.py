@@ -265,7 +265,7 @@ class _CastPlan:
         self.chunk = chunk = chunk_items(builtins.sum(sizes))  # (this module's sum is the op)
         views, rows, chunks, offset = [], [], [], 0
         for t, (x, size) in enumerate(zip(xs, sizes)):
-            shape, dtype, strides, nbytes = _layout(x.shape, dt)
+            shape, dtype, strides, nbytes, _, _ = _layout(x.shape, dt)
             views.append((shape, dtype, strides, offset))
             first = len(chunks)
             chunks += [(t, start) for start in range(0, size, chunk)]
