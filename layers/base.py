@@ -1076,7 +1076,10 @@ class Layer:
         before = self._call_state()
         previous = self.__dict__.get("_last_saved")
         if previous is not None and not previous["done"]:
-            previous["state"] = before  # what the previous application left: restored for its backward
+            # what the previous application left: restored for its backward (less the marker, which is
+            # ``previous`` itself: kept in it, the snapshot would make a reference cycle)
+            state, nested = before
+            previous["state"] = ({k: v for k, v in state.items() if k != "_last_saved"}, nested)
         run_training = training or self._training_free
         out = self.forward_logits(arg, training=run_training) if logits else self.forward(arg, training=run_training)
         saved = {"state": None, "done": False}
@@ -1106,28 +1109,29 @@ class Layer:
         """What a forward left on ``self`` (and on its :class:`ActivationFn` attributes) for backward:
         a shallow snapshot that :meth:`_restore_call_state` puts back before that application's backward."""
         d = self.__dict__
-        # One C-level copy (this runs per layer per training step); ``grads`` is in it but never restored (see
-        # _restore_call_state); the marker of the latest application is not (a snapshot kept in that marker
-        # would make a reference cycle).
+        # One C-level copy (this runs per layer per training step, so no more calls than needed); ``grads`` and
+        # ``_last_saved`` are in it but never restored (see _restore_call_state).
         state = d.copy()
-        state.pop("_last_saved", None)
         # (the number of attributes, the names of the ActivationFn ones): found again when the count changes
-        keys = state.get("_activation_keys")
+        keys = state["_activation_keys"] if "_activation_keys" in state else None
         if keys is None or keys[0] != len(state):
             found = tuple(k for k, v in state.items() if isinstance(v, ActivationFn))
             keys = (len(state) + ("_activation_keys" not in state), found)  # (as the next copy will count)
             d["_activation_keys"] = state["_activation_keys"] = keys
-        if not keys[1]:
-            return state, {}
-        nested = {k: state[k].__dict__.copy() for k in keys[1] if isinstance(state.get(k), ActivationFn)}
+        nested: dict = {}
+        for key in keys[1]:
+            fn = state[key] if key in state else None
+            if isinstance(fn, ActivationFn):
+                nested[key] = fn.__dict__.copy()
         return state, nested
 
     def _restore_call_state(self, saved: tuple[dict, dict]) -> None:
         state, nested = saved
         d = self.__dict__
-        grads = d.get("grads")  # the gradients being filled stay
+        # the gradients being filled and the marker of the latest application stay as they are
+        kept = {key: d[key] for key in ("grads", "_last_saved") if key in d}
         d.update(state)
-        d["grads"] = grads
+        d.update(kept)
         for key, attrs in nested.items():
             state[key].__dict__.update(attrs)
 
