@@ -387,6 +387,8 @@ class Layer:
         self.supports_masking = False
 
     # ----- attribute tracking -------------------------------------------------------------------
+    # A private name is never tracked. dnnbind's own layers write the fields their forward keeps for backward
+    # (``_x``, ``_w``...) through ``self.__dict__``: a Python __setattr__ call per field per step adds up.
     def __setattr__(self, name: str, value: Any) -> None:
         if name[0] == "_":  # the hot path: private names are never tracked (see below)
             object.__setattr__(self, name, value)

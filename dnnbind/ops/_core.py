@@ -209,6 +209,11 @@ def _stack_nested(x: Any) -> Tensor:
 
 def tensors(*xs: Any) -> list[Tensor]:
     """Several op arguments as tensors on one device: host data follows the first device operand."""
+    for x in xs:
+        if x.__class__ is not Tensor:
+            break
+    else:  # tensors already (the common case): nothing to convert or place
+        return [*xs]
     like = next((r for r in map(_probe, xs) if backend.is_device_array(r)), None)
     if like is None:  # only a host-known tensor names the device: its array is needed after all (rare)
         like = next((x.data for x in xs if isinstance(x, FilledTensor) and x.is_cuda), None)
