@@ -420,8 +420,17 @@ class Trainer:
             sw = None if weights is None else next(weights)
             if isinstance(loss, NoLoss):
                 continue
-            out32 = out if out.dtype == _F32 or out.dtype == _F64 else ops.cast(out, _F32)
-            value = loss._fused(y, out32, sw, logits=fused[i])
+            value = None
+            if out.dtype == _F32 or out.dtype == _F64:
+                out32 = out
+                value = loss._fused(y, out, sw, logits=fused[i])
+            elif loss._has_fused_kernel() and ops_core.is_float(out.dtype):
+                # the float32 copy the loss reads: its cast folds into the loss's recorded node (the gradient
+                # goes back to the output cast to its dtype), and the metrics read it as it is
+                out32 = Tensor(kernels.cast(out.data, _F32))
+                value = loss._fused(y, out, sw, logits=fused[i], data32=out32.data)
+            else:
+                out32 = ops.cast(out, _F32)
             if value is None:
                 value = loss(y, out32, sample_weight=sw)
             if multi:
