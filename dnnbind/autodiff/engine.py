@@ -197,11 +197,10 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     # --- the keys of the sources: leaves by owner, recorded tensors by (node, index)
     want: dict = {}
     for i, s in enumerate(sources):
-        leaf = getattr(s, "_leaf", _NO_LEAF)  # a Variable: its leaf (None until first read while recording)
-        if leaf is _NO_LEAF:
+        try:  # a Variable: its leaf (None until first read while recording)
+            node, index = s._leaf, 0
+        except AttributeError:  # a recorded tensor (or something unconnected)
             node, index = getattr(s, "_node", None), getattr(s, "_index", 0)
-        else:
-            node, index = leaf, 0
         if node is not None:
             key = (node, index)
             if key in want:
@@ -249,6 +248,7 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                     if e is not None and e[0].is_leaf and (e[0], 0) in want:
                         pending[e[0]] = pending.get(e[0], 0) + 1
     wrap, tensor_type = hooks.wrap, hooks.tensor
+    outer_tape = recording()  # (a tape records this backward: a once-differentiable VJP's results are poisoned)
 
     def deliver(edge: tuple, g: Any, poison: bool, node: Node) -> None:
         if g.__class__ is not tensor_type and (poison or not raw or not edge[0].is_leaf):
@@ -289,7 +289,7 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
                 "GradientTape(persistent=True) to call gradient() more than once")
         edges = node.edges
         needs = node.needs_input_grad = tuple([e is not None and e[0] in relevant for e in edges])
-        poison = node.once_differentiable and recording()
+        poison = node.once_differentiable and outer_tape
         emitted: set = set()
         if on_leaf is not None:  # early delivery matters only to whoever hears of final leaf gradients
 
@@ -327,7 +327,6 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     return results
 
 
-_NO_LEAF = object()
 _SEQ = operator.attrgetter("seq")
 
 
