@@ -1123,7 +1123,8 @@ class Layer:
         nested: dict = {}
         for key in keys[1]:
             fn = state[key] if key in state else None
-            if isinstance(fn, ActivationFn):
+            # (a linear ActivationFn keeps nothing: its state never changes)
+            if (fn.__class__ is ActivationFn or isinstance(fn, ActivationFn)) and fn.kind is not None:
                 nested[key] = fn.__dict__.copy()
         return state, nested
 

@@ -51,12 +51,14 @@ class _Hooks:
 hooks = _Hooks()
 
 
+# (the thread's state read as attributes, AttributeError until its first tape: every op asks)
 def _tapes() -> list:
-    tapes = getattr(_local, "tapes", None)
-    if tapes is None:
+    try:
+        return _local.tapes
+    except AttributeError:
         tapes = _local.tapes = []
         _local.paused = 0
-    return tapes
+        return tapes
 
 
 def active_tapes() -> list:
@@ -67,8 +69,10 @@ def active_tapes() -> list:
 
 def recording() -> bool:
     """Whether differentiable operations record nodes now (a tape is active and not stopped)."""
-    tapes = getattr(_local, "tapes", None)
-    return bool(tapes) and not _local.paused
+    try:
+        return not _local.paused if _local.tapes else False
+    except AttributeError:  # no tape ever in this thread
+        return False
 
 
 class stop_recording:

@@ -99,6 +99,8 @@ class LayerChain:
         if len(known) != len(layers) or not all(map(operator.is_, known, layers)):
             candidates, conv_bn = fusion_candidates(layers), conv_bn_candidates(layers)
             self._fusion_cache = (tuple(layers), candidates, conv_bn)
+        if not candidates and not conv_bn:
+            return (), (), ()
         # same compute dtype: the next layer's input cast, which the fused op skips, would do nothing
         pairs = tuple(i for i in candidates if layers[i]._fusable(training)
                       and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
