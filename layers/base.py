@@ -259,6 +259,15 @@ def release_pending_state(since: "int | None" = None, until: "int | None" = None
     pending = getattr(_ctx, "pending", None)
     if not pending:
         return
+    if since is None and until is None:  # a training step's end: everything
+        _ctx.pending = []
+        for entry in reversed(pending):
+            if entry is not None:
+                layer, before, saved = entry
+                if not saved["done"]:
+                    _drop_new_arrays(layer, before)
+                saved["state"] = None
+        return
     start = 0 if since is None else min(int(since), len(pending))
     end = len(pending) if until is None else min(int(until), len(pending))
     mine = pending[start:end]
