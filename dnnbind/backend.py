@@ -186,10 +186,18 @@ def is_device_array(x: Any) -> bool:
 
 
 def device_of(x: Any) -> Device:
-    """The device an array lives on."""
+    """The device an array lives on (one Device object per device: nothing changes a Device)."""
     if is_device_array(x):
-        return Device(f"cuda:{x.device.index}")
-    return Device("cpu")
+        index = x.device.index
+        device = _cuda_devices.get(index)
+        if device is None:
+            device = _cuda_devices[index] = Device(f"cuda:{index}")
+        return device
+    return _CPU
+
+
+_CPU = Device("cpu")
+_cuda_devices: "dict[int, Device]" = {}
 
 
 def asarray(x: Any, device: "str | Device | None" = None, dtype: Any = None, stream: Any = None):

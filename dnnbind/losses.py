@@ -163,13 +163,21 @@ class Loss:
         """``(loss, dloss/dy_pred)`` on raw arrays, by a fused kernel (dnnbind's built-in losses)."""
         raise NotImplementedError
 
-    def _fused(self, y_true: Any, y_pred: Any, sample_weight: Any, logits: bool = False) -> "Tensor | None":
+    def _has_fused_kernel(self) -> bool:
+        """Whether :meth:`_fused` applies: one of dnnbind's built-in losses with the default reduction."""
+        return type(self).compute is not Loss.compute and self.reduction == "sum_over_batch_size"
+
+    def _fused(self, y_true: Any, y_pred: Any, sample_weight: Any, logits: bool = False,
+               data32: Any = None) -> "Tensor | None":
         """The fused-kernel loss as a recorded tensor, or None where the kernel does not apply (a user's loss,
-        a reduction other than the default)."""
-        if type(self).compute is Loss.compute or self.reduction != "sum_over_batch_size":
+        a reduction other than the default). ``data32``: ``y_pred``'s values already cast to float32 (a
+        trainer's low-precision output): the loss is computed on them and its gradient reaches ``y_pred`` cast
+        back to its dtype, the cast and the loss one recorded node."""
+        if not self._has_fused_kernel():
             return None
-        y_pred = ops.convert_to_tensor(y_pred)
-        if not ops_core.is_float(y_pred.dtype):
+        if not isinstance(y_pred, Tensor):
+            y_pred = ops.convert_to_tensor(y_pred)
+        if data32 is None and not ops_core.is_float(y_pred.dtype):
             y_pred = ops.cast(y_pred, self._dtype)
         sw = _raw(sample_weight) if sample_weight is not None else None
         if sw is not None and not hasattr(sw, "shape"):
@@ -181,7 +189,7 @@ class Loss:
                 sw = backend.asarray(sw.astype(np.float32), device=y_pred.device)
         elif isinstance(y_raw, np.ndarray):
             y_raw = self.prepare_labels(y_raw, tuple(y_pred.shape[1:]))
-        value, dpred = self.compute(y_pred.data, y_raw, logits=logits, sample_weight=sw)
+        value, dpred = self.compute(y_pred.data if data32 is None else data32, y_raw, logits=logits, sample_weight=sw)
         return kernel_loss(value, dpred, y_pred, self.name)
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:

@@ -177,7 +177,7 @@ _structure = [0]
 
 
 def structure_version() -> int:
-    return _structure[0] + _variable_module.trainable_changes()
+    return _structure[0] + _variable_module._trainable_changes[0]  # (+ trainable_changes(), read in place)
 
 
 def _bump_structure() -> None:
@@ -274,6 +274,15 @@ def release_pending_state(since: "int | None" = None, until: "int | None" = None
     pending = getattr(_ctx, "pending", None)
     if not pending:
         return
+    if since is None and until is None:  # a training step's end: everything
+        _ctx.pending = []
+        for entry in reversed(pending):
+            if entry is not None:
+                layer, before, saved = entry
+                if not saved["done"]:
+                    _drop_new_arrays(layer, before)
+                saved["state"] = None
+        return
     start = 0 if since is None else min(int(since), len(pending))
     end = len(pending) if until is None else min(int(until), len(pending))
     mine = pending[start:end]
@@ -318,8 +327,11 @@ def _trainable_edge(w: Variable, tapes: "list | None" = None) -> "tuple | None":
 
 
 def _trainable_edges(weights: Sequence[Variable]) -> tuple:
-    """``tuple(_trainable_edge(w) for w in weights)``, the active tapes looked up once."""
+    """``tuple(_trainable_edge(w) for w in weights)`` for trainable ``weights`` (read from ``trainable_weights``
+    now), the active tapes looked up once."""
     tapes = _engine.active_tapes()
+    if len(tapes) == 1:  # the common case (one training step's tape): one call for the whole batch
+        return tapes[0]._read_edges(weights, all_trainable=True)
     return tuple(_trainable_edge(w, tapes) for w in weights)
 
 
@@ -419,6 +431,8 @@ class Layer:
         self.supports_masking = False
 
     # ----- attribute tracking -------------------------------------------------------------------
+    # A private name is never tracked. dnnbind's own layers write the fields their forward keeps for backward
+    # (``_x``, ``_w``...) through ``self.__dict__``: a Python __setattr__ call per field per step adds up.
     def __setattr__(self, name: str, value: Any) -> None:
         if name[0] == "_":  # the hot path: private names are never tracked (see below)
             object.__setattr__(self, name, value)
@@ -1130,7 +1144,10 @@ class Layer:
         before = self._call_state()
         previous = self.__dict__.get("_last_saved")
         if previous is not None and not previous["done"]:
-            previous["state"] = before  # what the previous application left: restored for its backward
+            # what the previous application left: restored for its backward (less the marker, which is
+            # ``previous`` itself: kept in it, the snapshot would make a reference cycle)
+            state, nested = before
+            previous["state"] = ({k: v for k, v in state.items() if k != "_last_saved"}, nested)
         run_training = training or self._training_free
         out = self.forward_logits(arg, training=run_training) if logits else self.forward(arg, training=run_training)
         saved = {"state": None, "done": False}
@@ -1159,23 +1176,31 @@ class Layer:
     def _call_state(self) -> tuple[dict, dict]:
         """What a forward left on ``self`` (and on its :class:`ActivationFn` attributes) for backward:
         a shallow snapshot that :meth:`_restore_call_state` puts back before that application's backward."""
-        state = self.__dict__.copy()  # (one C-level copy: this runs per layer per training step)
-        state.pop("grads", None)
-        state.pop("_last_saved", None)
-        keys = state.get("_activation_keys")
-        if keys is None or len(keys[0]) != len(state):
+        d = self.__dict__
+        # One C-level copy (this runs per layer per training step, so no more calls than needed); ``grads`` and
+        # ``_last_saved`` are in it but never restored (see _restore_call_state).
+        state = d.copy()
+        # (the number of attributes, the names of the ActivationFn ones): found again when the count changes
+        keys = state["_activation_keys"] if "_activation_keys" in state else None
+        if keys is None or keys[0] != len(state):
             found = tuple(k for k, v in state.items() if isinstance(v, ActivationFn))
-            keys = (tuple(state), found)
-            self.__dict__["_activation_keys"] = keys
-            state["_activation_keys"] = keys
-        if not keys[1]:
-            return state, {}
-        nested = {k: state[k].__dict__.copy() for k in keys[1] if isinstance(state.get(k), ActivationFn)}
+            keys = (len(state) + ("_activation_keys" not in state), found)  # (as the next copy will count)
+            d["_activation_keys"] = state["_activation_keys"] = keys
+        nested: dict = {}
+        for key in keys[1]:
+            fn = state[key] if key in state else None
+            # (a linear ActivationFn keeps nothing: its state never changes)
+            if (fn.__class__ is ActivationFn or isinstance(fn, ActivationFn)) and fn.kind is not None:
+                nested[key] = fn.__dict__.copy()
         return state, nested
 
     def _restore_call_state(self, saved: tuple[dict, dict]) -> None:
         state, nested = saved
-        self.__dict__.update(state)
+        d = self.__dict__
+        # the gradients being filled and the marker of the latest application stay as they are
+        kept = {key: d[key] for key in ("grads", "_last_saved") if key in d}
+        d.update(state)
+        d.update(kept)
         for key, attrs in nested.items():
             state[key].__dict__.update(attrs)
 

@@ -196,16 +196,18 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
             # over the output on NumPy) instead of conv, bias add and activation.
             y = kernels.conv2d_bias_activation_forward(x, w, self._compute_weight(self.bias),
                                                    activation=act.kind or "linear", **conv_kwargs)
-            self._skipped_softmax = False
+            d = self.__dict__  # per-step fields (see Layer.__setattr__)
+            d["_skipped_softmax"] = False
             if training:
-                self._x, self._w = x, w
+                d["_x"], d["_w"] = x, w
                 act.remember(y, y)  # relu's gradient mask, x > 0, is y > 0
             return y
         z = kernels.conv2d_forward(x, w, **conv_kwargs)
         if self.bias is not None:
             z = kernels.bias_add(z, self._compute_weight(self.bias), layout=self.layout)
         if training:
-            self._x, self._w = x, w
+            d = self.__dict__
+            d["_x"], d["_w"] = x, w
         return self._activate(z, training, skip_softmax)
 
     def _forward_into_batchnorm(self, x, bn, activation: "str | None"):
@@ -220,7 +222,8 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
         x = self._cast_input(x)
         w = self._compute_weight(self.kernel)
         out = bn._forward_after_conv(x, w, self._conv_kwargs(), True, activation)
-        self._x, self._w, self._skipped_softmax = x, w, False
+        d = self.__dict__
+        d["_x"], d["_w"], d["_skipped_softmax"] = x, w, False
         return out
 
     def _backward_into_batchnorm(self, dy, bn):
@@ -236,14 +239,16 @@ class Conv2D(_QuantizableMixin, _ActivationMixin, Layer):
             dw = kernels.conv2d_backward_filter(self._x, dy, tuple(self._w.shape), **self._conv_kwargs())
             self.grads[self.kernel.name] = self._to_variable_dtype(dw, self.kernel)
         dx = bn._backward_through_conv(dy, self._w, self._conv_kwargs())
-        self._x = self._w = None
+        d = self.__dict__
+        d["_x"] = d["_w"] = None
         return dx
 
     def backward(self, dy, need_dx=True):
         if self.quantization_mode is not None:
             self._refuse_training()
         dx = self._conv_bias_activation_backward(dy, self.kernel, self._conv_kwargs(), need_dx)
-        self._x = self._w = None
+        d = self.__dict__
+        d["_x"] = d["_w"] = None
         return dx
 
     def _conv_bias_activation_backward(self, dy, kernel, conv_kwargs, need_dx):

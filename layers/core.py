@@ -36,7 +36,7 @@ class _ActivationMixin:
         return self.activation.is_softmax
 
     def _activate(self, z: Any, training: bool, skip_softmax: bool) -> Any:
-        self._skipped_softmax = skip_softmax
+        self.__dict__["_skipped_softmax"] = skip_softmax  # a per-step field (see Layer.__setattr__)
         if skip_softmax:
             return z
         return self.activation.forward(z, training)
@@ -423,7 +423,8 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
             w = self._compute_weight(self.kernel)
             z = kernels.dense_forward(x2, w, b)
             if training:
-                self._x2, self._w, self._lead = x2, w, lead
+                d = self.__dict__  # per-step fields (see Layer.__setattr__)
+                d["_x2"], d["_w"], d["_lead"] = x2, w, lead
         if x.ndim != 2:
             z = z.reshape(*lead, self.units)
         return self._activate(z, training, skip_softmax)
@@ -440,7 +441,8 @@ class Dense(_QuantizableMixin, _ActivationMixin, Layer):
         dx = kernels.dense_backward_input(dz2, self._w) if need_dx else None
         if dx is not None and len(self._lead) != 1:
             dx = dx.reshape(*self._lead, int(self._x2.shape[-1]))
-        self._x2 = self._w = None
+        d = self.__dict__
+        d["_x2"] = d["_w"] = None
         return dx
 
     def get_config(self):
@@ -518,7 +520,7 @@ class Flatten(Layer):
         return (int(math.prod(input_shape)),)
 
     def forward(self, x, training=False):
-        self._in_shape = tuple(x.shape)
+        self.__dict__["_in_shape"] = tuple(x.shape)  # a per-step field (see Layer.__setattr__)
         return x.reshape(int(x.shape[0]), int(math.prod(x.shape[1:])))
 
     def backward(self, dy, need_dx=True):
@@ -548,11 +550,11 @@ class _ActivationLayerBase(Layer):
         return self._fn().is_softmax
 
     def forward(self, x, training=False):
-        self._skipped = False
+        self.__dict__["_skipped"] = False  # a per-step field (see Layer.__setattr__)
         return self._fn().forward(self._cast_input(x), training)
 
     def forward_logits(self, x, training=False):
-        self._skipped = True
+        self.__dict__["_skipped"] = True
         return self._cast_input(x)
 
     def backward(self, dy, need_dx=True):

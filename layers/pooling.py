@@ -61,12 +61,14 @@ class _Pooling2D(Layer):
     def forward(self, x, training=False):
         y = kernels.pool2d_forward(x, **self._kwargs())
         if training:
-            self._x, self._y = x, y
+            d = self.__dict__  # per-step fields (see Layer.__setattr__)
+            d["_x"], d["_y"] = x, y
         return y
 
     def backward(self, dy, need_dx=True):
         dx = kernels.pool2d_backward(dy, self._x, self._y, **self._kwargs())
-        self._x = self._y = None
+        d = self.__dict__
+        d["_x"] = d["_y"] = None
         return dx
 
     def get_config(self):

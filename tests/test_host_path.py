@@ -336,10 +336,14 @@ def test_empty_fast_path_gives_the_checked_layout_and_frees_once(monkeypatch):
             # NumPy's strides, except that a zero-size array keeps the nonzero strides it always had
             strides = ref.strides if ref.size else amod._c_strides(shape, dt.itemsize)
             assert (a.shape, a.dtype, a.strides, a.nbytes) == (shape, dt, strides, ref.nbytes)
+            assert (a.size, a.ndim) == (ref.size, ref.ndim)  # kept at construction, from the layout memo
+            flat = a.reshape(ref.size)  # a view (_make without the memo's size and ndim)
+            assert (flat.shape, flat.size, flat.ndim) == ((ref.size,), ref.size, 1)
             assert a.stream is s and a.device_index == 0 and a.ptr == (fake.next_ptr - 0x10000 if ref.nbytes else 0)
             b = cuda.empty(shape, dt, stream=s)  # the public path shares the memo after its checks
             assert (b.shape, b.dtype, b.strides, b.nbytes) == (a.shape, a.dtype, a.strides, a.nbytes)
-            del a, b
+            assert (b.size, b.ndim) == (ref.size, ref.ndim)
+            del a, b, flat
     sized = [n for n, _ in fake.malloc]
     assert sized == [32 * 16 * 16 * 8 * 4] * 4 + [30] * 4 + [2] * 4  # zero-byte arrays allocate nothing
     assert sorted(p for p, _ in fake.free) == sorted(0x10000 * (i + 1) for i in range(len(fake.malloc)))
@@ -368,7 +372,7 @@ def test_layout_memo_is_bounded(monkeypatch):
     monkeypatch.setattr(amod, "_LAYOUTS_MAX", 4)
     f32 = np.dtype(np.float32)
     for n in range(1, 10):
-        assert amod._layout((n, 3), f32) == ((n, 3), f32, (12, 4), 12 * n)
+        assert amod._layout((n, 3), f32) == ((n, 3), f32, (12, 4), 12 * n, 3 * n, 2)  # ..., nbytes, size, ndim
         assert len(amod._layouts) <= 4
 
 

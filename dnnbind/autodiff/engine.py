@@ -37,11 +37,13 @@ _local = threading.local()
 class _Hooks:
     """Functions of the ops room the engine needs (installed by :mod:`dnnbind.ops` on import: the
     engine sits below it). ``add(a, b)``: the differentiable sum of two gradients; ``wrap(x)``: a raw
-    array or number as a constant Tensor; ``materialize(filled)``: a :class:`FilledTensor`'s array."""
+    array or number as a constant Tensor (``tensor``: that class); ``materialize(filled)``: a
+    :class:`FilledTensor`'s array."""
 
     ops: Any = None  # the dnnbind.ops module itself
     add: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
     wrap: Callable[[Any], Any] = None  # type: ignore[assignment]
+    tensor: type = None  # type: ignore[assignment]  # the Tensor class (what ``wrap`` returns as it is)
     materialize: Callable[[Any], Any] = None  # type: ignore[assignment]
     seed: Callable[[Any], Any] = None  # type: ignore[assignment]
 
@@ -49,12 +51,14 @@ class _Hooks:
 hooks = _Hooks()
 
 
+# (the thread's state read as attributes, AttributeError until its first tape: every op asks)
 def _tapes() -> list:
-    tapes = getattr(_local, "tapes", None)
-    if tapes is None:
+    try:
+        return _local.tapes
+    except AttributeError:
         tapes = _local.tapes = []
         _local.paused = 0
-    return tapes
+        return tapes
 
 
 def active_tapes() -> list:
@@ -65,8 +69,10 @@ def active_tapes() -> list:
 
 def recording() -> bool:
     """Whether differentiable operations record nodes now (a tape is active and not stopped)."""
-    tapes = getattr(_local, "tapes", None)
-    return bool(tapes) and not _local.paused
+    try:
+        return not _local.paused if _local.tapes else False
+    except AttributeError:  # no tape ever in this thread
+        return False
 
 
 class stop_recording:
@@ -153,7 +159,11 @@ def record(raw_outputs: "Any | tuple", edges: tuple, vjp: Callable, name: str, *
     if keep_outputs:
         node.outputs_raw = tuple(outs)
     tapes = _tapes()
-    node.holders = -1 if any(t._persistent for t in tapes) else len(tapes)
+    node.holders = len(tapes)
+    for t in tapes:
+        if t._persistent:
+            node.holders = -1  # a persistent tape keeps every node it recorded
+            break
     wrap = hooks.wrap
     result = []
     for i, raw in enumerate(outs):
@@ -186,7 +196,7 @@ def _accumulate(old: Any, new: Any) -> Any:
 
 
 def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any], *, tape: Any = None,
-             release: bool = True, on_leaf: "Callable[[Any, Any], None] | None" = None) -> list:
+             release: bool = True, on_leaf: "Callable[[Any, Any], None] | None" = None, raw: bool = False) -> list:
     """Gradients of ``targets`` (tensors), seeded with ``seeds`` (one tensor per target, the gradient of
     the final scalar w.r.t. it), w.r.t. ``sources`` (leaves' owners or recorded tensors): one entry per
     source, None when unconnected.
@@ -194,20 +204,25 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     ``tape``: the tape asking (its non-persistent nodes are released after their VJP runs, unless another
     tape that was active when they were recorded still holds them). ``on_leaf(owner, grad)``: called once
     per source leaf as soon as its gradient is final (every node that read it has delivered), before the
-    sweep ends."""
+    sweep ends. ``raw``: the results (and what ``on_leaf`` gets) are raw arrays, not tensors (a training step
+    hands them to the optimizer), and a raw array a VJP gives a leaf is kept as it is, never wrapped."""
     # (nodes are dict keys by identity: Node defines no __eq__/__hash__)
     # --- the keys of the sources: leaves by owner, recorded tensors by (node, index)
     want: dict = {}
     for i, s in enumerate(sources):
-        leaf = getattr(s, "_leaf", _NO_LEAF)  # a Variable: its leaf (None until first read while recording)
-        if leaf is _NO_LEAF:
+        try:  # a Variable: its leaf (None until first read while recording)
+            node, index = s._leaf, 0
+        except AttributeError:  # a recorded tensor (or something unconnected)
             node, index = getattr(s, "_node", None), getattr(s, "_index", 0)
-        else:
-            node, index = leaf, 0
         if node is not None:
-            want.setdefault((node, index), []).append(i)
-    source_nodes = {k[0] for k in want}
-    # --- nodes reachable from the targets, inputs before their consumers, and which of them lead to a source
+            key = (node, index)
+            if key in want:
+                want[key].append(i)
+            else:
+                want[key] = [i]
+    # --- the non-leaf nodes reachable from the targets (a leaf has no inputs and no VJP: the sweep has nothing
+    # to do there), inputs before their consumers, and which of them lead to a source. ``relevant`` starts
+    # with every source node: for the nodes reached, that is the same as the sources reached.
     stack = [node for node in (getattr(t, "_node", None) for t in targets) if node is not None]
     seen: set = set()
     while stack:
@@ -216,13 +231,12 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
             continue
         seen.add(node)
         for edge in node.edges:
-            if edge is not None and edge[0] not in seen:
+            if edge is not None and not edge[0].is_leaf and edge[0] not in seen:
                 stack.append(edge[0])
     order = sorted(seen, key=_SEQ)
-    relevant: set = set()
+    relevant = {k[0] for k in want}
     for node in order:
-        if node in source_nodes:
-            relevant.add(node)
+        if node in relevant:
             continue
         for e in node.edges:
             if e is not None and e[0] in relevant:
@@ -241,60 +255,54 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
     # --- how many deliveries each source leaf waits for (to report it as soon as it is final)
     pending: dict = {}
     if on_leaf is not None:
-        for node in relevant:
-            if not node.is_leaf:
+        for node in order:
+            if node in relevant and not node.is_leaf:
                 for e in node.edges:
                     if e is not None and e[0].is_leaf and (e[0], 0) in want:
                         pending[e[0]] = pending.get(e[0], 0) + 1
-    wrap = hooks.wrap
+    wrap, tensor_type = hooks.wrap, hooks.tensor
+    outer_tape = recording()  # (a tape records this backward: a once-differentiable VJP's results are poisoned)
 
     def deliver(edge: tuple, g: Any, poison: bool, node: Node) -> None:
-        if not hasattr(g, "_node"):
-            g = wrap(g)
+        if g.__class__ is not tensor_type and (poison or not raw or not edge[0].is_leaf):
+            g = wrap(g)  # (a tensor subclass as it is; a raw array as a constant)
         if poison:
             g = _poisoned(g, node)
-        old = grads.get(edge)
-        grads[edge] = g if old is None else hooks.add(old, g)
+        old = grads[edge] if edge in grads else None
+        grads[edge] = g if old is None else hooks.add(wrap(old), wrap(g))  # (wrap: a raw leaf gradient)
         if pending:
             target = edge[0]
             left = pending.get(target)
             if left is not None:
                 pending[target] = left - 1
                 if left == 1:
-                    on_leaf(target.owner, grads[edge])
+                    g = grads[edge]
+                    on_leaf(target.owner, g.data if raw and isinstance(g, tensor_type) else g)
 
-    # --- reverse sweep
+    # --- reverse sweep (a source's gradient stays in ``grads``: it is final once its node comes up, and it
+    # is read into ``results`` after the sweep)
     for node in reversed(order):
-        if node not in relevant:
+        if node.is_leaf or node not in relevant:
             continue
         if node.n_outputs == 1:
             key = (node, 0)
-            wanted = want.get(key)
-            g = grads.get(key) if wanted is not None else grads.pop(key, None)
-            outs = [g]
-            if wanted is not None:
-                for j in wanted:
-                    results[j] = g
+            g = grads.get(key) if key in want else grads.pop(key, None)
+            if g is None:
+                continue
+            outs = (g,)
         else:
-            outs = []
-            for i in range(node.n_outputs):
-                key = (node, i)
-                wanted = want.get(key)
-                g = grads.get(key) if wanted is not None else grads.pop(key, None)
-                outs.append(g)
-                if wanted is not None:
-                    for j in wanted:
-                        results[j] = g
-        if node.is_leaf or all(g is None for g in outs):
-            continue
+            outs = tuple(grads.get((node, i)) if (node, i) in want else grads.pop((node, i), None)
+                         for i in range(node.n_outputs))
+            if all(g is None for g in outs):
+                continue
         if node.vjp is None:
             raise RuntimeError(
                 f"the backward of {node.name} was already run and its saved tensors were freed: a "
                 "non-persistent GradientTape computes one set of gradients; use "
                 "GradientTape(persistent=True) to call gradient() more than once")
         edges = node.edges
-        needs = node.needs_input_grad = tuple(e is not None and e[0] in relevant for e in edges)
-        poison = node.once_differentiable and recording()
+        needs = node.needs_input_grad = tuple([e is not None and e[0] in relevant for e in edges])
+        poison = node.once_differentiable and outer_tape
         emitted: set = set()
         if on_leaf is not None:  # early delivery matters only to whoever hears of final leaf gradients
 
@@ -323,11 +331,15 @@ def gradient(targets: Sequence[Any], seeds: Sequence[Any], sources: Sequence[Any
             node.holders -= 1
             if node.holders == 0:
                 node.release()
-    # leaves that are sources were filled when their (leaf) node came up in the sweep
+    for key, positions in want.items():
+        g = grads[key] if key in grads else None
+        if raw and g is not None and isinstance(g, tensor_type):
+            g = g.data
+        for j in positions:
+            results[j] = g
     return results
 
 
-_NO_LEAF = object()
 _SEQ = operator.attrgetter("seq")
 
 

@@ -121,6 +121,25 @@ class GradientTape:
     def _note_access(self, variable: Any) -> None:
         self._accessed.setdefault(id(variable), variable)
 
+    def _read_edges(self, variables: Sequence[Any], all_trainable: bool = False) -> tuple:
+        """``watches`` and ``_note_access`` for a batch of variables read at once while this tape is the only
+        one recording (dnnbind's own layers read all their weights together): per variable, the edge to its
+        leaf when this tape watches it, else None. ``all_trainable``: the caller knows every variable is
+        trainable now (a layer's ``trainable_weights``)."""
+        watched, accessed = self._watched, self._accessed
+        auto = self.watch_accessed_variables
+        edges = []
+        for v in variables:
+            key = id(v)
+            if (auto and (all_trainable or v.trainable)) or key in watched:
+                if key not in accessed:
+                    accessed[key] = v
+                leaf = v._leaf
+                edges.append((leaf if leaf is not None else v._leaf_node(), 0))
+            else:
+                edges.append(None)
+        return tuple(edges)
+
     def watched_variables(self) -> list:
         """The variables this tape watched (read while recording, or watched explicitly), in first-read order."""
         out = {**self._accessed}

@@ -16,6 +16,7 @@ this room sits below the ops room and cannot import it.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -54,13 +55,9 @@ class Tensor:
     def shape(self) -> tuple:
         return tuple(self.data.shape)
 
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.data.ndim
+    # C getters (no Python frame): the ops and the trainer read a tensor's dtype on every call
+    dtype = property(operator.attrgetter("data.dtype"), doc="The element type, an np.dtype.")
+    ndim = property(operator.attrgetter("data.ndim"), doc="The number of dimensions.")
 
     @property
     def size(self) -> int:

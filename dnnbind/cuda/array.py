@@ -15,6 +15,7 @@ the memory is freed when the last view dies.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 from typing import Any, Iterable
 
@@ -98,7 +99,7 @@ class DeviceArray:
     allocated on; copies without an explicit stream run there).
     """
 
-    __slots__ = ("_ptr", "_shape", "_dtype", "_strides", "_base", "_device_index", "_stream",
+    __slots__ = ("_ptr", "_shape", "_ndim", "_size", "_dtype", "_strides", "_base", "_device_index", "_stream",
                  "_closed", "__weakref__")
 
     # NumPy must not treat a DeviceArray as a scalar or sequence in mixed expressions.
@@ -108,6 +109,8 @@ class DeviceArray:
                  strides: tuple[int, ...] | None = None, device_index: int, stream: Any) -> None:
         self._base = base
         self._shape = normalize_shape(shape)
+        self._ndim = len(self._shape)
+        self._size = math.prod(self._shape)
         self._dtype = normalize_dtype(dtype, "DeviceArray", _SUPPORTED)
         self._ptr = int(ptr)
         self._strides = (_c_strides(self._shape, self._dtype.itemsize) if strides is None
@@ -120,14 +123,17 @@ class DeviceArray:
 
     @classmethod
     def _make(cls, base: Any, shape: tuple[int, ...], dtype: np.dtype, ptr: int, strides: tuple[int, ...],
-              device_index: int, stream: Any) -> "DeviceArray":
+              device_index: int, stream: Any, size: "int | None" = None,
+              ndim: "int | None" = None) -> "DeviceArray":
         """Internal constructor for already-normalised fields (a tuple of ints ``shape``, a
         supported ``np.dtype``, int ``ptr``/``device_index``, byte ``strides`` of the same
-        length): skips the checks of ``__init__``, which the hot paths (``empty``, views) do
-        not need."""
+        length; ``size`` and ``ndim`` of ``shape`` when the caller knows them): skips the checks
+        of ``__init__``, which the hot paths (``empty``, views) do not need."""
         self = object.__new__(cls)
         self._base = base
         self._shape = shape
+        self._ndim = len(shape) if ndim is None else ndim
+        self._size = math.prod(shape) if size is None else size
         self._dtype = dtype
         self._ptr = ptr
         self._strides = strides
@@ -142,14 +148,8 @@ class DeviceArray:
     shape = property(operator.attrgetter("_shape"), doc="The shape, a tuple of ints.")
     dtype = property(operator.attrgetter("_dtype"), doc="The element type, an np.dtype.")
     strides = property(operator.attrgetter("_strides"), doc="Byte strides (NumPy convention).")
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def size(self) -> int:
-        return _prod(self._shape)
+    ndim = property(operator.attrgetter("_ndim"), doc="The number of dimensions, len(shape).")
+    size = property(operator.attrgetter("_size"), doc="The number of elements, the product of shape.")
 
     @property
     def itemsize(self) -> int:
@@ -488,12 +488,13 @@ def _placement(stream: Any, device: Any, what: str):
 # Bounded: cleared when full (it holds only small tuples). A dict get/set is atomic, so threads
 # need no lock (two threads may both fill an entry, with equal values). Nothing in it refers to a
 # stream, a device or memory, so a hit can never hand out something that was closed.
-_layouts: "dict[tuple, tuple[tuple[int, ...], np.dtype, tuple[int, ...], int]]" = {}
+_layouts: "dict[tuple, tuple[tuple[int, ...], np.dtype, tuple[int, ...], int, int, int]]" = {}
 _LAYOUTS_MAX = 4096
 
 
-def _layout(shape: Any, dtype: Any, what: str = "empty") -> "tuple[tuple[int, ...], np.dtype, tuple[int, ...], int]":
-    """``(shape, dtype, strides, nbytes)`` of a new C-contiguous array; ValueError/TypeError
+def _layout(shape: Any, dtype: Any,
+            what: str = "empty") -> "tuple[tuple[int, ...], np.dtype, tuple[int, ...], int, int, int]":
+    """``(shape, dtype, strides, nbytes, size, ndim)`` of a new C-contiguous array; ValueError/TypeError
     naming ``what`` for a bad shape or an unsupported dtype."""
     try:
         key = (shape, dtype)
@@ -504,7 +505,7 @@ def _layout(shape: Any, dtype: Any, what: str = "empty") -> "tuple[tuple[int, ..
         return hit
     shp = normalize_shape(shape, what)
     dt = normalize_dtype(dtype, what, _SUPPORTED)
-    hit = (shp, dt, _c_strides(shp, dt.itemsize), _prod(shp) * dt.itemsize)
+    hit = (shp, dt, _c_strides(shp, dt.itemsize), _prod(shp) * dt.itemsize, _prod(shp), len(shp))
     if key is not None:
         if len(_layouts) >= _LAYOUTS_MAX:
             _layouts.clear()
@@ -519,10 +520,11 @@ def _empty_on(shape: "tuple[int, ...]", dtype: np.dtype, stream: _Stream) -> Dev
     hit = _layouts.get((shape, dtype))
     if hit is None:
         hit = _layout(shape, dtype)
-    shape, dtype, strides, nbytes = hit
+    shape, dtype, strides, nbytes, size, ndim = hit
     # ``what`` is only formatted when the allocation fails (a tuple, not an f-string per call).
     allocation = _alloc_on(nbytes, stream, ("an array of shape {} {}", shape, dtype))
-    return DeviceArray._make(allocation, shape, dtype, allocation._record.ptr, strides, stream._device, stream)
+    return DeviceArray._make(allocation, shape, dtype, allocation._record.ptr, strides, stream._device, stream,
+                             size, ndim)
 
 
 def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any = None) -> DeviceArray:
@@ -532,10 +534,10 @@ def empty(shape: Any, dtype: Any = np.float32, stream: Any = None, device: Any =
     shape = normalize_shape(shape, "empty")
     dt = normalize_dtype(dtype, "empty", _SUPPORTED)
     hit = _layouts.get((shape, dt))
-    shape, dt, strides, nbytes = hit if hit is not None else _layout(shape, dt)
+    shape, dt, strides, nbytes, size, ndim = hit if hit is not None else _layout(shape, dt)
     s, index = _placement(stream, device, "empty")
     allocation = _alloc_on(nbytes, s, ("an array of shape {} {}", shape, dt))
-    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, strides, index, s)
+    return DeviceArray._make(allocation, shape, dt, allocation._record.ptr, strides, index, s, size, ndim)
 
 
 def constant(array: Any, stream: Any = None, device: Any = None) -> DeviceArray:

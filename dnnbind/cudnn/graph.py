@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+from collections import abc
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -1442,6 +1443,7 @@ class Plan:
         self._core = core
         self.graph_name = graph.name
         self._tensors = {t.name: t for t in bound if not t.is_scalar}
+        self._names = self._tensors.keys()  # (a live view: compared with execute's mapping as a set)
         order = [t for t in bound if not t.is_scalar] + [t for t in bound if t.is_scalar]
         self._uids = (ctypes.c_int64 * len(order))(*[t._index + 1 for t in order])
         self._slots = {t.name: i for i, t in enumerate(order) if not t.is_scalar}
@@ -1482,12 +1484,12 @@ class Plan:
         picks the stream. No host synchronisation, no allocation: capturable.
         """
         what = f"Plan {self.graph_name!r}: execute"
-        if not isinstance(tensors, Mapping):
+        if tensors.__class__ is not dict and not isinstance(tensors, abc.Mapping):
             raise ArgumentTypeError(f"{what}: tensors must be a mapping of name -> device array, got "
                                     f"{type(tensors).__name__}")
-        missing = [n for n in self._tensors if n not in tensors]
-        extra = [n for n in tensors if n not in self._tensors]
-        if missing or extra:
+        if self._names != tensors.keys():
+            missing = [n for n in self._tensors if n not in tensors]
+            extra = [n for n in tensors if n not in self._tensors]
             raise ValueError(f"{what}: tensors must bind exactly {sorted(self._tensors)}; missing {missing}, "
                              f"unknown {extra}")
         ptrs = (ctypes.c_void_p * self._count)()

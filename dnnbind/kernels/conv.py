@@ -46,10 +46,10 @@ __all__ = [
 
 def _shape4(op: str, name: str, shape: Any) -> tuple[int, int, int, int]:
     try:
-        dims = tuple(int(v) for v in shape)
+        dims = tuple(map(int, shape))
     except TypeError:
         raise TypeError(f"{op}: {name} must be a 4-tuple of ints, got {shape!r}") from None
-    if len(dims) != 4 or any(v < 1 for v in dims):
+    if len(dims) != 4 or min(dims) < 1:
         raise ValueError(f"{op}: {name} must have 4 positive dimensions, got {shape!r}")
     return dims  # type: ignore[return-value]
 

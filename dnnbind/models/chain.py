@@ -99,6 +99,8 @@ class LayerChain:
         if len(known) != len(layers) or not all(map(operator.is_, known, layers)):
             candidates, conv_bn = fusion_candidates(layers), conv_bn_candidates(layers)
             self._fusion_cache = (tuple(layers), candidates, conv_bn)
+        if not candidates and not conv_bn:
+            return (), (), ()
         # same compute dtype: the next layer's input cast, which the fused op skips, would do nothing
         pairs = tuple(i for i in candidates if layers[i]._fusable(training)
                       and layers[i]._effective_compute_dtype() == layers[i + 1]._effective_compute_dtype())
@@ -134,9 +136,9 @@ class LayerChain:
         y = last.forward_logits(x, training=training) if logits else last.forward(x, training=training)
         return y, (fused, back)
 
-    def backward(self, dy: Any, plan: tuple, need_dx: bool, on_layer: "Callable[[Layer], None] | None" = None) -> Any:
+    def backward(self, dy: Any, plan: tuple, need_dx: bool, on_layer: "Callable[[int], None] | None" = None) -> Any:
         """The chain's backward from ``dy`` (the layers' hand-written backwards in reverse, fused where the
-        forward's ``plan`` says); ``on_layer(layer)`` after each layer's gradients are final."""
+        forward's ``plan`` says); ``on_layer(i)`` after ``layers[i]``'s gradients are final."""
         fused, back = plan
         layers = self.layers
         done = len(layers)  # layers from here on had their backward run by a fused convolution's
@@ -151,24 +153,22 @@ class LayerChain:
                 dy = layer.backward(dy, need_dx=need_dx or i > 0)
             # else: a relu fused into the batch norm before it, whose backward takes dy as it is
             if on_layer is not None:
-                on_layer(layer)
+                on_layer(i)
         return dy
 
     # ----- one recorded node ------------------------------------------------------------------------
     def _weights(self) -> tuple:
-        """``([(layer, weight)], {id(layer): [(weight name, input position)]}, {id(weight): position})`` of the
-        trainable weights, kept until the structure version moves (a trainable flag, a new weight)."""
+        """``([(layer, weight)], [per layer: ((weight name, input position), ...)], [weight])`` of the trainable
+        weights, kept until the structure version moves (a trainable flag, a new weight)."""
         memo = self.__dict__.get("_weights_memo")
         version = structure_version()
         if memo is None or memo[0] != version:
             weights = [(layer, w) for layer in self.layers if layer.trainable for w in layer.trainable_weights]
-            per_layer: dict = {}
-            for i, (layer, w) in enumerate(weights):
-                per_layer.setdefault(id(layer), []).append((w.name, i + 1))
-            memo = (version, weights, per_layer, {id(w): i + 1 for i, (_, w) in enumerate(weights)},
-                    [w for _, w in weights])
+            per_layer = [tuple((w.name, k + 1) for k, (owner, w) in enumerate(weights) if owner is layer)
+                         for layer in self.layers]
+            memo = (version, weights, per_layer, [w for _, w in weights])
             self._weights_memo = memo
-        return memo[1], memo[2], memo[3], memo[4]
+        return memo[1], memo[2], memo[3]
 
 
     def apply(self, x: Any, training: bool, logits: bool = False) -> Tensor:
@@ -178,7 +178,7 @@ class LayerChain:
         if not engine.recording():
             y, _ = self.forward(raw, training, logits)
             return Tensor(y)
-        weights, per_layer, position, variables = self._weights()
+        weights, per_layer, variables = self._weights()
         in_edge = None if t is None else ops_core.edge(t)
         w_edges = _trainable_edges(variables)
         if in_edge is None and all(e is None for e in w_edges):
@@ -195,17 +195,21 @@ class LayerChain:
         saved = {"state": None, "done": False}
         self._last_saved = saved
         _pending().extend([(layer, before, saved) for layer, before in states])
+        layers = self.layers
+
         def vjp(node: Any, dy: Tensor) -> tuple:
             need_dx = node.needs_input_grad[0]
             results: list = [None] * (1 + len(weights))
             emit = node.emit
 
-            def finished(layer: Layer) -> None:
-                d = layer.__dict__
-                grads = d.get("grads") or {}
+            def finished(i: int) -> None:
+                d = layers[i].__dict__
+                grads = d["grads"]  # (set to {} below, before the backward)
+                if not grads:
+                    return
                 d["grads"] = {}
-                for name, k in per_layer.get(id(layer), ()):
-                    g = grads.get(name)
+                for name, k in per_layer[i]:
+                    g = grads[name] if name in grads else None
                     if g is not None:
                         results[k] = g
                         if emit is not None:
@@ -220,8 +224,8 @@ class LayerChain:
                 dx = self.backward(dy.data, plan, need_dx, finished)
             else:
                 dx = self.backward(dy.data, plan, need_dx)
-                for layer in self.layers:
-                    finished(layer)
+                for i in range(len(layers)):
+                    finished(i)
             saved["done"] = True
             results[0] = dx if need_dx else None
             return tuple(results)

@@ -122,13 +122,14 @@ class Model(Trainer, Layer):
         """``make()``, kept until the structure version moves (layers or variables tracked, weights made,
         trainable flags set: see ``layers.base.structure_version``). A step asks for these every time."""
         version = structure_version()
-        memo = self.__dict__.get("_structure_memo")
+        d = self.__dict__
+        memo = d["_structure_memo"] if "_structure_memo" in d else None
         if memo is None or memo[0] != version:
-            memo = (version, {})
-            self.__dict__["_structure_memo"] = memo
-        hit = memo[1].get(key)
+            memo = d["_structure_memo"] = (version, {})
+        kept = memo[1]
+        hit = kept[key] if key in kept else None
         if hit is None:
-            hit = memo[1][key] = make()
+            hit = kept[key] = make()
         return hit
 
     def _flat_layers(self) -> list[Layer]:

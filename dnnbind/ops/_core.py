@@ -51,8 +51,17 @@ _BOOL = np.dtype(np.bool_)
 # keras.backend and sits below kernels; they are re-exported here for the op families
 
 
+# NumPy dtypes that np_dtype gives back as they are (each is what its own Keras name maps to): the ops pass
+# these on every call, and the spelling rules need not run for them
+_NATIVE_DTYPES = frozenset([np.dtype(name) for name in (
+    "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32",
+    "float64", "complex64", "complex128")] + [BFLOAT16])
+
+
 def np_dtype(dtype: Any) -> np.dtype:
     """The NumPy dtype (ml_dtypes' bfloat16 for ``"bfloat16"``) of a Keras dtype spelling."""
+    if isinstance(dtype, np.dtype) and dtype in _NATIVE_DTYPES:
+        return dtype
     name = standardize_dtype(dtype)
     return BFLOAT16 if name == "bfloat16" else np.dtype(name)
 
@@ -246,6 +255,11 @@ def _stack_nested(x: Any) -> Tensor:
 
 def tensors(*xs: Any) -> list[Tensor]:
     """Several op arguments as tensors on one device: host data follows the first device operand."""
+    for x in xs:
+        if x.__class__ is not Tensor:
+            break
+    else:  # tensors already (the common case): nothing to convert or place
+        return [*xs]
     like = next((r for r in map(_probe, xs) if backend.is_device_array(r)), None)
     if like is None:  # only a host-known tensor names the device: its array is needed after all (rare)
         like = next((x.data for x in xs if isinstance(x, FilledTensor) and x.is_cuda), None)
@@ -300,10 +314,11 @@ def make(out: Any, inputs: Sequence[Any], vjp: Callable, name: str, *, keep_outp
     """The op's raw result(s) as tensor(s); recorded with ``vjp`` when a tape records and an input of
     ``inputs`` (tensors, or None for non-differentiable arguments) needs a gradient."""
     if recording():
-        edges = tuple(None if t is None else edge(t) for t in inputs)
-        if any(e is not None for e in edges):
-            return engine.record(out, edges, vjp, name, keep_outputs=keep_outputs,
-                                 once_differentiable=once_differentiable, multiple=multiple)
+        edges = tuple([None if t is None else edge(t) for t in inputs])
+        for e in edges:
+            if e is not None:
+                return engine.record(out, edges, vjp, name, keep_outputs=keep_outputs,
+                                     once_differentiable=once_differentiable, multiple=multiple)
     if multiple:
         return tuple(Tensor(o) for o in out)
     return Tensor(out)
@@ -322,7 +337,7 @@ class _Filled(FilledTensor):
 def filled(value: float, shape: Sequence[int], dtype: Any, device: Any) -> FilledTensor:
     """A tensor of ``shape`` holding ``value`` everywhere, made on ``device`` only when read."""
     return _Filled(float(value) if not isinstance(value, (int, np.integer)) or isinstance(value, bool)
-                   else value, tuple(int(s) for s in shape), np.dtype(dtype) if dtype is not BFLOAT16 else dtype,
+                   else value, tuple(map(int, shape)), np.dtype(dtype) if dtype is not BFLOAT16 else dtype,
                    device)
 
 
@@ -376,6 +391,22 @@ def _is_symbolic(value: Any) -> bool:
     return False
 
 
+# Types whose values never are, nor hold, a symbolic tensor (a Tensor's slots leave no room for a
+# ``_keras_history``): an op's arguments of these types are not inspected on every call
+_PLAIN_TYPES = frozenset([Tensor, int, float, bool, str, type(None)])
+
+
+def _any_symbolic(args: tuple, kwargs: dict) -> bool:
+    for a in args:
+        if a.__class__ not in _PLAIN_TYPES and _is_symbolic(a):
+            return True
+    if kwargs:
+        for v in kwargs.values():
+            if v.__class__ not in _PLAIN_TYPES and _is_symbolic(v):
+                return True
+    return False
+
+
 def keras_op(fn: "Callable | None" = None, *, differentiable: bool = True, family: str = "numpy",
              name: "str | None" = None) -> Any:
     """Declare a public op: registered (``REGISTRY``, which the gradient-check harness walks), and
@@ -386,8 +417,7 @@ def keras_op(fn: "Callable | None" = None, *, differentiable: bool = True, famil
 
         @functools.wraps(f)
         def op(*args: Any, **kwargs: Any) -> Any:
-            if _symbolic_handler is not None and (any(_is_symbolic(a) for a in args)
-                                                  or any(_is_symbolic(v) for v in kwargs.values())):
+            if _symbolic_handler is not None and _any_symbolic(args, kwargs):
                 return _symbolic_handler(op, args, kwargs)
             return f(*args, **kwargs)
 
@@ -399,5 +429,6 @@ def keras_op(fn: "Callable | None" = None, *, differentiable: bool = True, famil
 
 
 engine.hooks.wrap = lambda value: value if isinstance(value, Tensor) else Tensor(value)
+engine.hooks.tensor = Tensor
 engine.hooks.materialize = _materialize
 engine.hooks.seed = ones_like_seed

@@ -88,6 +88,10 @@ class LossScale:
             optimizer._confirm_iterations()
 
 
+_VALUE = operator.attrgetter("value")
+_POLICY = operator.attrgetter("dtype_policy")
+
+
 def precast_groups(model: Any, layers: list) -> list:
     """``[([(layer, weight)], kernels.elementwise.CastMany)]``: the weights the layers cast to their
     compute dtype (``Layer._cast_weights``), grouped by (source, target) dtype. Kept on the model
@@ -95,10 +99,11 @@ def precast_groups(model: Any, layers: list) -> list:
     weight array stay the same: made once, checked per step by identity."""
     gen = cast_generation()
     kept = model.__dict__.get("_precast_kept")
-    policies = [layer.dtype_policy for layer in layers]
+    # (compared by C-level maps: this runs every step)
     if kept is not None and kept[0] == gen and kept[1] == layers and all(
-            map(operator.is_, [w.value for _, w in kept[3]], kept[4])) and all(map(operator.is_, policies, kept[5])):
+            map(operator.is_, map(_VALUE, kept[6]), kept[4])) and all(map(operator.is_, map(_POLICY, layers), kept[5])):
         return kept[2]
+    policies = [layer.dtype_policy for layer in layers]
     groups: dict = {}
     for layer in layers:
         cast = layer._cast_weights
@@ -116,7 +121,7 @@ def precast_groups(model: Any, layers: list) -> list:
     # CastMany: checked here, once; it keeps its device table while it holds the arrays
     out = [(entries, kernels.elementwise.CastMany(values, dt)) for (_, dt), (entries, values) in groups.items()]
     pairs = [e for entries, _ in out for e in entries]
-    model._precast_kept = (gen, list(layers), out, pairs, [w.value for _, w in pairs], policies)
+    model._precast_kept = (gen, list(layers), out, pairs, [w.value for _, w in pairs], policies, [w for _, w in pairs])
     return out
 
 
@@ -134,16 +139,18 @@ def precast_weights(model: Any, layers: list) -> list:
         for (layer, w), copy in zip(entries, cast()):
             made.setdefault(id(layer), (layer, {}))[1][w] = copy
     # handed out only once every cast was queued: a failed one leaves no layer holding copies
+    # (through __dict__: plain private fields, set on every layer each step, need no tracking __setattr__)
     for layer, pre in made.values():
-        layer._precast = pre
+        layer.__dict__["_precast"] = pre
     return [layer for layer, _ in made.values()]
 
 
 def end_precast(touched: list) -> None:
     for layer in touched:
-        layer._precast = None
-        layer._keep_grad_dtype = False
-        layer.__dict__.pop("_precast_reads", None)  # ops reads of the copies this step (ops/_core._autocast_read)
+        d = layer.__dict__
+        d["_precast"] = None
+        d["_keep_grad_dtype"] = False
+        d.pop("_precast_reads", None)  # ops reads of the copies this step (ops/_core._autocast_read)
 
 
 def grads_in_compute_dtype(model: Any, replica: Any) -> bool:

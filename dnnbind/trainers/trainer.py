@@ -420,8 +420,17 @@ class Trainer:
             sw = None if weights is None else next(weights)
             if isinstance(loss, NoLoss):
                 continue
-            out32 = out if out.dtype == _F32 or out.dtype == _F64 else ops.cast(out, _F32)
-            value = loss._fused(y, out32, sw, logits=fused[i])
+            value = None
+            if out.dtype == _F32 or out.dtype == _F64:
+                out32 = out
+                value = loss._fused(y, out, sw, logits=fused[i])
+            elif loss._has_fused_kernel() and ops_core.is_float(out.dtype):
+                # the float32 copy the loss reads: its cast folds into the loss's recorded node (the gradient
+                # goes back to the output cast to its dtype), and the metrics read it as it is
+                out32 = Tensor(kernels.cast(out.data, _F32))
+                value = loss._fused(y, out, sw, logits=fused[i], data32=out32.data)
+            else:
+                out32 = ops.cast(out, _F32)
             if value is None:
                 value = loss(y, out32, sample_weight=sw)
             if multi:
@@ -543,7 +552,7 @@ class Trainer:
                 total = self._loss_and_metrics(xs, ys, training=True)
             if touched and grads_in_compute_dtype(self, replica):
                 for layer in touched:
-                    layer._keep_grad_dtype = True
+                    layer.__dict__["_keep_grad_dtype"] = True  # (a plain private field: no tracking __setattr__)
             slots = self._trainable_slots()  # after the forward: a subclassed model may build layers in it
             if not slots:
                 return
@@ -556,14 +565,14 @@ class Trainer:
                 seed if backend.is_device_array(seed) or isinstance(seed, np.ndarray) else np.float32(seed))
             if seed is not None and tuple(seed_t.shape) != tuple(total.shape):
                 seed_t = ops.broadcast_to(ops.cast(seed_t, total.dtype), total.shape)
-            on_leaf = None if reducer is None else (lambda w, g: reducer.weight_done(w, g.data))
-            found = autodiff_engine.gradient([total], [seed_t], variables, tape=tape, on_leaf=on_leaf)
+            on_leaf = None if reducer is None else reducer.weight_done
+            found = autodiff_engine.gradient([total], [seed_t], variables, tape=tape, on_leaf=on_leaf, raw=True)
             params = [w.value for w in variables]
             if not self.optimizer.built:
                 for w in variables:
                     w._relayout_ok = False  # the slots about to be made follow the stored layout
             # a weight no loss reaches (an output without a loss) gets a zero gradient
-            grads = [kernels.zeros_like(w.value) if g is None else g.data for w, g in zip(variables, found)]
+            grads = [kernels.zeros_like(w.value) if g is None else g for w, g in zip(variables, found)]
             del found, total, tape
             if reducer is not None:
                 reducer.finish(grads)  # the last buckets; the compute stream then waits for all of them
@@ -583,7 +592,7 @@ class Trainer:
 
     def _apply_constraints(self, variables: list) -> None:
         for w in variables:
-            c = getattr(w, "constraint", None)
+            c = w.constraint  # (a Variable's class default: None)
             if c is not None:
                 w.assign(c(w))
 

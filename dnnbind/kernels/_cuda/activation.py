@@ -62,7 +62,7 @@ def _launch(name: str, arrays: tuple, accessed: tuple, n: int, alpha: float, s: 
     vw = cm.vector_width(arrays[0].dtype)
     vec = cm.aligned16(*accessed)
     cm.launch("activation.cu", name, max(n // vw, 1) if vec else n,
-              tuple(cm.p(a) for a in arrays) + (cm.i64(n), cm.f64(alpha), cm.i32(vec)), s)
+              tuple(map(cm.p, arrays)) + (cm.i64(n), cm.f64(alpha), cm.i32(vec)), s)
 
 
 def _flat_desc(x: Any) -> cudnn.TensorDescriptor:

@@ -155,7 +155,7 @@ def _channels_last(x: Any, mode: str, layout: str) -> bool:
 def _nhwc_dims(x: Any) -> "tuple[int, int, int, int]":
     if x.ndim == 2:
         return (int(x.shape[0]), int(x.shape[1]), 1, 1)
-    n, h, w, c = (int(v) for v in x.shape)
+    n, h, w, c = x.shape  # a DeviceArray's shape is a tuple of ints
     return (n, c, h, w)
 
 

@@ -265,8 +265,8 @@ class _CastPlan:
         self.chunk = chunk = chunk_items(builtins.sum(sizes))  # (this module's sum is the op)
         views, rows, chunks, offset = [], [], [], 0
         for t, (x, size) in enumerate(zip(xs, sizes)):
-            shape, dtype, strides, nbytes = _layout(x.shape, dt)
-            views.append((shape, dtype, strides, offset))
+            shape, dtype, strides, nbytes, n, ndim = _layout(x.shape, dt)
+            views.append((shape, dtype, strides, offset, n, ndim))
             first = len(chunks)
             chunks += [(t, start) for start in range(0, size, chunk)]
             rows.append((x.ptr, offset, size, first, int(x.ptr % align == 0)))
@@ -324,8 +324,8 @@ def cast_many(xs: Sequence[Any], dtype: Any, *, tables: "UpdateTables | None" = 
                        (cm.p(table), cm.i64(plan.ntensors), cm.i64(plan.nchunks), cm.i64(plan.chunk), cm.p(out),
                         cm.i32(ptr % 16 == 0)), s, max_grid=4096)
     # views that keep the one allocation alive; it is freed (stream-ordered) when the last dies
-    return [DeviceArray._make(base, shape, dtype, ptr + offset, strides, device, s)
-            for shape, dtype, strides, offset in plan.views]
+    return [DeviceArray._make(base, shape, dtype, ptr + offset, strides, device, s, n, ndim)
+            for shape, dtype, strides, offset, n, ndim in plan.views]
 
 
 def fill(x: Any, value: float, *, stream: Any = None) -> Any:

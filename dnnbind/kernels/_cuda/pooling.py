@@ -207,7 +207,7 @@ def _vector(c: int, dtype: Any, arrays: tuple) -> bool:
 def _maxpool_forward_nhwc(x: Any, out: Any, params: PoolParams, s: Any) -> Any:
     """Non-overlapping NHWC max pooling: one coalesced kernel instead of cudnnPoolingForward. Leftover
     rows/columns (past the last full window) are in no window, as cuDNN's output size has it."""
-    n, h, w, c = (int(v) for v in x.shape)
+    n, h, w, c = x.shape  # a DeviceArray's shape is a tuple of ints
     kh, kw = params.window
     oh, ow = params.output_hw((h, w))
     y = cm.output(out, (n, oh, ow, c), x.dtype, s)
@@ -222,7 +222,7 @@ def _maxpool_forward_nhwc(x: Any, out: Any, params: PoolParams, s: Any) -> Any:
 def _maxpool_backward_nhwc(dy: Any, x: Any, y: Any, params: PoolParams, s: Any) -> Any:
     """Non-overlapping NHWC max pooling: one coalesced kernel instead of cudnnPoolingBackward. The
     kernel also writes the zeros of the rows/columns past the last window (no memset of all of dx)."""
-    n, h, w, c = (int(v) for v in x.shape)
+    n, h, w, c = x.shape  # a DeviceArray's shape is a tuple of ints
     oh, ow = int(y.shape[1]), int(y.shape[2])
     kh, kw = params.window
     dx = cm.empty(x.shape, x.dtype, s)
