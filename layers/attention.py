@@ -21,6 +21,7 @@ import numpy as np
 from dnnbind import _validate
 from dnnbind import constraints as _constraints
 from dnnbind import initializers as _init
+from dnnbind import kernels as _kernels
 from dnnbind import ops as _ops
 from dnnbind import random as _random
 from dnnbind import regularizers as _regularizers
@@ -71,10 +72,12 @@ def _mask_of(t: Any) -> Any:
     return getattr(t, "_keras_mask", None) if isinstance(t, Tensor) else None
 
 
-def _causal_mask(t_len: int, s_len: int) -> Tensor:
-    """``(1, T, S)`` bool: target ``t`` sees sources ``s <= t`` (Keras's cumsum construction, as an iota)."""
-    rows = _ops.reshape(_ops.arange(t_len, dtype="int32"), (1, t_len, 1))
-    cols = _ops.reshape(_ops.arange(s_len, dtype="int32"), (1, 1, s_len))
+def _causal_mask(t_len: int, s_len: int, like: Any = None) -> Tensor:
+    """``(1, T, S)`` bool: target ``t`` sees sources ``s <= t`` (Keras's cumsum construction, as an iota), on
+    the device of ``like`` (the query; else the default device): a kernel there, no host upload."""
+    device = like.device if isinstance(like, Tensor) else None
+    rows = _ops.reshape(Tensor(_kernels.numeric.iota(t_len, 0, 1, np.int32, device=device)), (1, t_len, 1))
+    cols = _ops.reshape(Tensor(_kernels.numeric.iota(s_len, 0, 1, np.int32, device=device)), (1, 1, s_len))
     return _ops.greater_equal(rows, cols)
 
 
@@ -95,7 +98,7 @@ def _combine_masks(owner: str, query: Any, value: Any, query_mask: Any, value_ma
         m = _ops.expand_dims(_ops.cast(m, "bool"), axis)
         auto = m if auto is None else _ops.logical_and(auto, m)
     if use_causal_mask:
-        m = _causal_mask(int(query.shape[1]), int(value.shape[1]))
+        m = _causal_mask(int(query.shape[1]), int(value.shape[1]), query)
         auto = m if auto is None else _ops.logical_and(auto, m)
     if attention_mask is not None:
         attention_mask = _ops.cast(_ops.convert_to_tensor(attention_mask), "bool")
@@ -365,7 +368,7 @@ class MultiHeadAttention(_ProjectedAttention):
                                              is_causal=bool(use_causal_mask), flash_attention=self._flash_attention)
             return out, None
         if use_causal_mask:
-            causal = _causal_mask(int(query.shape[1]), int(value.shape[1]))
+            causal = _causal_mask(int(query.shape[1]), int(value.shape[1]), query)
             attention_mask = causal if attention_mask is None else _ops.logical_and(attention_mask, causal)
         query = _ops.multiply(query, _ops.cast(self._inverse_sqrt_key_dim, query.dtype))
         scores = _ops.einsum(self._dot_product_equation, key, query)
@@ -518,7 +521,7 @@ class GroupedQueryAttention(_ProjectedAttention):
         key = _ops.repeat(key, self.num_repeats, axis=2)
         value = _ops.repeat(value, self.num_repeats, axis=2)
         if use_causal_mask:
-            causal = _causal_mask(int(query.shape[1]), int(value.shape[1]))
+            causal = _causal_mask(int(query.shape[1]), int(value.shape[1]), query)
             attention_mask = causal if attention_mask is None else _ops.logical_and(attention_mask, causal)
         query = _ops.multiply(query, _ops.cast(self._inverse_sqrt_head_dim, query.dtype))
         scores = _ops.einsum("bquh,bkuh->buqk", query, key)
@@ -670,7 +673,7 @@ class Attention(Layer):
                                  f"{tuple(v_mask.shape)}")
         scores_mask = v_mask
         if _validate.boolean(use_causal_mask, "use_causal_mask", owner):
-            causal = _causal_mask(int(scores.shape[-2]), int(scores.shape[-1]))
+            causal = _causal_mask(int(scores.shape[-2]), int(scores.shape[-1]), scores)
             scores_mask = causal if v_mask is None else _ops.logical_and(_ops.expand_dims(v_mask, -2), causal)
         out, weights = self._apply_scores(scores, v, scores_mask, training)
         if q_mask is not None:

@@ -293,7 +293,7 @@ def test_gpu_batchnorm_moving_variance_matches_the_numpy_path(kind, dtype):
     finally:
         keras.set_default_device(None)
         mixed_precision.set_global_policy("float32")
-    tol = 2e-3 if dtype == "float16" else 1e-4
+    tol = 2e-3 if dtype == "float16" else 1e-3  # float32: the GPU's Dense/conv before the norm run in TF32
     np.testing.assert_allclose(stats["cuda"][0], stats["cpu"][0], rtol=tol, atol=tol)
     np.testing.assert_allclose(stats["cuda"][1], stats["cpu"][1], rtol=tol)
     if kind == "bn_relu":  # the batch norm sees x itself: Keras's value, the biased variance

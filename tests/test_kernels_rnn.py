@@ -164,7 +164,7 @@ def test_gpu_cudnn_rnn_matches_the_numpy_twin(cell, bidirectional, label, dtype,
     dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
     rng = np.random.default_rng(21)
     batch, time, n_in, hidden = 4, 7, 6, 5
-    lengths = (7, 5, 2, 0)
+    lengths = (7, 5, 2, 1)  # a zero-length sequence is refused on CUDA (test below)
     dirs = 2 if bidirectional else 1
     gates = {"lstm": 4, "gru": 3}.get(cell, 1)
     weights = [(rng.normal(size=(n_in, gates * hidden)) * 0.4, rng.normal(size=(hidden, gates * hidden)) * 0.4,
@@ -211,3 +211,17 @@ def test_gpu_cudnn_rnn_matches_the_numpy_twin(cell, bidirectional, label, dtype,
     for d in range(dirs):
         for a, b in zip(got[d], want[d]):
             check("rnn_backward_weights", label, a, b, case, tol)
+
+
+@pytest.mark.gpu
+def test_gpu_a_zero_length_sequence_is_refused_before_cudnn_runs():
+    from gpu_errlog import dev
+
+    layout = K.rnn_weight_layout("gru", 3, 2, dtype="float32", device="cuda")
+    rng = np.random.default_rng(3)
+    space = dev(K.pack_keras_weights(layout, [(rng.normal(size=(3, 6)), rng.normal(size=(2, 6)),
+                                               rng.normal(size=(2, 6)))]))
+    x = dev(rng.normal(size=(2, 4, 3)).astype(np.float32))
+    with pytest.raises(ValueError, match="at least one step"):
+        K.rnn_forward(x, space, layout, seq_lengths=(4, 0))
+

@@ -99,8 +99,8 @@ def test_layer_on_cuda_matches_float64_numpy(rng, label, policy, cdt, name, make
     for i, (o, w) in enumerate(zip(outs, want_outs)):
         check(f"layer.{name}.out{i}", label, o, w, name, tol=tol)
     for i, (g, w) in enumerate(zip(grads, want_grads)):
-        if np.abs(w).max() < 1e-9:  # a key bias: the softmax cancels it
-            assert np.abs(g).max() < 1e-3
+        if np.abs(w).max() < 1e-9:  # a key bias: the softmax cancels it; what is left is rounding noise
+            assert np.abs(g).max() < {"bfloat16": 2e-2, "float16": 1e-2}.get(label, 1e-3), (name, label, np.abs(g).max())
             continue
         check(f"layer.{name}.grad{i}", label, g, w, name, tol=tol)
 

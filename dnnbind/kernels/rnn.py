@@ -258,6 +258,12 @@ def rnn_forward(x: Any, weights: Any, layout: RNNWeightLayout, *, h0: Any = None
     check_out(op, out, (batch, time, layout.directions * layout.hidden_size), x.dtype)
     impl = route(op, "rnn", x=x, weights=weights, h0=h0, c0=c0, out=out)
     if impl is not None:
+        if 0 in tuple(lengths):
+            # cuDNN's final state of a zero-length sequence is not its initial state (Keras's and the twin's):
+            # refused rather than answered differently
+            raise ValueError(f"{op}: on CUDA every sequence needs at least one step (cuDNN's RNN does not carry "
+                             f"the initial state of a zero-length sequence); got seq_lengths {tuple(lengths)}. Drop "
+                             "the empty sequences, or run them on the CPU backend")
         return impl.rnn_forward(x, weights, layout, h0=h0, c0=c0, seq_lengths=lengths, training=bool(training),
                                 out=out, stream=stream)
     cd = _compute(x.dtype)

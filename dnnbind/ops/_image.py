@@ -91,10 +91,31 @@ def _compute_dtype(dt: np.dtype) -> np.dtype:
     return dt if is_float(dt) else np_dtype(result_type(dt, "float32"))
 
 
+# Device copies of the host constants below (index grids, filter taps), uploaded on first use and kept:
+# a training step captured as a CUDA graph may not upload (its first, eager, run fills this), and a
+# captured step reads them at replay, so they are never dropped. Bounded: past the limit a constant is
+# uploaded per call (and a capture of that step is refused with the upload's error).
+_DEVICE_CONSTS: dict = {}
+_DEVICE_CONST_BYTES = [0]
+_DEVICE_CONST_LIMIT = 256 << 20
+
+
 def _const(host: Any, like: Tensor, dtype: Any = None) -> Tensor:
-    """A host constant (a NumPy array of ``dtype``, default ``like``'s) placed on ``like``'s device."""
+    """A host constant (a NumPy array of ``dtype``, default ``like``'s) placed on ``like``'s device (a kept
+    copy there: see ``_DEVICE_CONSTS``)."""
     arr = np.ascontiguousarray(np.asarray(host).astype(like.dtype if dtype is None else np_dtype(dtype)))
-    return _core.tensor(arr, like.data)
+    raw = like.data
+    if not backend.is_device_array(raw):
+        return _core.tensor(arr, raw)
+    key = (str(backend.device_of(raw)), arr.dtype.str, arr.shape, arr.tobytes())
+    hit = _DEVICE_CONSTS.get(key)
+    if hit is not None:
+        return Tensor(hit)
+    t = _core.tensor(arr, raw)
+    if _DEVICE_CONST_BYTES[0] + arr.nbytes <= _DEVICE_CONST_LIMIT:
+        _DEVICE_CONSTS[key] = t.data
+        _DEVICE_CONST_BYTES[0] += arr.nbytes
+    return t
 
 
 def _back_to(y: Tensor, dt: np.dtype) -> Tensor:

@@ -150,7 +150,9 @@ def end_precast(touched: list) -> None:
         d = layer.__dict__
         d["_precast"] = None
         d["_keep_grad_dtype"] = False
-        d.pop("_precast_reads", None)  # ops reads of the copies this step (ops/_core._autocast_read)
+        # ops reads of the copies this step (ops/_core._autocast_read), kept in the layer's __dict__ while a step
+        # runs (outside the trainer protocol: the ops room writes it)
+        d.pop("_precast_reads", None)
 
 
 def grads_in_compute_dtype(model: Any, replica: Any) -> bool:

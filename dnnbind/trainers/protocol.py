@@ -45,9 +45,6 @@ class TrainedLayer(Protocol):
     _precast: Any
     #: while True, a weight gradient in the compute dtype is left as it is (set for precast layers)
     _keep_grad_dtype: bool
-    #: ``{Variable: reads}`` of the precast copies by keras.ops this step (ops/_core._autocast_read; a weight
-    #: read more than once gets its gradient cast back), dropped with the copies (``end_precast``)
-    _precast_reads: dict
 
     def _tracked_variables(self) -> list:
         """Variables assigned as attributes that are not in ``_weights`` (owners of trainable weights)."""
