@@ -39,10 +39,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from dnnbind import _validate, backend, utils
+from dnnbind import kernels as _kernels
 from dnnbind import ops as _ops
 from dnnbind import random as _random
 from dnnbind.autodiff.tensor import Tensor
-from dnnbind.ops import _core as _ops_core
 
 from .base import Layer, register
 
@@ -396,8 +396,9 @@ class _Cropping(_ImagePreprocessing):
             index = [slice(None)] * images.ndim
             index[h_axis], index[w_axis] = slice(top, top + height), slice(left, left + width)
             return images[tuple(index)]
-        rows = _ops.add(top, _ops_core.tensor(np.arange(height, dtype=np.int32), images.data))
-        cols = _ops.add(left, _ops_core.tensor(np.arange(width, dtype=np.int32), images.data))
+        # index ramps made on the images' device (a kernel: a captured step may not upload)
+        rows = _ops.add(top, Tensor(_kernels.numeric.iota(height, 0, 1, np.int32, device=images.device)))
+        cols = _ops.add(left, Tensor(_kernels.numeric.iota(width, 0, 1, np.int32, device=images.device)))
         return _ops.take(_ops.take(images, rows, axis=h_axis), cols, axis=w_axis)
 
     def _smart_resize(self, images: Tensor) -> Tensor:

@@ -151,4 +151,6 @@ def test_graph_replayed_transformer_training_matches_numpy():
     assert np.allclose(hc.history["loss"], hg.history["loss"], rtol=1e-3)
     assert hg.history["loss"][-1] < hg.history["loss"][0]
     for a, b in zip(cpu.get_weights(), gpu.get_weights()):
-        assert rel_error(b, a) < 1e-3
+        # relative to the weight's scale, floored: the key bias gets no gradient (the softmax cancels it) and
+        # stays at rounding noise of ~1e-7 on both sides, whose relative error means nothing
+        assert np.max(np.abs(b - a)) <= 1e-3 * max(float(np.max(np.abs(a))), 1e-3), (a.shape, rel_error(b, a))
