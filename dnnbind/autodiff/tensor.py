@@ -24,7 +24,7 @@ import numpy as np
 from .. import backend
 from . import engine
 
-__all__ = ["Tensor", "FilledTensor", "TransposedView", "install_operators", "is_tensor"]
+__all__ = ["Tensor", "FilledTensor", "LazyTensor", "TransposedView", "install_operators", "is_tensor"]
 
 
 class Tensor:
@@ -189,53 +189,75 @@ class FilledTensor(Tensor, engine.FilledTensor):
         return bool(self._device.is_cuda)
 
 
-class TransposedView(Tensor):
+class LazyTensor(Tensor):
+    """A tensor whose array is made by ``_make()`` when ``data`` is first read (then kept). Its shape is
+    ``_shape``; dtype and device are those of ``_like`` (a tensor it is computed from): nothing is
+    computed to answer them. Subclasses: :class:`TransposedView`, ``ops._conv.PendingConv``."""
+
+    __slots__ = ("_made", "_shape", "_like")
+
+    def _init_lazy(self, shape: tuple, like: Tensor) -> None:
+        self._made = None
+        self._shape = tuple(shape)
+        self._like = like
+        self._node = None
+        self._index = 0
+        self._keras_mask = None
+
+    def _make(self) -> Any:
+        raise NotImplementedError
+
+    @property  # type: ignore[override]
+    def data(self) -> Any:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._like.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self._shape:
+            n *= int(s)
+        return n
+
+    @property
+    def device(self) -> Any:
+        return self._like.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._like.is_cuda
+
+
+class TransposedView(LazyTensor):
     """``source`` with its axes permuted by ``axes``, the array made only when ``data`` is read: how a
     variable stored in another layout than Keras's (a convolution kernel, KRSC) reads in ops. An op that
     wants the stored layout (``keras.ops.conv``) takes ``source`` instead, so no step transposes the kernel
     for nothing. Behaves as any Tensor (its node, when recorded, transposes the gradient back)."""
 
-    __slots__ = ("source", "axes", "_made")
+    __slots__ = ("source", "axes")
 
     def __init__(self, source: Tensor, axes: tuple) -> None:
         self.source = source
         self.axes = tuple(axes)
-        self._made = None
-        self._node = None
-        self._index = 0
-        self._keras_mask = None
+        shape = source.shape
+        self._init_lazy(tuple(shape[a] for a in self.axes), source)
 
-    @property  # type: ignore[override]
-    def data(self) -> Any:
-        if self._made is None:
-            with engine.stop_recording():
-                self._made = engine.hooks.ops.transpose(self.source, self.axes).data
-        return self._made
-
-    @property
-    def shape(self) -> tuple:
-        shape = self.source.shape
-        return tuple(shape[a] for a in self.axes)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.source.dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.axes)
-
-    @property
-    def size(self) -> int:
-        return self.source.size
-
-    @property
-    def device(self) -> Any:
-        return self.source.device
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.source.is_cuda
+    def _make(self) -> Any:
+        with engine.stop_recording():
+            return engine.hooks.ops.transpose(self.source, self.axes).data
 
 
 # NumPy ufunc name -> the keras.ops function (installed with the operators)

@@ -25,7 +25,7 @@ from typing import Any, NoReturn, Sequence
 
 from .. import kernels
 from ..autodiff import engine as _engine
-from ..autodiff.tensor import Tensor, TransposedView
+from ..autodiff.tensor import LazyTensor, Tensor, TransposedView
 from ..autodiff.variable import Variable
 from ..kernels._params import resolve_padding
 from ..kernels.conv import conv_params
@@ -58,10 +58,8 @@ def _same_dtype(g: Tensor, like: Tensor) -> Tensor:
     return g if g.dtype == like.dtype else op("cast")(g, like.dtype)
 
 
-def conv2d(x: Tensor, w: Tensor, geo: Geometry) -> Tensor:
-    """``kernels.conv2d_forward(x, w)`` recorded; its VJP is :func:`conv2d_transpose` (x) and
-    :func:`conv2d_filter_grad` (w)."""
-    y = kernels.conv2d_forward(x.data, w.data, **geo.kwargs())
+def _conv_vjp(x: Tensor, w: Tensor, geo: Geometry) -> Any:
+    """The VJP of ``conv2d(x, w)``: :func:`conv2d_transpose` (x) and :func:`conv2d_filter_grad` (w)."""
     x_shape, w_shape = tuple(x.shape), tuple(w.shape)
 
     def backward(node: Any, g: Tensor) -> tuple:
@@ -70,10 +68,17 @@ def conv2d(x: Tensor, w: Tensor, geo: Geometry) -> Tensor:
         return (conv2d_transpose(g, w, x_shape, geo) if need[0] else None,
                 conv2d_filter_grad(x, g, w_shape, geo) if need[1] else None)
 
-    return make(y, (x, w), backward, "conv")
+    return backward
 
 
-class PendingConv(Tensor):
+def conv2d(x: Tensor, w: Tensor, geo: Geometry) -> Tensor:
+    """``kernels.conv2d_forward(x, w)`` recorded; its VJP is :func:`conv2d_transpose` (x) and
+    :func:`conv2d_filter_grad` (w)."""
+    y = kernels.conv2d_forward(x.data, w.data, **geo.kwargs())
+    return make(y, (x, w), _conv_vjp(x, w, geo), "conv")
+
+
+class PendingConv(LazyTensor):
     """``act(conv2d(x, w) + bias)`` of ``keras.ops.conv`` (2-d), computed when ``data`` is first read.
 
     ``ops.conv`` returns one with no bias; ``ops.add`` of a per-channel bias (``(K,)`` channels_last,
@@ -84,52 +89,19 @@ class PendingConv(Tensor):
     unread intermediate tensors keep their own nodes, so each gives the right gradient wherever it is
     used. The geometry is checked when the op is called (``kernels.conv_params``), not when read."""
 
-    __slots__ = ("x", "w", "geo", "bias", "act", "_made", "_shape")
+    __slots__ = ("x", "w", "geo", "bias", "act")
 
     def __init__(self, x: Tensor, w: Tensor, geo: Geometry, bias: "Tensor | None", act: "str | None",
                  shape: tuple) -> None:
         self.x, self.w, self.geo, self.bias, self.act = x, w, geo, bias, act
-        self._made = None
-        self._shape = shape
-        self._node = None
-        self._index = 0
-        self._keras_mask = None
+        self._init_lazy(shape, x)
 
-    @property  # type: ignore[override]
-    def data(self) -> Any:
-        if self._made is None:
-            self._made = _pending_forward(self.x, self.w, self.bias, self.act, self.geo)
-            node = self._node
-            if node is not None and self.act is not None and node.vjp is not None:
-                node.outputs_raw = (self._made,)  # the relu mask of the backward
-        return self._made
-
-    @property
-    def shape(self) -> tuple:
-        return self._shape
-
-    @property
-    def dtype(self) -> Any:
-        return self.x.dtype
-
-    @property
-    def ndim(self) -> int:
-        return 4
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for v in self._shape:
-            n *= int(v)
-        return n
-
-    @property
-    def device(self) -> Any:
-        return self.x.device
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.x.is_cuda
+    def _make(self) -> Any:
+        made = _pending_forward(self.x, self.w, self.bias, self.act, self.geo)
+        node = self._node
+        if node is not None and self.act is not None and node.vjp is not None:
+            node.outputs_raw = (made,)  # the relu mask of the backward
+        return made
 
 
 def _pending_forward(x: Tensor, w: Tensor, bias: "Tensor | None", act: "str | None", geo: Geometry) -> Any:
@@ -146,15 +118,7 @@ def _pending_conv(x: Tensor, w: Tensor, geo: Geometry) -> Tensor:
     _, y_shape = conv_params("conv", tuple(x.shape), tuple(w.shape), **geo.kwargs())
     y = PendingConv(x, w, geo, None, None, tuple(y_shape))
     if _core.needs_grad(x, w):
-        x_shape, w_shape = tuple(x.shape), tuple(w.shape)
-
-        def backward(node: Any, g: Tensor) -> tuple:
-            g = _same_dtype(g, x)
-            need = node.needs_input_grad
-            return (conv2d_transpose(g, w, x_shape, geo) if need[0] else None,
-                    conv2d_filter_grad(x, g, w_shape, geo) if need[1] else None)
-
-        _engine.attach(y, (_core.edge(x), _core.edge(w)), backward, "conv")
+        _engine.attach(y, (_core.edge(x), _core.edge(w)), _conv_vjp(x, w, geo), "conv")
     return y
 
 
