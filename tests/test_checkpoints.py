@@ -161,6 +161,12 @@ def test_kill_9_during_saves_leaves_a_whole_checkpoint(tmp_path, fmt):
     path = tmp_path / _TARGETS[fmt]
     server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env={**os.environ, "DNNBIND_DEVICE": "cpu"})
+
+    def stalled(signum, frame):  # a read of the server's pipe that never returns fails the test, not the run
+        raise TimeoutError("the fork server sent nothing for 240 s (a writer that died before printing?)")
+
+    previous = signal.signal(signal.SIGALRM, stalled)
+    signal.alarm(240)
     try:
         assert server.stdout.readline().split() == ["ready"]
         start, interrupted, most_debris = 0, 0, 0
@@ -200,6 +206,8 @@ def test_kill_9_during_saves_leaves_a_whole_checkpoint(tmp_path, fmt):
         assert interrupted >= 1, "none of the 20 kills landed while a save was writing"
         assert most_debris <= (4 if fmt == "directory" else 1), most_debris
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
         server.kill()
         server.wait()
     # one more save (here) removes every leftover of the killed ones: their pids are dead
