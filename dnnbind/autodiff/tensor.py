@@ -138,65 +138,15 @@ class Tensor:
         raise TypeError("dnnbind tensors are not picklable; save arrays with numpy() or the model with model.save()")
 
 
-class FilledTensor(Tensor, engine.FilledTensor):
-    """A tensor of ``shape`` whose every element is ``value`` (a Python number), its array made only when
-    ``data`` is read: the ones a backward starts from, or such a gradient scaled by a number. Behaves as
-    any Tensor."""
-
-    __slots__ = ("value", "_shape", "_dtype", "_device", "_filled")
-
-    def __init__(self, value: float, shape: tuple, dtype: Any, device: Any) -> None:
-        self.value = value
-        self._shape = tuple(shape)
-        self._dtype = np.dtype(dtype)
-        self._device = device
-        self._filled = None
-        self._node = None
-        self._index = 0
-        self._keras_mask = None
-
-    @property  # type: ignore[override]
-    def data(self) -> Any:
-        if self._filled is None:
-            self._filled = engine.hooks.materialize(self)
-        return self._filled
-
-    @property
-    def shape(self) -> tuple:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for s in self._shape:
-            n *= int(s)
-        return n
-
-    @property
-    def device(self) -> Any:
-        return self._device
-
-    @property
-    def is_cuda(self) -> bool:
-        return bool(self._device.is_cuda)
-
-
 class LazyTensor(Tensor):
     """A tensor whose array is made by ``_make()`` when ``data`` is first read (then kept). Its shape is
     ``_shape``; dtype and device are those of ``_like`` (a tensor it is computed from): nothing is
-    computed to answer them. Subclasses: :class:`TransposedView`, ``ops._conv.PendingConv``."""
+    computed to answer them. Subclasses: :class:`FilledTensor`, :class:`TransposedView`,
+    ``ops._conv.PendingConv``."""
 
     __slots__ = ("_made", "_shape", "_like")
 
-    def _init_lazy(self, shape: tuple, like: Tensor) -> None:
+    def _init_lazy(self, shape: tuple, like: "Tensor | None") -> None:
         self._made = None
         self._shape = tuple(shape)
         self._like = like
@@ -239,6 +189,35 @@ class LazyTensor(Tensor):
     @property
     def is_cuda(self) -> bool:
         return self._like.is_cuda
+
+
+class FilledTensor(LazyTensor, engine.FilledTensor):
+    """A tensor of ``shape`` whose every element is ``value`` (a Python number), its array made only when
+    ``data`` is read: the ones a backward starts from, or such a gradient scaled by a number. Behaves as
+    any Tensor."""
+
+    __slots__ = ("value", "_dtype", "_device")
+
+    def __init__(self, value: float, shape: tuple, dtype: Any, device: Any) -> None:
+        self.value = value
+        self._dtype = np.dtype(dtype)
+        self._device = device
+        self._init_lazy(shape, None)
+
+    def _make(self) -> Any:
+        return engine.hooks.materialize(self)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> Any:
+        return self._device
+
+    @property
+    def is_cuda(self) -> bool:
+        return bool(self._device.is_cuda)
 
 
 class TransposedView(LazyTensor):
