@@ -253,7 +253,7 @@ def test_attention_seam_takes_the_fused_result_when_it_has_one(rng, monkeypatch)
 
 def test_attention_refusals(rng):
     q = random(rng, (1, 2, 2, 4))
-    with pytest.raises(NotImplementedError, match="flash_attention=True"):
+    with pytest.raises(ValueError, match="flash_attention=True needs cuDNN"):
         ops.dot_product_attention(q, q, q, flash_attention=True)
     with pytest.raises(ValueError, match="attn_logits_soft_cap"):
         ops.dot_product_attention(q, q, q, attn_logits_soft_cap=20.0)

@@ -88,6 +88,7 @@ class DescriptorType(IntEnum):
     OPERATION_RESAMPLE_BWD = 26
     OPERATION_NORM_FORWARD = 29
     OPERATION_NORM_BACKWARD = 30
+    OPERATION_RESHAPE = 31
 
 
 class AttributeName(IntEnum):
@@ -102,6 +103,7 @@ class AttributeName(IntEnum):
     POINTWISE_ELU_ALPHA = 6
     POINTWISE_SOFTPLUS_BETA = 7
     POINTWISE_SWISH_BETA = 8
+    POINTWISE_AXIS = 9
 
     CONVOLUTION_COMP_TYPE = 100
     CONVOLUTION_CONV_MODE = 101
@@ -150,6 +152,7 @@ class AttributeName(IntEnum):
     OPERATION_POINTWISE_ALPHA2 = 755
     OPERATION_POINTWISE_DXDESC = 756
     OPERATION_POINTWISE_DYDESC = 757
+    OPERATION_POINTWISE_TDESC = 758
 
     OPERATION_GENSTATS_MODE = 770
     OPERATION_GENSTATS_MATH_PREC = 771
@@ -266,6 +269,9 @@ class AttributeName(IntEnum):
     OPERATION_NORM_BWD_DBIAS_DESC = 2108
     OPERATION_NORM_BWD_DXDESC = 2109
 
+    OPERATION_RESHAPE_XDESC = 2200
+    OPERATION_RESHAPE_YDESC = 2201
+
 
 class AttributeType(IntEnum):
     """``cudnnBackendAttributeType_t`` (``CUDNN_TYPE_<name>``): how an attribute's value array is typed."""
@@ -335,7 +341,15 @@ class PointwiseMode(IntEnum):
     SOFTPLUS_BWD = 205
     SWISH_BWD = 206
     GELU_APPROX_TANH_BWD = 207
+    CMP_EQ = 300
+    CMP_NEQ = 301
     CMP_GT = 302
+    CMP_GE = 303
+    CMP_LT = 304
+    CMP_LE = 305
+    LOGICAL_AND = 400
+    GEN_INDEX = 501
+    BINARY_SELECT = 601
 
 
 class ResampleMode(IntEnum):

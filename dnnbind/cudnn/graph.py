@@ -343,6 +343,9 @@ _POINTWISE = {
     "add": G.PointwiseMode.ADD, "sub": G.PointwiseMode.SUB, "mul": G.PointwiseMode.MUL,
     "div": G.PointwiseMode.DIV, "max": G.PointwiseMode.MAX, "min": G.PointwiseMode.MIN,
     "add_square": G.PointwiseMode.ADD_SQUARE, "cmp_gt": G.PointwiseMode.CMP_GT,
+    "cmp_eq": G.PointwiseMode.CMP_EQ, "cmp_neq": G.PointwiseMode.CMP_NEQ, "cmp_ge": G.PointwiseMode.CMP_GE,
+    "cmp_lt": G.PointwiseMode.CMP_LT, "cmp_le": G.PointwiseMode.CMP_LE, "logical_and": G.PointwiseMode.LOGICAL_AND,
+    "gen_index": G.PointwiseMode.GEN_INDEX, "binary_select": G.PointwiseMode.BINARY_SELECT,
     "sqrt": G.PointwiseMode.SQRT, "rsqrt": G.PointwiseMode.RSQRT, "exp": G.PointwiseMode.EXP,
     "log": G.PointwiseMode.LOG, "neg": G.PointwiseMode.NEG, "abs": G.PointwiseMode.ABS,
     "reciprocal": G.PointwiseMode.RECIPROCAL, "identity": G.PointwiseMode.IDENTITY,
@@ -354,7 +357,8 @@ _POINTWISE = {
     "gelu_backward": G.PointwiseMode.GELU_BWD, "softplus_backward": G.PointwiseMode.SOFTPLUS_BWD,
     "swish_backward": G.PointwiseMode.SWISH_BWD, "gelu_tanh_backward": G.PointwiseMode.GELU_APPROX_TANH_BWD,
 }
-_BINARY = frozenset({"add", "sub", "mul", "div", "max", "min", "add_square", "cmp_gt"})
+_COMPARE = frozenset({"cmp_gt", "cmp_eq", "cmp_neq", "cmp_ge", "cmp_lt", "cmp_le", "logical_and"})
+_BINARY = frozenset({"add", "sub", "mul", "div", "max", "min", "add_square"}) | _COMPARE
 _BACKWARD = frozenset(k for k in _POINTWISE if k.endswith("_backward"))
 _REDUCE = {"add": G.ReduceTensorOp.ADD, "mul": G.ReduceTensorOp.MUL, "min": G.ReduceTensorOp.MIN,
            "max": G.ReduceTensorOp.MAX}
@@ -583,26 +587,46 @@ class Graph:
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a: Tensor, b: Tensor, *, compute_dtype: Any = None, name: str | None = None) -> Tensor:
-        """``c = a @ b``: a ``(M, K)``/``(B, M, K)``, b ``(K, N)``/``(B, K, N)`` (batch 1 broadcasts) -> c ``(B, M, N)``."""
+        """``c = a @ b``: a ``(..., M, K)``, b ``(..., K, N)`` of rank 2 to 4 (batch axes equal, or 1 in one
+        operand) -> c ``(..., M, N)``, row-major. Operands are taken in cuDNN's dims order with their
+        strides, so a transposed view (strides swapped) multiplies without a copy."""
         what = f"matmul {name or ''}".strip()
         a, b = self._check(a, what, "a"), self._check(b, what, "b")
-        if len(a.dims) not in (2, 3) or len(a.dims) != len(b.dims):
-            raise ValueError(f"{what}: a and b must both have rank 2 or 3, got {a.shape} and {b.shape}")
+        if len(a.dims) not in (2, 3, 4) or len(a.dims) != len(b.dims):
+            raise ValueError(f"{what}: a and b must both have rank 2, 3 or 4, got {a.shape} and {b.shape}")
         if a.dims[-1] != b.dims[-2]:
             raise ValueError(f"{what}: a's columns ({a.dims[-1]}) must equal b's rows ({b.dims[-2]}): "
                              f"a {a.shape}, b {b.shape}")
-        batch = ()
-        if len(a.dims) == 3:
-            if a.dims[0] != b.dims[0] and 1 not in (a.dims[0], b.dims[0]):
-                raise ValueError(f"{what}: batch sizes {a.dims[0]} and {b.dims[0]} must match (or one be 1)")
-            batch = (max(a.dims[0], b.dims[0]),)
+        batch = []
+        for p, q in zip(a.dims[:-2], b.dims[:-2]):
+            if p != q and 1 not in (p, q):
+                raise ValueError(f"{what}: batch sizes {a.dims[:-2]} and {b.dims[:-2]} must match (or one be 1)")
+            batch.append(max(p, q))
         op = self._op("matmul", name, {"a": a, "b": b}, {"compute": self._compute(compute_dtype, what)})
         c = self._virtual(op.name, "c", (*batch, a.dims[-2], b.dims[-1]), None)
         self._commit(op, c=c)
         return c
 
+    def reshape(self, x: Tensor, shape: Sequence[int], strides: Sequence[int], *, dtype: Any = None,
+                name: str | None = None) -> Tensor:
+        """A view of ``x`` with other dims and strides (cuDNN's reshape operation; both in cuDNN's dims order,
+        same element count): e.g. the transpose of a virtual score matrix for the next matmul."""
+        what = f"reshape {name or ''}".strip()
+        x = self._check(x, what, "x")
+        dims = _spatial(shape, len(shape), what, "shape", 1)
+        st = _spatial(strides, len(dims), what, "strides", 1)
+        if int(np.prod(dims)) != int(np.prod(x.dims)):
+            raise ValueError(f"{what}: shape {dims} has {int(np.prod(dims))} elements, x {x.dims} has "
+                             f"{int(np.prod(x.dims))}")
+        op = self._op("reshape", name, {"x": x})
+        y = self._add_tensor(f"{op.name}.y", dims, st, None if dtype is None else _dtype(dtype, what),
+                             virtual=True, layout=None, producer=op.name)
+        self._commit(op, y=y)
+        return y
+
     # ------------------------------------------------------------------ pointwise
-    def pointwise(self, mode: str, x: Tensor, b: Tensor | None = None, *, compute_dtype: Any = None,
+    def pointwise(self, mode: str, x: Tensor, b: Tensor | None = None, *, t: Tensor | None = None,
+                  axis: int | None = None, dtype: Any = None, compute_dtype: Any = None,
                   name: str | None = None, **params: float) -> Tensor:
         """One pointwise operation by name (see :data:`POINTWISE_MODES`).
 
@@ -611,6 +635,11 @@ class Graph:
         ``upper_clip``, ``lower_clip_slope`` (relu), ``alpha`` (elu), ``beta`` (softplus, swish);
         binary modes take ``alpha1``/``alpha2``, cuDNN's operand scales (``add`` with ``alpha2=-1``
         is ``x - b``, the form cuDNN's DgradDreluBNBwdWeight pattern matches).
+
+        ``gen_index`` takes ``axis`` (cuDNN's dims order) and gives each element its index along it;
+        the comparisons (``cmp_*``, ``logical_and``) give booleans; ``binary_select`` is
+        ``t ? x : b`` with the predicate ``t``. ``dtype`` sets the result's dtype (default: the
+        graph's intermediate dtype when virtual), e.g. ``"int32"`` for indices, ``"bool"`` for predicates.
         """
         what = f"pointwise {mode!r} {name or ''}".strip()
         if mode not in _POINTWISE:
@@ -619,13 +648,23 @@ class Graph:
                    "elu": ("alpha",), "softplus": ("beta",), "swish": ("beta",)}.get(mode.replace("_backward", ""), ())
         if mode in _BINARY:
             allowed = ("alpha1", "alpha2")
+        if (mode == "binary_select") != (t is not None):
+            raise ValueError(f"{what}: the predicate t is " + ("required" if t is None else "only for binary_select"))
+        if (mode == "gen_index") != (axis is not None):
+            raise ValueError(f"{what}: axis is " + ("required" if axis is None else "only for gen_index"))
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, (int, np.integer))
+                                 or not 0 <= axis < len(x.dims)):
+            raise ValueError(f"{what}: axis must be an int in [0, {len(x.dims)}), got {axis!r}")
+        out_dtype = None if dtype is None else _dtype(dtype, f"{what}: dtype")
+        if mode in _COMPARE and out_dtype is None:
+            out_dtype = np.dtype(np.bool_)
         for key, value in params.items():
             if key not in allowed:
                 raise ValueError(f"{what}: unknown parameter {key!r} (this mode takes {list(allowed) or 'none'})")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ArgumentTypeError(f"{what}: {key} must be a number, got {value!r}")
         x = self._check(x, what, "dy" if mode in _BACKWARD else "x")
-        two = mode in _BINARY or mode in _BACKWARD
+        two = mode in _BINARY or mode in _BACKWARD or mode == "binary_select"
         if two and b is None:
             raise ValueError(f"{what}: needs a second operand ({'x' if mode in _BACKWARD else 'b'})")
         if not two and b is not None:
@@ -644,11 +683,17 @@ class Graph:
             dims = tuple(max(p, q) for p, q in zip(x.dims, b.dims))
             if dims != x.dims and dims == b.dims:
                 like = b
+        if t is not None:
+            t = self._check(t, what, "t")
+            if len(t.dims) != len(x.dims) or any(p != q and q != 1 for p, q in zip(dims, t.dims)):
+                raise ValueError(f"{what}: the predicate {t.shape} must broadcast to {_from_dims(dims, x.layout)}")
         full = {"mode": mode, "compute": self._compute(compute_dtype, what), **{k: float(v) for k, v in params.items()}}
+        if axis is not None:
+            full["axis"] = int(axis)
         role_x, role_b = ("dy", "x") if mode in _BACKWARD else ("x", "b")
-        op = self._op("pointwise", name if name is not None else f"{mode}_{len(self._ops)}", {role_x: x, role_b: b},
-                      full)
-        y = self._virtual(op.name, "dx" if mode in _BACKWARD else "y", dims, like)
+        op = self._op("pointwise", name if name is not None else f"{mode}_{len(self._ops)}",
+                      {role_x: x, role_b: b, "t": t}, full)
+        y = self._virtual(op.name, "dx" if mode in _BACKWARD else "y", dims, like, out_dtype)
         if like.dims == dims:
             y.dim_strides = like.dim_strides if not like.is_scalar else y.dim_strides
         self._commit(op, **{"dx" if mode in _BACKWARD else "y": y})
@@ -1113,6 +1158,8 @@ def _pointwise_descriptor(mode: G.PointwiseMode, compute: np.dtype, params: dict
         pw.set(A.POINTWISE_SOFTPLUS_BETA, T.DOUBLE, params.get("beta", 1.0))
     elif mode in (G.PointwiseMode.SWISH_FWD, G.PointwiseMode.SWISH_BWD):
         pw.set(A.POINTWISE_SWISH_BETA, T.DOUBLE, params.get("beta", 1.0))
+    elif mode == G.PointwiseMode.GEN_INDEX:
+        pw.set(A.POINTWISE_AXIS, T.INT64, params["axis"])
     return pw.finalize()
 
 
@@ -1172,6 +1219,8 @@ def _op_descriptors(op: _Op, td: Mapping[int, BackendDescriptor]) -> BackendDesc
             o.set(A.OPERATION_POINTWISE_XDESC, T.BACKEND_DESCRIPTOR, t("x"))
             if "b" in op.inputs:
                 o.set(A.OPERATION_POINTWISE_BDESC, T.BACKEND_DESCRIPTOR, t("b"))
+            if "t" in op.inputs:
+                o.set(A.OPERATION_POINTWISE_TDESC, T.BACKEND_DESCRIPTOR, t("t"))
             o.set(A.OPERATION_POINTWISE_YDESC, T.BACKEND_DESCRIPTOR, t("y"))
         # Only when given: an unset alpha is cuDNN's 1.0, and the header says to leave ALPHA2 unset for
         # one-input modes.
@@ -1188,6 +1237,11 @@ def _op_descriptors(op: _Op, td: Mapping[int, BackendDescriptor]) -> BackendDesc
         o.set(A.OPERATION_MATMUL_BDESC, T.BACKEND_DESCRIPTOR, t("b"))
         o.set(A.OPERATION_MATMUL_CDESC, T.BACKEND_DESCRIPTOR, t("c"))
         o.set(A.OPERATION_MATMUL_DESC, T.BACKEND_DESCRIPTOR, mm)
+        return o.finalize()
+    if kind == "reshape":
+        o = BackendDescriptor(D.OPERATION_RESHAPE, what)
+        o.set(A.OPERATION_RESHAPE_XDESC, T.BACKEND_DESCRIPTOR, t("x"))
+        o.set(A.OPERATION_RESHAPE_YDESC, T.BACKEND_DESCRIPTOR, t("y"))
         return o.finalize()
     if kind == "reduction":
         rd = BackendDescriptor(D.REDUCTION, f"reduction of {what}")

@@ -49,6 +49,7 @@ from .elementwise import (
     top_k_count,
     zeros_like,
 )
+from .attention import sdpa_backward, sdpa_forward, sdpa_supported
 from .layernorm import layernorm_backward, layernorm_forward
 from .merging import concatenate, concatenate_backward, extremum_backward, maximum, minimum
 from .preprocessing import normalize, normalize_backward, rescale
@@ -71,6 +72,8 @@ from .softmax import softmax_backward, softmax_forward
 from .spatial_dropout import spatial_dropout_backward, spatial_dropout_forward
 
 __all__ = [
+    # fused attention (cuDNN's flash-attention engines; NumPy twin)
+    "sdpa_forward", "sdpa_backward", "sdpa_supported",
     # rnn (cuDNN's RNN API; NumPy twin)
     "rnn_forward", "rnn_backward", "rnn_weight_layout", "pack_keras_weights", "unpack_keras_weights",
     "RNNWeightLayout", "RNNSaved",
