@@ -119,8 +119,10 @@ def one_of(value: Any, name: str, owner: str, allowed: Sequence[Any]) -> Any:
     raise ValueError(f"{owner}: {name} must be one of {names}, got {_describe(value)}")
 
 
-def shape(value: Any, name: str, owner: str) -> tuple[int, ...]:
-    """A sample shape (no batch axis): an int or a sequence of positive ints; every dimension known."""
+def shape(value: Any, name: str, owner: str, *, allow_none: bool = False) -> tuple[int, ...]:
+    """A sample shape (no batch axis): an int or a sequence of positive ints; every dimension known, unless
+    ``allow_none`` (a variable-length axis of a layer written in ``keras.ops``, which reads its shapes at call
+    time)."""
     if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_)):
         value = (value,)
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -129,13 +131,15 @@ def shape(value: Any, name: str, owner: str) -> tuple[int, ...]:
     dims = tuple(value)
     for i, d in enumerate(dims):
         if d is None:
+            if allow_none:
+                continue
             raise ValueError(f"{owner}: every dimension of {name} must be known, got {dims} (None at index {i}); "
                              "dnnbind needs fixed shapes and the batch axis is left out")
         if isinstance(d, (bool, np.bool_)) or not isinstance(d, (numbers.Integral, np.integer)):
             raise ArgumentTypeError(f"{owner}: {name} must hold ints, got {dims} ({_describe(d)} at index {i})")
         if d < 1:
             raise ValueError(f"{owner}: every dimension of {name} must be >= 1, got {dims} ({int(d)} at index {i})")
-    return tuple(int(d) for d in dims)
+    return tuple(None if d is None else int(d) for d in dims)
 
 
 def int_pair(value: Any, name: str, owner: str, *, minimum: int = 1) -> tuple[int, int]:

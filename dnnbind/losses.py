@@ -137,6 +137,8 @@ class Loss:
 
     #: whether a model may fuse a final softmax into this loss (cross-entropies over classes)
     fuses_softmax = False
+    #: whether the fused kernel is per row of the last axis, so (N, ..., C) outputs flatten to rows
+    _per_row = False
 
     def __init__(self, name: str | None = None, reduction: Any = "sum_over_batch_size", dtype: Any = None) -> None:
         if reduction == "auto":
@@ -189,6 +191,19 @@ class Loss:
                 sw = backend.asarray(sw.astype(np.float32), device=y_pred.device)
         elif isinstance(y_raw, np.ndarray):
             y_raw = self.prepare_labels(y_raw, tuple(y_pred.shape[1:]))
+        if y_pred.ndim > 2 and self._per_row:
+            # a sequence (or image) of class distributions, (N, ..., C): the row kernels see (N * ..., C), one
+            # row per position, and sample weights repeat over the positions. The kernels divide by the row
+            # count, which is Keras's sum_over_batch_size of the (N, ...) per-position losses.
+            c = int(y_pred.shape[-1])
+            rows = int(np.prod(y_pred.shape[:-1]))
+            per = rows // max(int(y_pred.shape[0]), 1)
+            y_pred = ops.reshape(y_pred, (rows, c))
+            if data32 is not None:
+                data32 = data32.reshape(rows, c)
+            y_raw = y_raw.reshape((rows,) if int(np.prod(y_raw.shape)) == rows else (rows, c))  # sparse or dense
+            if sw is not None:
+                sw = ops.repeat(ops.reshape(ops.convert_to_tensor(sw), (-1,)), per).data if per > 1 else sw
         value, dpred = self.compute(y_pred.data if data32 is None else data32, y_raw, logits=logits, sample_weight=sw)
         return kernel_loss(value, dpred, y_pred, self.name)
 
@@ -260,9 +275,11 @@ def _check_rows(y: np.ndarray, output_shape: tuple[int, ...], what: str) -> np.n
 
 
 class SparseCategoricalCrossentropy(Loss):
-    """Cross-entropy with integer class labels ``(N,)`` (or ``(N, 1)``) in ``[0, classes)``."""
+    """Cross-entropy with integer class labels ``(N,)`` (or ``(N, 1)``) in ``[0, classes)``; for outputs
+    ``(N, ..., classes)`` (a sequence of distributions) labels ``(N, ...)``, one loss per position."""
 
     fuses_softmax = True
+    _per_row = True
 
     def __init__(self, from_logits: bool = False, ignore_class: int | None = None, name: str | None = None,
                  reduction: str = "sum_over_batch_size") -> None:
@@ -274,22 +291,25 @@ class SparseCategoricalCrossentropy(Loss):
     def prepare_labels(self, y, output_shape, owner=""):
         what = f"{owner}loss '{self.name}'"
         y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y.reshape(-1)
-        if len(output_shape) != 1:
-            raise ValueError(f"{what}: needs a model output of shape (batch, classes), got (batch, "
-                             f"{', '.join(map(str, output_shape))})")
-        if y.ndim != 1:
+        positions = tuple(int(d) for d in output_shape[:-1])
+        if y.ndim == 2 + len(positions) and y.shape[-1] == 1:
+            y = y.reshape(y.shape[:-1])
+        if len(output_shape) < 1:
+            raise ValueError(f"{what}: needs a model output of shape (batch, ..., classes), got (batch,)")
+        if tuple(y.shape[1:]) != positions:
+            want = ", ".join(["batch", *map(str, positions)])
             raise ValueError(
-                f"{what}: labels must be integer class indices of shape (batch,), got shape {tuple(y.shape)}"
-                + ("; for one-hot labels use loss='categorical_crossentropy'" if y.ndim == 2 else "")
+                f"{what}: labels must be integer class indices of shape ({want}{',' if not positions else ''}), "
+                f"got shape {tuple(y.shape)}"
+                + ("; for one-hot labels use loss='categorical_crossentropy'" if y.ndim == 2 + len(positions)
+                   else "")
             )
         if y.dtype.kind == "f" or y.dtype == _validate.BFLOAT16:
             if not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
                 raise ValueError(f"{what}: labels must be integer class indices, got non-integer values")
         elif y.dtype.kind not in "iub":
             raise TypeError(f"{what}: labels must be integer class indices, got dtype {y.dtype}")
-        classes = output_shape[0]
+        classes = output_shape[-1]
         if y.size and (y.min() < 0 or y.max() >= classes):
             raise ValueError(
                 f"{what}: labels must be in [0, {classes}) for a model with {classes} outputs, got values in "
@@ -307,9 +327,11 @@ class SparseCategoricalCrossentropy(Loss):
 
 
 class CategoricalCrossentropy(Loss):
-    """Cross-entropy with one-hot (or soft) labels ``(N, classes)``; optional label smoothing."""
+    """Cross-entropy with one-hot (or soft) labels ``(N, classes)`` (``(N, ..., classes)`` for outputs with
+    more axes: one loss per position); optional label smoothing."""
 
     fuses_softmax = True
+    _per_row = True
 
     def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
                  name: str | None = None, reduction: str = "sum_over_batch_size") -> None:

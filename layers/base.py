@@ -87,12 +87,19 @@ def unique_name(base: str) -> str:
     return backend.uniquify(base)
 
 
-def split_batch(shape: Sequence[Any]) -> tuple[bool, tuple[int, ...]]:
-    """``(had_batch_axis, shape_without_it)`` for a shape that may start with Keras's ``None``."""
+def split_batch(shape: Sequence[Any]) -> "tuple[bool, tuple[int | None, ...]]":
+    """``(had_batch_axis, shape_without_it)`` for a shape that may start with Keras's ``None``. Other axes
+    may be None too (a variable length: ``Input(shape=(None,))``); they stay None."""
     shape = tuple(shape)
     if shape and shape[0] is None:
-        return True, tuple(int(s) for s in shape[1:])
-    return False, tuple(int(s) for s in shape)
+        return True, tuple(None if s is None else int(s) for s in shape[1:])
+    return False, tuple(None if s is None else int(s) for s in shape)
+
+
+def _fits(shape: Sequence[Any], built: Sequence[Any]) -> bool:
+    """A (sample) shape against the one a layer was built for, whose None axes take any size."""
+    shape, built = tuple(shape), tuple(built)
+    return len(shape) == len(built) and all(b is None or a == b for a, b in zip(shape, built))
 
 
 def _is_symbolic_value(value: Any) -> bool:
@@ -839,24 +846,39 @@ class Layer:
         if not self.built:
             owner = f"{type(self).__name__} '{self.name}'"
             for s in (shape if self.multi_input else [shape]):
-                _validate.shape(s, "input shape", owner)
+                _validate.shape(s, "input shape", owner, allow_none=True)
+            variable = any(d is None for s in (shape if self.multi_input else [shape]) for d in s)
             before = list(self._weights)
             try:
-                if self._builds_keras_shapes():
+                if self._builds_keras_shapes() or variable:
+                    # with the batch axis: a sample shape that starts with None (a variable length) is not
+                    # read as batched (``split_batch`` strips one leading None)
                     self.build([(None, *s) for s in shape] if self.multi_input else (None, *shape))
                 else:
                     self.build(shape)
-            except BaseException:
+                if self.input_shape is None and self.output_shape is None and self._is_legacy():
+                    out_shape = tuple(self._output_shape(shape))
+                else:
+                    out_shape = None
+            except TypeError as err:
                 self._weights = before  # a failed build leaves no half-made weights behind
+                if not variable:
+                    raise
+                raise ValueError(f"{owner}: needs every dimension of its input shape known, got (batch, "
+                                 f"{', '.join(map(str, shape))}) ({err}); give the Input a fixed size on that "
+                                 "axis (pad or crop the data to one length)") from None
+            except BaseException:
+                self._weights = before
                 raise
             if not self.built:  # a subclass build that forgot the base call
                 self._set_built(shape)
             if self.input_shape is None:
                 self.input_shape = shape
-                if self.output_shape is None and self._is_legacy():
-                    self.output_shape = tuple(self._output_shape(shape))
+                if out_shape is not None:
+                    self.output_shape = out_shape
         elif self.multi_input:
-            if self.input_shape is not None and [tuple(s) for s in shape] != [tuple(s) for s in self.input_shape]:
+            if self.input_shape is not None and (len(shape) != len(self.input_shape) or not all(
+                    _fits(a, b) for a, b in zip(shape, self.input_shape))):
                 raise ValueError(f"layer '{self.name}' ({type(self).__name__}) was built for inputs of shapes "
                                  f"{[(None, *s) for s in self.input_shape]}, got {[(None, *s) for s in shape]}")
         elif (self.input_shape is not None and tuple(shape) != tuple(self.input_shape) and self._is_legacy()
@@ -865,7 +887,7 @@ class Layer:
             # Keras's build always means; the weights depend on the trailing axes only
             self.input_shape = tuple(shape)
             self.output_shape = tuple(self._output_shape(tuple(shape)))
-        elif self.input_shape is not None and tuple(shape) != tuple(self.input_shape) and self._is_legacy():
+        elif self.input_shape is not None and not _fits(shape, self.input_shape) and self._is_legacy():
             raise ValueError(
                 f"layer '{self.name}' ({type(self).__name__}) expects inputs of shape (batch, "
                 f"{', '.join(map(str, self.input_shape))}), got (batch, {', '.join(map(str, shape))})"

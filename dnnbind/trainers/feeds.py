@@ -29,7 +29,8 @@ import numpy as np
 from .. import _validate, backend, kernels
 from .compile_utils import NoLoss
 from .data_adapters import (ArrayDataAdapter, EpochIterator, GeneratorDataAdapter, PyDatasetAdapter,
-                            class_weight_to_sample_weights, data_kind, flatten_structure, unpack_x_y_sample_weight)
+                            _is_arraylike_leaf, class_weight_to_sample_weights, data_kind, flatten_structure,
+                            unpack_x_y_sample_weight)
 
 __all__ = ["pack", "unpack", "check_x", "check_y", "check_xy", "check_sample_weight", "check_class_weight",
            "refuse_both_weights", "step_targets", "split_tuple_x", "check_batch_size_unused", "array_feed",
@@ -109,7 +110,8 @@ def check_x(model: Any, x: Any, what: str, *, finite: bool = True, allow_empty: 
     if expected is not None and len(expected) == len(arrays):
         arrays = [_adjust_rank(a, tuple(e)) for a, e in zip(arrays, expected)]
     samples = [tuple(a.shape[1:]) for a in arrays]
-    if expected is not None and samples != [tuple(e) for e in expected]:
+    if expected is not None and not all(_shape_fits(got, e) for got, e in zip(samples, expected)) or \
+            expected is not None and len(samples) != len(expected):
         if len(arrays) == 1:
             raise ValueError(f"{owner}{model._input_hint()}: {what} expects input of shape (batch, "
                              f"{', '.join(map(str, expected[0]))}), got {tuple(arrays[0].shape)}")
@@ -127,6 +129,13 @@ def check_x(model: Any, x: Any, what: str, *, finite: bool = True, allow_empty: 
     return arrays
 
 
+def _shape_fits(got: tuple, expected: Any) -> bool:
+    """A sample shape against an ``Input``'s: same rank, and equal wherever the Input names a size (None:
+    any size, as Keras's ``Input(shape=(None,))`` of variable-length sequences)."""
+    expected = tuple(expected)
+    return len(got) == len(expected) and all(e is None or int(g) == int(e) for g, e in zip(got, expected))
+
+
 def _adjust_rank(arr: np.ndarray, expected: tuple) -> np.ndarray:
     """Keras 3's ``Functional._adjust_input_rank``: data one axis short of an input whose last axis is 1 gets
     that axis (``(N, 28, 28)`` for ``Input((28, 28, 1))``), data with one extra trailing axis of 1 loses it."""
@@ -137,9 +146,30 @@ def _adjust_rank(arr: np.ndarray, expected: tuple) -> np.ndarray:
     return arr
 
 
+def flatten_targets(model: Any, y: Any, owner: str) -> list:
+    """``y`` with one entry per output, in ``model.output_names`` order (:func:`flatten_structure`), or, as
+    Keras 3's ``CompileLoss`` reads a loss "partially defined over y_pred", one array per output that has a
+    loss (``loss=[fn, None]`` with ``y`` a single array) placed at those outputs, None at the others."""
+    names = list(model.output_names)
+    try:
+        return flatten_structure(y, names, owner, "y")
+    except ValueError:
+        losses = list(getattr(model, "_losses", ()) or ())
+        slots = [i for i, loss in enumerate(losses) if loss is not None]
+        if len(names) < 2 or len(losses) != len(names) or not slots or len(slots) == len(names):
+            raise
+        given = [y] if _is_arraylike_leaf(y) else list(y) if isinstance(y, (list, tuple)) else None
+        if given is None or len(given) != len(slots):
+            raise
+        items: list = [None] * len(names)
+        for i, t in zip(slots, given):
+            items[i] = t
+        return items
+
+
 def check_y(model: Any, y: Any, n: int, what: str) -> list[np.ndarray]:
     """Targets of the outputs that have a loss, in the losses' label forms (one per output)."""
-    items = flatten_structure(y, list(model.output_names), f"{model._owner}: {what}", "y")
+    items = flatten_targets(model, y, f"{model._owner}: {what}")
     return [None if loss is None else check_y_one(model, i, item, n, what)
             for i, (item, loss) in enumerate(zip(items, model._losses))]
 
@@ -354,7 +384,7 @@ def device_batch(model: Any, x: Any, y: Any, what: str, sample_weight: Any = Non
         model._build_for([tuple(a.shape[1:]) for a in items])
     expected = model._expected_input_shapes()
     for arr, shape in zip(items, expected):
-        if tuple(arr.shape[1:]) != tuple(shape):
+        if not _shape_fits(tuple(arr.shape[1:]), shape):
             raise ValueError(f"{owner} expects input of shape (batch, {', '.join(map(str, shape))}), "
                              f"got {tuple(arr.shape)}")
     dtypes = model._input_dtypes()
@@ -364,7 +394,7 @@ def device_batch(model: Any, x: Any, y: Any, what: str, sample_weight: Any = Non
     n = int(items[0].shape[0])
     if y is None:
         return pack(items), None
-    ys = flatten_structure(y, list(model.output_names), f"{owner}: {what}", "y")
+    ys = flatten_targets(model, y, f"{owner}: {what}")
     out = []
     for i, (t, loss) in enumerate(zip(ys, model._losses)):
         if loss is None:
