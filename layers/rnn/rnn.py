@@ -146,7 +146,9 @@ class RNN(Layer):
                              f"the same as the batch size of the initial state. Expected batch size: {expected}, "
                              f"received batch size: {batch} (call reset_states() keeps it; make a new layer for "
                              "another batch size)")
-        return pack_states(self._state_structure, [_ops.convert_to_tensor(v) for v in self._states])
+        # copies: the call assigns the final states into these variables in place, and the backward (the step
+        # loop's VJPs, cuDNN's) reads the initial states after that
+        return pack_states(self._state_structure, [_ops.copy(v) for v in self._states])
 
     # ----- the loop ---------------------------------------------------------------------------------------
     def _check_call(self, sequences: Any, mask: Any) -> None:
