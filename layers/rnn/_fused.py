@@ -149,7 +149,8 @@ def run_fused(layer: Any, sequences: Any, initial_state: Any, mask: Any, trainin
 
 
 def run_fused_bidirectional(wrapper: Any, sequences: Any, initial_state: Any, mask: Any, training: Any) -> Any:
-    """``Bidirectional.call``'s result from one bidirectional call, or None: both layers must route with the
+    """``(forward output, backward output, states, concatenated outputs or None)`` from one bidirectional call
+    (the outputs None when the concatenation is given), or None: both layers must route with the
     same cell, units and dropout 0, the forward one running forwards, neither stateful (Keras's
     ``_can_attempt_fused_lstm``; a right-padded mask is taken too, the two layers' own results there)."""
     fwd, bwd = wrapper.forward_layer, wrapper.backward_layer
@@ -191,12 +192,16 @@ def run_fused_bidirectional(wrapper: Any, sequences: Any, initial_state: Any, ma
         c0 = _ops.stack([cast[1], cast[3]], axis=0) if kind == "lstm" else None
     y, hy, cy = fused_rnn(kind, x, [wf, wb], h0, c0, lengths)
     fstates, bstates = _states(hy, cy, 0, 2), _states(hy, cy, 1, 2)
+    joined = None
     if wrapper.return_sequences:
         # (Bidirectional sets zero_output_for_mask = return_sequences: padded steps are 0, as the kernel gives)
-        yf, yb = _ops.split(y, 2, axis=-1)
+        if wrapper.merge_mode == "concat":
+            joined, yf, yb = y, None, None  # the kernel's y is the concatenation already
+        else:
+            yf, yb = _ops.split(y, 2, axis=-1)
     else:
         yf, yb = fstates[0], bstates[0]
     _note(fwd, True)
     _note(bwd, True)
     _note(wrapper, True)
-    return yf, yb, fstates + bstates
+    return yf, yb, fstates + bstates, joined

@@ -167,8 +167,8 @@ class Bidirectional(Layer):
         fused = run_fused_bidirectional(self, sequences, initial_state, mask, training) \
             if isinstance(sequences, Tensor) and sequences.ndim == 3 else None
         if fused is not None:  # one bidirectional call: the reverse outputs come aligned to the input steps
-            y, y_rev, fused_states = fused
-            return self._merge(y, y_rev, tuple(fused_states), mask)
+            y, y_rev, fused_states, joined = fused
+            return self._merge(y, y_rev, tuple(fused_states), mask, joined)
         self._last_call_fused = False
         forward_state = backward_state = None
         if initial_state is not None:
@@ -188,9 +188,11 @@ class Bidirectional(Layer):
             y_rev = _ops.flip(y_rev, axis=1)
         return self._merge(y, y_rev, states, mask)
 
-    def _merge(self, y: Any, y_rev: Any, states: tuple, mask: Any) -> Any:
-        if self.merge_mode == "concat":
-            output: Any = _ops.concatenate([y, y_rev], axis=-1)
+    def _merge(self, y: Any, y_rev: Any, states: tuple, mask: Any, joined: Any = None) -> Any:
+        if joined is not None:
+            output: Any = joined
+        elif self.merge_mode == "concat":
+            output = _ops.concatenate([y, y_rev], axis=-1)
         elif self.merge_mode == "sum":
             output = _ops.add(y, y_rev)
         elif self.merge_mode == "ave":
