@@ -25,7 +25,7 @@ from dnnbind.autodiff.tensor import Tensor
 from dnnbind.ops._rnn import fused_rnn
 
 B, T, F, U = 3, 5, 4, 3
-LENGTHS = (5, 3, 1)
+LENGTHS = (5, 3, 0)  # right-padded masks; an empty sequence too
 
 
 def _data(dtype: str = "float64") -> dict:
@@ -78,6 +78,12 @@ CASES = [
      False),
     ("lstm-mask", lambda: keras.layers.LSTM(U, return_sequences=True, return_state=True), 2, True),
     ("lstm-mask-zero-out", lambda: keras.layers.LSTM(U, return_sequences=True, zero_output_for_mask=True), 0, True),
+    ("lstm-back-mask", lambda: keras.layers.LSTM(U, go_backwards=True, return_sequences=True, return_state=True),
+     2, True),
+    ("gru-back-mask-zero-out", lambda: keras.layers.GRU(U, go_backwards=True, return_sequences=True,
+                                                        zero_output_for_mask=True), 1, True),
+    ("simple-back-mask-last", lambda: keras.layers.SimpleRNN(U, go_backwards=True, zero_output_for_mask=True), 0,
+     True),
     ("gru-seq-state", lambda: keras.layers.GRU(U, return_sequences=True, return_state=True), 1, False),
     ("gru-back-mask-last", lambda: keras.layers.GRU(U, return_state=True), 1, True),
     ("gru-back", lambda: keras.layers.GRU(U, go_backwards=True), 0, False),
@@ -184,10 +190,12 @@ def test_masks_route_only_right_padded(cpu):
     layer(x, mask=holes)
     assert not layer._last_call_fused
     back = keras.layers.LSTM(U, go_backwards=True)
+    back(x, mask=holes)
+    assert not back._last_call_fused
     back(x, mask=right)
-    assert not back._last_call_fused  # (go_backwards with a mask: the step loop)
+    assert back._last_call_fused and back._fused_calls == 1
     back(x, mask=np.ones((B, T), bool))
-    assert back._last_call_fused  # every step real: no mask at all
+    assert back._fused_calls == 2  # every step real: no mask at all
     # an Embedding's mask reaches the layer in a model, and routes (right-padded ids)
     ids = np.where(right, np.arange(1, T + 1)[None, :], 0).astype("int32")
     model = keras.Sequential([keras.layers.Embedding(9, F, mask_zero=True), keras.layers.LSTM(U)])

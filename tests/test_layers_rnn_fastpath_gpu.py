@@ -42,6 +42,7 @@ CASES = [
     ("lstm_seq_state", lambda dt: layers.LSTM(U, return_sequences=True, return_state=True, dtype=dt), 2, False),
     ("lstm_mask", lambda dt: layers.LSTM(U, return_sequences=True, return_state=True, dtype=dt), 0, True),
     ("lstm_back", lambda dt: layers.LSTM(U, go_backwards=True, dtype=dt), 0, False),
+    ("lstm_back_mask", lambda dt: layers.LSTM(U, go_backwards=True, return_sequences=True, dtype=dt), 2, True),
     ("gru_seq_state", lambda dt: layers.GRU(U, return_sequences=True, return_state=True, dtype=dt), 1, False),
     ("gru_mask", lambda dt: layers.GRU(U, dtype=dt), 1, True),
     ("simple_relu", lambda dt: layers.SimpleRNN(U, activation="relu", return_sequences=True, dtype=dt), 0, False),

@@ -112,13 +112,22 @@ def _zeros(shape: Sequence[int], dtype: np.dtype, device: Any) -> Any:
     return N.full(tuple(shape), 0, dtype, device=device)
 
 
-def _raw_grad(g: Any, shape: tuple, dtype: np.dtype, device: Any) -> Any:
+def _packed(a: Any) -> Any:
+    """``a`` C-contiguous (cuDNN and the flat weight source read packed arrays; a strided view is copied)."""
+    if a is None:
+        return None
+    if backend.is_device_array(a):
+        return a if a.is_contiguous else kernels.copy(a)
+    return np.ascontiguousarray(a)
+
+
+def _raw_grad(g: Any, dtype: np.dtype) -> Any:
     if g is None:
         return None
     data = g.data if isinstance(g, Tensor) else g
     if data.dtype != dtype:
         data = kernels.cast(data, dtype)
-    return data
+    return _packed(data)
 
 
 def fused_rnn(cell: str, x: Tensor, weights: Sequence[Sequence[Tensor]], h0: "Tensor | None" = None,
@@ -152,26 +161,25 @@ def fused_rnn(cell: str, x: Tensor, weights: Sequence[Sequence[Tensor]], h0: "Te
                 raise ValueError(f"{owner}: direction {d}: {name} must have shape {tuple(shape)}, got "
                                  f"{tuple(t.shape)}")
     gather, inverse = plan.arrays(device)
-    flat = [t.data.reshape(-1) for triple in weights for t in triple]
+    flat = [_packed(t.data).reshape(-1) for triple in weights for t in triple]
     source = kernels.concatenate(flat + [_zeros((1,), dtype, device)], axis=0)
     space = N.take(source, gather)
     flat_inputs = [x] + [t for triple in weights for t in triple] + [h0, c0]
     training = needs_grad(*[t for t in flat_inputs if t is not None])
-    xr = x.data
-    h0r = None if h0 is None else h0.data
-    c0r = None if c0 is None else c0.data
+    xr = _packed(x.data)
+    h0r = None if h0 is None else _packed(h0.data)
+    c0r = None if c0 is None else _packed(c0.data)
     y, hy, cy, saved = kernels.rnn_forward(xr, space, layout, h0=h0r, c0=c0r, seq_lengths=seq_lengths,
                                            training=training)
     lstm = cell == "lstm"
     outs = (y, hy, cy) if lstm else (y, hy)
 
     def vjp(node: Any, gy: Any, ghy: Any, gcy: Any = None) -> tuple:
-        state_shape = (dirs, int(xr.shape[0]), units)
-        dy = _raw_grad(gy, tuple(y.shape), dtype, device)
+        dy = _raw_grad(gy, dtype)
         if dy is None:
             dy = _zeros(tuple(y.shape), dtype, device)
-        dhy = _raw_grad(ghy, state_shape, dtype, device)
-        dcy = _raw_grad(gcy, state_shape, dtype, device) if lstm else None
+        dhy = _raw_grad(ghy, dtype)
+        dcy = _raw_grad(gcy, dtype) if lstm else None
         dx, dh0, dc0, dspace = kernels.rnn_backward(dy, dhy, dcy, xr, space, layout, saved, h0=h0r, c0=c0r, y=y)
         padded = kernels.concatenate([dspace, _zeros((1,), dtype, device)], axis=0)
         grads: list = [dx]

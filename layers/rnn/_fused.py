@@ -7,8 +7,9 @@ backend's ``cudnn_ok``): ``use_cudnn`` not False, ``recurrent_dropout == 0``, ``
 ``use_bias=True``, activation ``tanh`` with recurrent activation ``sigmoid`` (LSTM, GRU), GRU
 ``reset_after=True``, SimpleRNN ``tanh`` or ``relu``. ``dropout`` is applied to the inputs first with the cell's
 one mask, as Keras's cuDNN path does (the same mask the step loop draws). A mask routes when it is right-padded
-(Keras's ``is_sequence_right_padded``: the steps become ``seq_lengths``), not with ``go_backwards``; otherwise,
-and for any other configuration, the step loop runs. Outputs, final states and gradients are the step loop's
+(Keras's ``is_sequence_right_padded``: the steps become ``seq_lengths``; with ``go_backwards`` each row's real
+steps are reversed by a gather, Keras's ``reverse_sequence``); otherwise, and for any other configuration, the
+step loop runs. Outputs, final states and gradients are the step loop's
 (also at padded steps: the previous output, or 0 with ``zero_output_for_mask``).
 
 Reading a mask's values is one host transfer: a masked call on a GPU synchronises once (cuDNN's sequence
@@ -123,14 +124,17 @@ def run_fused(layer: Any, sequences: Any, initial_state: Any, mask: Any, trainin
         return None
     time = int(sequences.shape[1])
     lengths = sequence_lengths(mask, time, sequences.is_cuda)
-    if lengths is False or (lengths is not None and layer.go_backwards):
+    if lengths is False:
         _note(layer, False)
         return None
     weights = _weights(layer.cell)
     dtype = weights[0].dtype
     x = sequences if sequences.dtype == dtype else _ops.cast(sequences, dtype)
     x = _dropped(layer, x, training)
-    if layer.go_backwards:
+    backwards_masked = layer.go_backwards and lengths is not None
+    if backwards_masked:
+        x = _ops.take_along_axis(x, _reverse_index(lengths, time)[..., None], axis=1)
+    elif layer.go_backwards:
         x = _ops.flip(x, axis=1)
     states = list(initial_state)
     h0 = _ops.expand_dims(_ops.cast(states[0], dtype), 0)
@@ -140,12 +144,33 @@ def run_fused(layer: Any, sequences: Any, initial_state: Any, mask: Any, trainin
     h = final[0]
     last = h
     if lengths is not None and layer.zero_output_for_mask:
-        last = _ops.where(_ops.expand_dims(_ops.cast(mask, "bool")[:, time - 1], -1), h, _ops.zeros_like(h))
+        real = _ops.expand_dims(_ops.cast(mask, "bool")[:, 0 if layer.go_backwards else time - 1], -1)
+        last = _ops.where(real, h, _ops.zeros_like(h))
     outputs = None
     if layer.return_sequences:
-        outputs = y if lengths is None else _padded_outputs(y, h, mask, layer.zero_output_for_mask)
+        if backwards_masked:
+            outputs = _backwards_outputs(y, _ops.cast(states[0], dtype), lengths, time, layer.zero_output_for_mask)
+        else:
+            outputs = y if lengths is None else _padded_outputs(y, h, mask, layer.zero_output_for_mask)
     _note(layer, True)
     return last, outputs, final
+
+
+def _reverse_index(lengths: tuple, time: int) -> np.ndarray:
+    """``reverse_sequence``'s gather: row ``b`` reads its real steps last to first, then its padded ones."""
+    steps, n = np.arange(time)[None, :], np.array(lengths)[:, None]
+    return np.where(steps < n, n - 1 - steps, steps).astype(np.int32)
+
+
+def _backwards_outputs(y: Any, h0: Any, lengths: tuple, time: int, zero_output: bool) -> Any:
+    """A masked ``go_backwards`` layer's outputs in the order the step loop runs them: the padded steps first
+    (the states unchanged: the initial output, or 0), then the real steps last to first (``y``'s first
+    ``length`` steps, from the reversed real steps)."""
+    n = np.array(lengths)[:, None]
+    source = np.arange(time)[None, :] - (time - n)
+    taken = _ops.take_along_axis(y, np.maximum(source, 0).astype(np.int32)[..., None], axis=1)
+    fill = _ops.zeros_like(taken) if zero_output else _ops.expand_dims(h0, 1)
+    return _ops.where((source >= 0)[..., None], taken, fill)
 
 
 def run_fused_bidirectional(wrapper: Any, sequences: Any, initial_state: Any, mask: Any, training: Any) -> Any:
