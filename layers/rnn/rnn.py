@@ -8,7 +8,8 @@ results. Masks follow Keras's JAX backend: at a masked step the states keep thei
 values and the output is the previous first state (``zero_output_for_mask=False``) or zeros.
 
 ``go_backwards`` runs the steps last to first; the sequence output is then in the order the steps ran (Keras's).
-``unroll`` is accepted and changes nothing (the loop is unrolled already). ``stateful=True`` keeps the last
+``unroll`` changes nothing in the step loop (it is unrolled already); ``unroll=True`` keeps a layer off the fused
+path (Keras's cuDNN condition). ``stateful=True`` keeps the last
 states in non-trainable variables (``states``) that the next call starts from (``reset_states()`` zeroes
 them): their batch size is fixed by the first call.
 """
