@@ -367,3 +367,37 @@ def test_matches_real_keras(cpu, tmp_path):
     for name, _, _ in _KERAS_CASES:
         for i, value in enumerate(ours[name]):
             np.testing.assert_allclose(value, theirs[f"{name}/{i}"], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("cell, dirs", [("lstm", 2), ("gru", 1), ("relu", 2)])
+def test_pack_plan_matches_pack_keras_weights_on_any_layout(cpu, cell, dirs):
+    """The gather that packs the Keras weights (and its inverse, the gradient unpacking) on a layout like
+    cuDNN's: matrices and biases interleaved in another order, with alignment gaps (which must read 0)."""
+    from dnnbind.kernels.rnn import RNNWeightEntry, RNNWeightLayout, pack_keras_weights
+    from dnnbind.ops._rnn import rnn_pack_plan
+
+    g = {"lstm": 4, "gru": 3}.get(cell, 1)
+    rng = np.random.default_rng(2)
+    shapes = [(d, lin, (U, F if lin < g else U)) for d in range(dirs) for lin in range(2 * g)]
+    entries, offset = {}, 0
+    for d, lin, shape in [shapes[i] for i in rng.permutation(len(shapes))]:
+        offset += 3  # a gap
+        bias_first = bool(rng.integers(2))
+        if bias_first:
+            b_off, m_off = offset, offset + U + 1
+        else:
+            m_off, b_off = offset, offset + shape[0] * shape[1] + 2
+        entries[(d, lin)] = RNNWeightEntry(d, lin, m_off, shape, b_off, (U,))
+        offset = max(m_off + shape[0] * shape[1], b_off + U)
+    layout = RNNWeightLayout(cell, F, U, dirs, np.dtype(np.float64), offset + 5,
+                             tuple(entries[(d, lin)] for d in range(dirs) for lin in range(2 * g)), "cudnn")
+    weights = [[rng.normal(size=(F, g * U)), rng.normal(size=(U, g * U)),
+                rng.normal(size=(2, g * U) if cell == "gru" else (g * U,))] for _ in range(dirs)]
+    plan = rnn_pack_plan(layout)
+    source = np.concatenate([w.reshape(-1) for triple in weights for w in triple] + [np.zeros(1)])
+    space = source[plan.gather]
+    np.testing.assert_array_equal(space, pack_keras_weights(layout, weights))
+    padded = np.concatenate([space, [0.0]])
+    for d in range(dirs):
+        for i, w in enumerate(weights[d]):
+            np.testing.assert_array_equal(padded[plan.inverse[d][i]].reshape(w.shape), w)
