@@ -194,8 +194,8 @@ def run_fused_bidirectional(wrapper: Any, sequences: Any, initial_state: Any, ma
         if len(states) != 2 * n_states:
             return None
     time = int(sequences.shape[1])
-    if time == 0:
-        return None
+    if time == 0 or (mask is not None and tuple(getattr(mask, "shape", ())) != tuple(sequences.shape[:2])):
+        return None  # (the two layers' calls report what is wrong)
     lengths = sequence_lengths(mask, time, sequences.is_cuda)
     if lengths is False:
         return None
