@@ -478,7 +478,6 @@ def test_keras_files_move_both_ways_with_keras(cpu, reference):
     (lambda: keras.layers.SimpleRNN(3, dropout="x"), r"SimpleRNNCell .*dropout must be a number"),
     (lambda: keras.layers.LSTM(3, activation="nope"), r"LSTMCell .*activation"),
     (lambda: keras.layers.LSTM(3, use_cudnn="yes"), r"LSTM.*use_cudnn"),
-    (lambda: keras.layers.LSTM(3, use_cudnn=True), r"LSTM '.*use_cudnn=True"),
     (lambda: keras.layers.LSTM(3, return_sequences="yes"), r"LSTM '.*return_sequences"),
     (lambda: keras.layers.RNN(keras.layers.Dense(2)), r"RNN '.*state_size"),
     (lambda: keras.layers.Bidirectional(keras.layers.Dense(2)), r"Bidirectional '.*recurrent layer"),

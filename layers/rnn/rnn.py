@@ -2,11 +2,14 @@
 
 The time loop is a Python loop over the steps in ``keras.ops`` (Keras's "non-cuDNN configuration", its
 ``backend.rnn`` on JAX, step for step): every op records on the tape, so the layers train on both backends with
-no backward written by hand. Masks follow Keras's JAX backend: at a masked step the states keep their previous
+no backward written by hand. ``SimpleRNN``/``LSTM``/``GRU`` in Keras's cuDNN configuration instead run the whole
+layer as one fused node (:mod:`._fused`: cuDNN's RNN on a GPU, its NumPy twin on the CPU), with the step loop's
+results. Masks follow Keras's JAX backend: at a masked step the states keep their previous
 values and the output is the previous first state (``zero_output_for_mask=False``) or zeros.
 
 ``go_backwards`` runs the steps last to first; the sequence output is then in the order the steps ran (Keras's).
-``unroll`` is accepted and changes nothing (the loop is unrolled already). ``stateful=True`` keeps the last
+``unroll`` changes nothing in the step loop (it is unrolled already); ``unroll=True`` keeps a layer off the fused
+path (Keras's cuDNN condition). ``stateful=True`` keeps the last
 states in non-trainable variables (``states``) that the next call starts from (``reset_states()`` zeroes
 them): their batch size is fixed by the first call.
 """
@@ -23,6 +26,7 @@ from dnnbind.autodiff.tensor import Tensor
 from dnnbind.autodiff.variable import Variable
 
 from ..base import Layer, register
+from ._fused import run_fused
 from .cells import (GRUCell, LSTMCell, SimpleRNNCell, StackedRNNCells, _call_cell, _cell_output_size, _check_cell,
                     deserialize_layer, flatten_states, is_nested, pack_states, serialize_layer)
 
@@ -143,7 +147,9 @@ class RNN(Layer):
                              f"the same as the batch size of the initial state. Expected batch size: {expected}, "
                              f"received batch size: {batch} (call reset_states() keeps it; make a new layer for "
                              "another batch size)")
-        return pack_states(self._state_structure, [_ops.convert_to_tensor(v) for v in self._states])
+        # copies: the call assigns the final states into these variables in place, and the backward (the step
+        # loop's VJPs, cuDNN's) reads the initial states after that
+        return pack_states(self._state_structure, [_ops.copy(v) for v in self._states])
 
     # ----- the loop ---------------------------------------------------------------------------------------
     def _check_call(self, sequences: Any, mask: Any) -> None:
@@ -275,7 +281,11 @@ _CELL_KEYS = ("units", "activation", "recurrent_activation", "use_bias", "kernel
 
 class _CellLayer(RNN):
     """An RNN over one built-in cell made from the layer's own arguments (``SimpleRNN``, ``LSTM``, ``GRU``):
-    the cell's arguments read through as attributes, and its config is the layer's."""
+    the cell's arguments read through as attributes, and its config is the layer's.
+
+    Where the configuration is Keras's cuDNN one (see :mod:`._fused`), a call runs the whole layer as one fused
+    node (cuDNN's RNN on a GPU, its NumPy twin on the CPU backend); ``use_cudnn=False`` keeps the step loop,
+    ``use_cudnn=True`` makes a call that cannot take the fused path an error (Keras's)."""
 
     _cell_class: type = SimpleRNNCell
     _cell_name = "simple_rnn_cell"
@@ -293,11 +303,30 @@ class _CellLayer(RNN):
                                 name=self._cell_name, implementation=implementation, **cell_arguments)
         super().__init__(cell, return_sequences=return_sequences, return_state=return_state,
                          go_backwards=go_backwards, stateful=stateful, unroll=unroll, **kwargs)
-        if use_cudnn is True:
-            raise ValueError(f"{self._owner()}: use_cudnn=True was specified, but cuDNN is not supported for this "
-                             "layer configuration with this backend (dnnbind's recurrent layers run the step loop "
-                             "in keras.ops). Pass use_cudnn='auto' to fall back to it.")
         self.use_cudnn = use_cudnn
+
+    #: whether the layer may take the fused path at all (a private switch: the tests force the step loop with it)
+    _fused_allowed = True
+    #: how many calls took the fused path, and whether the last one did (what the tests read)
+    _fused_calls = 0
+    _last_call_fused = False
+
+    def inner_loop(self, sequences: Tensor, initial_state: Any, mask: Any, training: Any = False) -> tuple:
+        """The whole layer as one fused node where its configuration allows (see :mod:`._fused`), else the step
+        loop of :meth:`RNN.inner_loop`."""
+        if is_nested(mask):
+            mask = mask[0] if mask else None
+        if isinstance(sequences, Tensor) and sequences.ndim == 3:
+            result = run_fused(self, sequences, initial_state, mask, training)
+            if result is not None:
+                return result
+        else:
+            self._last_call_fused = False
+        if self.use_cudnn is True:
+            raise ValueError(f"{self._owner()}: use_cudnn=True was specified, but cuDNN is not supported for this "
+                             "layer configuration with this backend. Pass use_cudnn='auto' to fallback to a "
+                             "non-cuDNN implementation.")
+        return super().inner_loop(sequences, initial_state, mask, training=training)
 
     def __getattr__(self, name: str) -> Any:
         # (only reached for names the layer lacks) the cell's arguments, as Keras's properties give them
@@ -363,7 +392,7 @@ class LSTM(_GatedLayer):
     activity_regularizer=None, kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
     dropout=0.0, recurrent_dropout=0.0, seed=None, return_sequences=False, return_state=False,
     go_backwards=False, stateful=False, unroll=False, use_cudnn="auto")``: an :class:`RNN` over an
-    :class:`LSTMCell` (gates i, f, c, o; states ``[h, c]``). ``use_cudnn=True`` is refused (no cuDNN path yet)."""
+    :class:`LSTMCell` (gates i, f, c, o; states ``[h, c]``). ``use_cudnn``: see :class:`_CellLayer`."""
 
     _cell_class = LSTMCell
     _cell_name = "lstm_cell"
@@ -378,7 +407,7 @@ class GRU(_GatedLayer):
     kernel_constraint=None, recurrent_constraint=None, bias_constraint=None, dropout=0.0, recurrent_dropout=0.0,
     seed=None, return_sequences=False, return_state=False, go_backwards=False, stateful=False, unroll=False,
     reset_after=True, use_cudnn="auto")``: an :class:`RNN` over a :class:`GRUCell` (gates z, r, h; bias
-    ``(2, 3 * units)`` with ``reset_after=True``). ``use_cudnn=True`` is refused (no cuDNN path yet)."""
+    ``(2, 3 * units)`` with ``reset_after=True``). ``use_cudnn``: see :class:`_CellLayer`."""
 
     _cell_class = GRUCell
     _cell_name = "gru_cell"

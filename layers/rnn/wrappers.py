@@ -9,6 +9,7 @@ from dnnbind import ops as _ops
 from dnnbind.autodiff.tensor import Tensor
 
 from ..base import Layer, register
+from ._fused import run_fused_bidirectional
 from .cells import deserialize_layer, serialize_layer
 
 __all__ = ["Bidirectional", "TimeDistributed", "clone_layer"]
@@ -48,7 +49,11 @@ class Bidirectional(Layer):
     backward layer to use instead (its ``go_backwards`` must differ from ``layer``'s; ``stateful``,
     ``return_sequences`` and ``return_state`` must match). ``initial_state``: the forward states then the
     backward ones. As in Keras, ``layer`` itself is not used: ``forward_layer`` is a copy of it named
-    ``forward_<name>`` (its weights are new)."""
+    ``forward_<name>`` (its weights are new). When both layers take the fused path with the same cell (Keras's
+    ``_can_attempt_fused_lstm``: no dropout, not stateful), the two directions run as one bidirectional fused
+    call (cuDNN's bidirectional RNN on a GPU)."""
+
+    _last_call_fused = False
 
     def __init__(self, layer: Any, merge_mode: "str | None" = "concat", weights: Any = None,
                  backward_layer: Any = None, **kwargs: Any) -> None:
@@ -159,6 +164,12 @@ class Bidirectional(Layer):
         return output_mask
 
     def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: Any = None) -> Any:
+        fused = run_fused_bidirectional(self, sequences, initial_state, mask, training) \
+            if isinstance(sequences, Tensor) and sequences.ndim == 3 else None
+        if fused is not None:  # one bidirectional call: the reverse outputs come aligned to the input steps
+            y, y_rev, fused_states, joined = fused
+            return self._merge(y, y_rev, tuple(fused_states), mask, joined)
+        self._last_call_fused = False
         forward_state = backward_state = None
         if initial_state is not None:
             states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
@@ -175,8 +186,13 @@ class Bidirectional(Layer):
             y, y_rev = y[0], y_rev[0]
         if self.return_sequences:
             y_rev = _ops.flip(y_rev, axis=1)
-        if self.merge_mode == "concat":
-            output: Any = _ops.concatenate([y, y_rev], axis=-1)
+        return self._merge(y, y_rev, states, mask)
+
+    def _merge(self, y: Any, y_rev: Any, states: tuple, mask: Any, joined: Any = None) -> Any:
+        if joined is not None:
+            output: Any = joined
+        elif self.merge_mode == "concat":
+            output = _ops.concatenate([y, y_rev], axis=-1)
         elif self.merge_mode == "sum":
             output = _ops.add(y, y_rev)
         elif self.merge_mode == "ave":
