@@ -1,7 +1,7 @@
 """A whole recurrent layer in one call, cuDNN's RNN API on CUDA (``cudnnRNNForward``, ``cudnnRNNBackwardData_v8``,
-``cudnnRNNBackwardWeights_v8``) and a NumPy reference of the same signature: the groundwork of a fast path for
-``keras.layers.LSTM``/``GRU``/``SimpleRNN`` (the layers do not use it yet: they run their step loop in
-``keras.ops``).
+``cudnnRNNBackwardWeights_v8``) and a NumPy reference of the same signature: the fast path of
+``keras.layers.LSTM``/``GRU``/``SimpleRNN`` (through ``dnnbind.ops._rnn.fused_rnn``, under Keras's cuDNN condition;
+other configurations run their step loop in ``keras.ops``).
 
 Weights live in one packed 1-d *weight space* whose layout is the backend's: cuDNN's on CUDA (read through
 ``cudnnGetRNNWeightParams``), a fixed one here on NumPy (per pseudo-layer, the matrices of every linear layer,
