@@ -77,12 +77,17 @@ def test_binary_crossentropy(rng, label, dtype, from_logits, ls):
 
 
 @pytest.mark.parametrize("label, dtype", DTYPES)
-def test_mean_squared_error(rng, label, dtype):
-    pred, target = quantize(random(rng, (20, 4)), dtype), quantize(random(rng, (20, 4)), dtype)
+# (20, 4): one block sums the element losses; (300, 301) and (2, 700, 1201): fixed chunks, then one block over
+# their partials (one chunk short at the end), the path of a sequence model's million-element losses
+@pytest.mark.parametrize("shape", [(20, 4), (300, 301), (2, 700, 1201)])
+def test_mean_squared_error(rng, label, dtype, shape):
+    pred, target = quantize(random(rng, shape), dtype), quantize(random(rng, shape, low=-2, high=1), dtype)
     loss_ref, d_ref = kernels.mean_squared_error(pred, target)
     loss, d = kernels.mean_squared_error(dev(pred, dtype), dev(target, dtype))
-    check("mean_squared_error.loss", label, host(loss), loss_ref)
-    check("mean_squared_error.grad", label, d, d_ref)
+    check("mean_squared_error.loss", label, host(loss), loss_ref, str(shape))
+    check("mean_squared_error.grad", label, d, d_ref, str(shape))
+    again, _ = kernels.mean_squared_error(dev(pred, dtype), dev(target, dtype))
+    assert host(again) == host(loss)  # the fixed-order sum is bitwise reproducible
 
 
 @pytest.mark.parametrize("label, dtype", DTYPES)

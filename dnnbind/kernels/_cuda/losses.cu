@@ -1,5 +1,5 @@
-// Losses: per-row loss into a float buffer plus the gradient in one pass, then a
-// single-block fixed-order mean (deterministic, no atomics).
+// Losses: per-row loss into a float buffer plus the gradient in one pass, then a fixed-order
+// mean: one block, or fixed chunks and one block over their partials (deterministic, no atomics).
 
 // Fused softmax cross-entropy, one block per row of logits (N, C).
 // Target t = (1 - ls) * label + ls / C, label one-hot (sparse) or a dense row.
@@ -98,6 +98,20 @@ FOR_FLOAT_TYPES(XENT_KERNELS)
     }
 SUM_TO_SCALAR(float, f32)
 SUM_TO_SCALAR(double, f64)
+
+// First stage of a large sum (millions of per-element losses): block b sums values[b*chunk ..
+// min(n, (b+1)*chunk)) in a fixed order into partials[b]; sum_to_scalar then sums the partials. The
+// split depends on n only (not on the GPU), so the result is bitwise reproducible. Launch with exactly
+// ceil(n / chunk) blocks.
+extern "C" __global__ void sum_partials_f64(const double* values, double* partials, i64 n, i64 chunk) {
+    __shared__ double scratch[32];
+    i64 start = (i64)blockIdx.x * chunk;
+    i64 end = start + chunk < n ? start + chunk : n;
+    double acc = 0;
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) acc += values[i];
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
 
 // Categorical cross-entropy of probabilities (Keras from_logits=False), one block per row:
 // p = q / sum(q), clipped to [eps, 1 - eps]; loss_row = -sum(t log p_clipped);

@@ -1,8 +1,8 @@
 """Losses on NVRTC kernels (``losses.cu``): loss and gradient in one pass.
 
 Each kernel writes the per-row (or per-element) loss into a float64 scratch buffer and the
-gradient into ``dpred``; one single-block kernel then sums the buffer in a fixed order into
-the 0-d loss (float32, float64 for float64 predictions). No atomics: results are bitwise
+gradient into ``dpred``; the buffer is then summed in a fixed order (one block, or for large buffers
+fixed chunks then one block over their partial sums) into the 0-d loss (float32, float64 for float64 predictions). No atomics: results are bitwise
 reproducible. ``grad_scale`` may be a number or a 0-d float32 DeviceArray (read at run time,
 so a captured CUDA graph follows a changing loss scale). A sparse label outside [0, C) makes
 that row's loss and gradient NaN (the kernel cannot raise). ``sample_weight`` (None, or an
@@ -32,10 +32,24 @@ def _loss_dtype(dtype) -> np.dtype:
     return cm.F64 if dtype == cm.F64 else cm.F32
 
 
+#: values per block of the first stage of a large sum (sum_partials_f64); at most 1024 partials stay for the
+#: one-block second stage up to 16M values, more beyond
+_CHUNK = 16384
+_ONE_BLOCK_MAX = 65536  # below this one block sums the values directly
+
+
 def _finish(values: Any, count: int, n_values: int, dtype, stream) -> Any:
-    """0-d loss = sum(values) / count, on the device."""
+    """0-d loss = sum(values) / count, on the device: one block for small buffers, else a two-stage sum over
+    fixed chunks (all SMs busy; the order depends on ``n_values`` only: deterministic)."""
     lt = _loss_dtype(dtype)
     loss = cm.empty((), lt, stream)
+    if n_values > _ONE_BLOCK_MAX:
+        blocks = -(-n_values // _CHUNK)
+        partials = cm.empty((blocks,), cm.F64, stream)
+        cm.launch_rows(_FILE, "sum_partials_f64", blocks, (cm.p(values), cm.p(partials), cm.i64(n_values),
+                                                          cm.i64(_CHUNK)), stream, block=512,
+                       max_grid=2**31 - 1)
+        values, n_values = partials, blocks
     cm.launch_rows(_FILE, f"sum_to_scalar_{cm.suffix(lt)}", 1,
                    (cm.p(values), cm.p(loss), cm.i64(n_values), cm.f64(1.0 / count if count else float("nan"))),
                    stream, block=1024)
