@@ -17,18 +17,42 @@ from .conv import (
     Convolution2D,
     Convolution2DTranspose,
     Convolution3DTranspose,
+    Conv3D,
+    Convolution3D,
+    DepthwiseConv1D,
     DepthwiseConv2D,
+    SeparableConv1D,
+    SeparableConvolution1D,
     SeparableConv2D,
     SeparableConvolution2D,
 )
-from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
+from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, PReLU, ReLU, Softmax
 from .einsum_dense import EinsumDense
 from .embedding import Embedding
 from .masking import Masking
 from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
                       concatenate, dot, maximum, minimum, multiply, subtract)
-from .normalization import BatchNormalization, LayerNormalization, RMSNormalization, SyncBatchNormalization
+from .normalization import (BatchNormalization, GroupNormalization, LayerNormalization, RMSNormalization,
+                            SyncBatchNormalization, UnitNormalization)
 from .pooling import (
+    AdaptiveAveragePooling1D,
+    AdaptiveAveragePooling2D,
+    AdaptiveAveragePooling3D,
+    AdaptiveMaxPooling1D,
+    AdaptiveMaxPooling2D,
+    AdaptiveMaxPooling3D,
+    AveragePooling1D,
+    AveragePooling3D,
+    AvgPool1D,
+    AvgPool3D,
+    GlobalAveragePooling3D,
+    GlobalAvgPool3D,
+    GlobalMaxPool3D,
+    GlobalMaxPooling3D,
+    MaxPool1D,
+    MaxPool3D,
+    MaxPooling1D,
+    MaxPooling3D,
     AveragePooling2D,
     AvgPool2D,
     GlobalAveragePooling1D,
@@ -45,10 +69,12 @@ from .pooling import (
 from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
-from .regularization import SpatialDropout2D
+from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
+                             SpatialDropout2D, SpatialDropout3D)
 from .rnn import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN, SimpleRNNCell, StackedRNNCells,
                   TimeDistributed)
-from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, ZeroPadding2D
+from .reshaping import (Cropping1D, Cropping2D, Cropping3D, Identity, Permute, RepeatVector, Reshape, UpSampling1D,
+                        UpSampling2D, UpSampling3D, ZeroPadding1D, ZeroPadding2D, ZeroPadding3D)
 
 __all__ = [
     "Layer", "Weight", "Input", "InputLayer", "KerasTensor", "OpLayer", "ActivationFn", "register", "deserialize", "get_layer_class",
@@ -69,4 +95,13 @@ __all__ = [
     "RandomBrightness", "Resizing", "CenterCrop",
     "Masking", "RNN", "SimpleRNN", "LSTM", "GRU", "SimpleRNNCell", "LSTMCell", "GRUCell", "StackedRNNCells",
     "Bidirectional", "TimeDistributed",
+    "PReLU", "Conv3D", "Convolution3D", "DepthwiseConv1D", "SeparableConv1D", "SeparableConvolution1D",
+    "GroupNormalization", "UnitNormalization",
+    "MaxPooling1D", "MaxPool1D", "AveragePooling1D", "AvgPool1D", "MaxPooling3D", "MaxPool3D", "AveragePooling3D",
+    "AvgPool3D", "GlobalMaxPooling3D", "GlobalMaxPool3D", "GlobalAveragePooling3D", "GlobalAvgPool3D",
+    "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D", "AdaptiveAveragePooling1D",
+    "AdaptiveAveragePooling2D", "AdaptiveAveragePooling3D",
+    "ActivityRegularization", "AlphaDropout", "GaussianDropout", "GaussianNoise", "SpatialDropout1D",
+    "SpatialDropout3D",
+    "ZeroPadding1D", "ZeroPadding3D", "Cropping1D", "Cropping3D", "UpSampling1D", "UpSampling3D", "RepeatVector",
 ]
