@@ -28,7 +28,7 @@ from .conv import (
 )
 from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, PReLU, ReLU, Softmax
 from .einsum_dense import EinsumDense
-from .embedding import Embedding
+from .embedding import Embedding, ReversibleEmbedding
 from .masking import Masking
 from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
                       concatenate, dot, maximum, minimum, multiply, subtract)
@@ -73,6 +73,7 @@ from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropo
                              SpatialDropout2D, SpatialDropout3D)
 from .rnn import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN, SimpleRNNCell, StackedRNNCells,
                   TimeDistributed)
+from .wrapper import InputSpec, SpectralNormalization, Wrapper, serialize
 from .reshaping import (Cropping1D, Cropping2D, Cropping3D, Identity, Permute, RepeatVector, Reshape, UpSampling1D,
                         UpSampling2D, UpSampling3D, ZeroPadding1D, ZeroPadding2D, ZeroPadding3D)
 
@@ -104,4 +105,5 @@ __all__ = [
     "ActivityRegularization", "AlphaDropout", "GaussianDropout", "GaussianNoise", "SpatialDropout1D",
     "SpatialDropout3D",
     "ZeroPadding1D", "ZeroPadding3D", "Cropping1D", "Cropping3D", "UpSampling1D", "UpSampling3D", "RepeatVector",
+    "ReversibleEmbedding", "Wrapper", "SpectralNormalization", "InputSpec", "serialize",
 ]

@@ -213,7 +213,14 @@ def model(keras, layers):
     x = layers.SeparableConv1D(3, 3, name="sep")(x)
     x = layers.UnitNormalization()(x)
     x = layers.GlobalAveragePooling1D()(x)
+    x = layers.SpectralNormalization(layers.Dense(3), name="sn")(x)
     return keras.Model(inputs, x)
+
+
+def embedding_model(keras, layers):
+    inputs = keras.Input((4,), dtype="int32")
+    x = layers.ReversibleEmbedding(10, 6, tie_weights=False, name="rev")(inputs)
+    return keras.Model(inputs, layers.Dense(2, name="d")(x))
 """
 
 _FILES_SCRIPT = _MODEL + r"""
@@ -231,6 +238,12 @@ m.set_weights([rng.normal(size=w.shape).astype("float32") * 0.4 + (1.0 if "gamma
                for w in m.weights])
 m.save_weights(f"{work}/keras.weights.h5")
 np.save(f"{work}/keras_pred.npy", np.asarray(m.predict(x, verbose=0)))
+e = embedding_model(keras, layers)
+ids = np.load(f"{work}/ids.npy")
+e.load_weights(f"{work}/dnnbind_emb.weights.h5")
+np.save(f"{work}/keras_emb_of_dnnbind.npy", np.asarray(e.predict(ids, verbose=0)))
+rev = e.get_layer("rev")
+np.save(f"{work}/keras_reverse.npy", np.asarray(rev(np.load(f"{work}/vectors.npy"), reverse=True)))
 """
 
 
@@ -246,14 +259,83 @@ def test_weights_files_move_both_ways_with_keras(tmp_path):
     x = rng.normal(size=(3, 6, 5, 4, 2)).astype("float32")
     np.save(tmp_path / "x.npy", x)
     m.save_weights(str(tmp_path / "dnnbind.weights.h5"))
+    e = namespace["embedding_model"](keras, layers)
+    e.set_weights([rng.normal(size=w.shape).astype("float32") for w in e.weights])
+    ids = rng.integers(0, 10, size=(3, 4)).astype("int32")
+    vectors = rng.normal(size=(2, 3, 6)).astype("float32")
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "vectors.npy", vectors)
+    e.save_weights(str(tmp_path / "dnnbind_emb.weights.h5"))
     proc = subprocess.run([sys.executable, "-c", _FILES_SCRIPT, str(tmp_path)], capture_output=True, text=True,
                           env=_keras_env(str(tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     np.testing.assert_allclose(np.load(tmp_path / "keras_pred_of_dnnbind.npy"), np.asarray(m.predict(x, verbose=0)),
                                rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "keras_emb_of_dnnbind.npy"), np.asarray(e.predict(ids, verbose=0)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "keras_reverse.npy"),
+                               np.asarray(e.get_layer("rev")(vectors, reverse=True)), rtol=1e-5, atol=1e-6)
     m.load_weights(str(tmp_path / "keras.weights.h5"))
     np.testing.assert_allclose(np.asarray(m.predict(x, verbose=0)), np.load(tmp_path / "keras_pred.npy"),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_reversible_embedding_tied_and_soft_capped():
+    layer = layers.ReversibleEmbedding(5, 3, logit_soft_cap=2.0)
+    ids = np.array([[0, 4], [2, 1]])
+    y = np.asarray(layer(ids))
+    table = layer.get_weights()[0]
+    np.testing.assert_allclose(y, table[ids])
+    v = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32) * 20
+    np.testing.assert_allclose(np.asarray(layer(v, reverse=True)), np.tanh(v @ table.T / 2.0) * 2.0, rtol=1e-5)
+    assert layer.compute_output_shape((None, 7, 3), reverse=True) == (None, 7, 5)
+    assert [w.name for w in layer.weights] == ["embeddings"]
+
+
+def test_spectral_normalization_matches_the_power_method():
+    layer = layers.SpectralNormalization(layers.Dense(4, use_bias=False), power_iterations=2)
+    x = np.random.default_rng(1).normal(size=(3, 5)).astype(np.float32)
+    y0 = np.asarray(layer(x))  # not training: the kernel as it is
+    w = layer.layer.kernel.numpy().astype(np.float64)
+    np.testing.assert_allclose(y0, x @ w, rtol=1e-5)
+    u = layer.vector_u.numpy().astype(np.float64)
+    for _ in range(2):
+        v = u @ w.T
+        v /= np.linalg.norm(v)
+        u = v @ w
+        u /= np.linalg.norm(u)
+    sigma = (v @ w @ u.T).item()
+    y = np.asarray(layer(x, training=True))
+    np.testing.assert_allclose(layer.layer.kernel.numpy(), w / sigma, rtol=1e-5)
+    np.testing.assert_allclose(layer.vector_u.numpy(), u, rtol=1e-5)
+    np.testing.assert_allclose(y, x @ (w / sigma), rtol=1e-5)
+    for _ in range(30):
+        layer(x, training=True)
+    assert abs(np.linalg.svd(layer.layer.kernel.numpy())[1][0] - 1.0) < 1e-3
+    again = layers.deserialize(layers.serialize(layer))
+    assert type(again.layer) is layers.Dense and again.power_iterations == 2
+
+
+def test_input_spec_checks_like_keras():
+    spec = layers.InputSpec(ndim=3, axes={-1: 4})
+    from dnnbind.layers.wrapper import assert_input_compatibility
+
+    assert_input_compatibility(spec, np.zeros((2, 5, 4)), "l")
+    with pytest.raises(ValueError, match=r"Input 0 of layer 'l' is incompatible with the layer: expected ndim=3"):
+        assert_input_compatibility(spec, np.zeros((2, 4)), "l")
+    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 4"):
+        assert_input_compatibility(spec, np.zeros((2, 5, 3)), "l")
+    assert layers.InputSpec.from_config(spec.get_config()).get_config() == spec.get_config()
+    assert layers.InputSpec(shape=(None, 3)).ndim == 2
+
+
+def test_wrapper_builds_and_serializes_its_layer():
+    w = layers.Wrapper(layers.Dense(3, name="inner"), name="wrap")
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(np.asarray(w(x)), np.asarray(w.layer(x)))
+    config = layers.serialize(w)
+    assert config["class_name"] == "Wrapper" and config["config"]["layer"]["class_name"] == "Dense"
+    assert [v.name for v in w.weights] == ["kernel", "bias"]
 
 
 # ----- the noise layers in training ---------------------------------------------------------------------
