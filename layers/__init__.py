@@ -69,7 +69,7 @@ from .pooling import (
 from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
-from .feature_preprocessing import CategoryEncoding, Discretization, Hashing
+from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
                              SpatialDropout2D, SpatialDropout3D)
 from .rnn import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN, SimpleRNNCell, StackedRNNCells,
@@ -107,5 +107,5 @@ __all__ = [
     "SpatialDropout3D",
     "ZeroPadding1D", "ZeroPadding3D", "Cropping1D", "Cropping3D", "UpSampling1D", "UpSampling3D", "RepeatVector",
     "ReversibleEmbedding", "Wrapper", "SpectralNormalization", "InputSpec", "serialize",
-    "CategoryEncoding", "Discretization", "Hashing",
+    "CategoryEncoding", "Discretization", "Hashing", "HashedCrossing",
 ]

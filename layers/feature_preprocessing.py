@@ -66,10 +66,10 @@ class _HostPreprocessing(Layer):
         if any(is_symbolic(a) for a in args) or any(is_symbolic(v) for v in kwargs.values()):
             return super().__call__(*args, **kwargs)
         kwargs.pop("training", None)
-        return Tensor(np.ascontiguousarray(self._host_call(*args, **kwargs)))
+        return Tensor(np.asarray(self._host_call(*args, **kwargs), order="C"))  # (ascontiguousarray makes 0-d 1-d)
 
     def call(self, inputs: Any, **kwargs: Any) -> Any:
-        return Tensor(np.ascontiguousarray(self._host_call(inputs, **kwargs)))
+        return Tensor(np.asarray(self._host_call(inputs, **kwargs), order="C"))  # (ascontiguousarray makes 0-d 1-d)
 
     def _host_call(self, inputs: Any, **kwargs: Any) -> np.ndarray:
         raise NotImplementedError
@@ -338,3 +338,112 @@ class Hashing(_HostPreprocessing):
     def get_config(self) -> dict:
         return {**super().get_config(), "dtype": self._out_dtype, "num_bins": self.num_bins, "salt": self.salt,
                 "mask_value": self.mask_value, "output_mode": self.output_mode, "sparse": self.sparse}
+
+
+_CROSS_KEY = 0xDECAFCAFFE  # TensorFlow's default hash key of tf.sparse.cross_hashed
+_M64 = (1 << 64) - 1
+
+
+def _fingerprint_cat64(fp1: int, fp2: int) -> int:
+    """TensorFlow's ``FingerprintCat64``: two fingerprints combined (order matters)."""
+    mul = 0xC6A4A7935BD1E995
+
+    def shift_mix(v: int) -> int:
+        return v ^ (v >> 47)
+
+    result = fp1 ^ mul
+    result ^= (shift_mix((fp2 * mul) & _M64) * mul) & _M64
+    result = (result * mul) & _M64
+    result = (shift_mix(result) * mul) & _M64
+    return shift_mix(result)
+
+
+@register
+class HashedCrossing(_HostPreprocessing):
+    """``HashedCrossing(num_bins, output_mode="int", sparse=False)``: the cross of two or more categorical
+    features (each of shape ``()``, ``(batch,)`` or ``(batch, 1)``, strings or integers) hashed into
+    ``num_bins`` bins, bitwise as Keras (``tf.sparse.cross_hashed``: each string's Fingerprint64, or an
+    integer's value, chained by ``FingerprintCat64`` from the key ``0xDECAFCAFFE``). Output int64 of the
+    inputs' shape, or one-hot vectors of ``num_bins``."""
+
+    def __init__(self, num_bins: int, output_mode: str = "int", sparse: bool = False, name: "str | None" = None,
+                 dtype: Any = None, **kwargs: Any) -> None:
+        super().__init__(name=name, **kwargs)
+        owner = self._owner
+        self.num_bins = _validate.positive_int(num_bins, "num_bins", owner)
+        self.output_mode = _validate.one_of(output_mode, "output_mode", owner, ("int", "one_hot"))
+        if sparse:
+            raise NotImplementedError(f"{owner}: sparse=True (sparse tensors) is not supported")
+        self.sparse = False
+        if dtype is None:
+            dtype = "int64" if output_mode == "int" else self.compute_dtype
+        self._out_dtype = str(np.dtype(dtype))
+        if output_mode == "int" and np.dtype(self._out_dtype).kind not in "iu":
+            raise ValueError(f"{owner}: When `output_mode=\"int\"`, `dtype` should be an integer type, got {dtype!r}")
+        self.built = True
+
+    def _feature_hashes(self, x: np.ndarray) -> list:
+        flat = x.reshape(-1)
+        if x.dtype.kind in "iu":
+            return [int(v) & _M64 for v in flat.astype(np.int64).tolist()]
+        if x.dtype.kind in "USO":
+            out = []
+            for v in flat.tolist():
+                if isinstance(v, str):
+                    out.append(fingerprint64(v.encode("utf-8")))
+                elif isinstance(v, bytes):
+                    out.append(fingerprint64(v))
+                elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                    out.append(int(v) & _M64)
+                else:
+                    raise _validate.ArgumentTypeError(f"{self._owner}: inputs must be strings or integers, got {v!r}")
+            return out
+        raise _validate.ArgumentTypeError(f"{self._owner}: inputs must be strings or integers, got dtype {x.dtype}")
+
+    def _host_call(self, inputs: Any) -> np.ndarray:
+        owner = self._owner
+        if not isinstance(inputs, (list, tuple)):
+            raise ValueError(f"{owner}: `HashedCrossing` should be called on a list or tuple of inputs. Received: "
+                             f"inputs={inputs!r}")
+        if len(inputs) < 2:
+            raise ValueError(f"{owner}: `HashedCrossing` should be called on at least two inputs. Received: "
+                             f"inputs={inputs!r}")
+        arrays = [_host(x) if isinstance(x, (Tensor, np.ndarray)) else np.asarray(x) for x in inputs]
+        shape = arrays[0].shape
+        for a in arrays:
+            if a.ndim > 2 or (a.ndim == 2 and a.shape[-1] != 1):
+                raise ValueError(f"{owner}: All `HashedCrossing` inputs should have shape `()`, `(batch_size)` or "
+                                 f"`(batch_size, 1)`. Received shapes {[x.shape for x in arrays]}")
+            if a.shape != shape:
+                raise ValueError(f"{owner}: Expected the input tensors to have identical shapes, got "
+                                 f"{[x.shape for x in arrays]}")
+        columns = [self._feature_hashes(a) for a in arrays]
+        out = []
+        for row in zip(*columns):
+            h = _CROSS_KEY
+            for value in row:
+                h = _fingerprint_cat64(h, value)
+            out.append(h % self.num_bins)
+        bins = np.asarray(out, dtype=np.int64).reshape(shape)
+        if self.output_mode == "int":
+            return bins.astype(self._out_dtype)
+        return _encode(bins, "one_hot", self.num_bins, self._out_dtype, owner)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        if not isinstance(input_shape, (list, tuple)) or len(input_shape) < 2 or \
+                not all(isinstance(s, (list, tuple)) for s in input_shape):
+            raise ValueError(f"{self._owner}: Expected as input a list/tuple of tensors. Received "
+                             f"input_shape={input_shape}")
+        first = tuple(input_shape[0])
+        if self.output_mode == "int":
+            return first
+        if not first or first[-1] != 1:
+            return first + (self.num_bins,)
+        return first[:-1] + (self.num_bins,)
+
+    def get_config(self) -> dict:
+        return {"num_bins": self.num_bins, "output_mode": self.output_mode, "sparse": self.sparse,
+                "name": self.name, "dtype": self._out_dtype}
+
+
+__all__ += ["HashedCrossing"]

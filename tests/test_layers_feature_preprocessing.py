@@ -189,3 +189,38 @@ def test_count_weights():
     layer = layers.CategoryEncoding(3, output_mode="count")
     out = np.asarray(layer(np.array([[0, 1, 1], [2, 2, 0]]), count_weights=np.array([[0.5, 1.0, 2.0], [1, 1, 4.0]])))
     np.testing.assert_allclose(out, [[0.5, 3.0, 0.0], [4.0, 0.0, 2.0]])
+
+
+# ----- HashedCrossing (Keras's documented bins; Keras computes them with TensorFlow) ------------------------
+def test_hashed_crossing_gives_keras_bins():
+    feat1 = np.array(["A", "B", "A", "B", "A"])
+    feat2 = np.array([101, 101, 101, 102, 102])
+    out = layers.HashedCrossing(num_bins=5)((feat1, feat2))
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(np.asarray(out), [1, 4, 1, 1, 3])
+    one_hot = np.asarray(layers.HashedCrossing(num_bins=5, output_mode="one_hot")((feat1, feat2)))
+    np.testing.assert_array_equal(one_hot, np.eye(5, dtype=np.float32)[[1, 4, 1, 1, 3]])
+    column = np.asarray(layers.HashedCrossing(num_bins=5)((feat1[:, None], feat2[:, None])))
+    np.testing.assert_array_equal(column, [[1], [4], [1], [1], [3]])
+    scalar = layers.HashedCrossing(num_bins=5)((np.array("B"), np.array(101)))
+    assert np.asarray(scalar).shape == () and int(np.asarray(scalar)) == 4
+    # crossing is ordered, and a third feature changes the bins
+    swapped = np.asarray(layers.HashedCrossing(num_bins=1000)((feat2, feat1)))
+    straight = np.asarray(layers.HashedCrossing(num_bins=1000)((feat1, feat2)))
+    assert not np.array_equal(swapped, straight)
+    assert layers.HashedCrossing(2, dtype="int32")((np.array([1]), np.array([1]))).dtype == np.int32
+
+
+def test_hashed_crossing_errors_and_config():
+    layer = layers.HashedCrossing(10, name="x")
+    with pytest.raises(ValueError, match=r"HashedCrossing 'x': `HashedCrossing` should be called on a list"):
+        layer(np.array(1))
+    with pytest.raises(ValueError, match=r"at least two inputs"):
+        layer([np.array(1)])
+    with pytest.raises(ValueError, match=r"should have shape"):
+        layer((np.array([[1, 2]]), np.array([[1, 2]])))
+    with pytest.raises(TypeError, match=r"strings or integers"):
+        layer((np.array([1.5]), np.array([1.0])))
+    config = layer.get_config()
+    assert config == {"num_bins": 10, "output_mode": "int", "sparse": False, "name": "x", "dtype": "int64"}
+    assert layers.HashedCrossing.from_config(config).get_config() == config
