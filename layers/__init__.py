@@ -70,7 +70,7 @@ from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, 
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
-from .lookup import IntegerLookup, StringLookup
+from .lookup import IntegerLookup, StringLookup, TextVectorization
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
                              SpatialDropout2D, SpatialDropout3D)
 from .rnn import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN, SimpleRNNCell, StackedRNNCells,
@@ -109,5 +109,5 @@ __all__ = [
     "ZeroPadding1D", "ZeroPadding3D", "Cropping1D", "Cropping3D", "UpSampling1D", "UpSampling3D", "RepeatVector",
     "ReversibleEmbedding", "Wrapper", "SpectralNormalization", "InputSpec", "serialize",
     "CategoryEncoding", "Discretization", "Hashing", "HashedCrossing",
-    "StringLookup", "IntegerLookup",
+    "StringLookup", "IntegerLookup", "TextVectorization",
 ]

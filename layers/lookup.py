@@ -1,4 +1,5 @@
-"""``keras.layers.StringLookup`` and ``IntegerLookup`` (Keras 3's ``IndexLookup``), on the host.
+"""``keras.layers.StringLookup`` and ``IntegerLookup`` (Keras 3's ``IndexLookup``) and ``TextVectorization``, on
+the host.
 
 Tokens to indices (or back, ``invert=True``) through a vocabulary given as an argument, set by
 ``set_vocabulary`` or learnt by ``adapt`` (most frequent first, ties broken by the tokens' order, high to
@@ -14,6 +15,7 @@ NumPy array of ``bytes`` objects (as Keras on its non-TensorFlow backends); ever
 from __future__ import annotations
 
 import collections
+import re
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,7 @@ from dnnbind import _validate
 from dnnbind.autodiff.tensor import Tensor
 
 from ._fingerprint import fingerprint64, siphash64
-from .base import register
+from .base import is_symbolic, register
 from .feature_preprocessing import _HostPreprocessing, _host, _salt
 
 __all__ = ["StringLookup", "IntegerLookup"]
@@ -389,3 +391,226 @@ class IntegerLookup(_IndexLookup):
         super().__init__(max_tokens, num_oov_indices, mask_token, oov_token, "int64", vocabulary=vocabulary,
                          idf_weights=idf_weights, invert=invert, output_mode=output_mode, sparse=sparse,
                          pad_to_max_tokens=pad_to_max_tokens, oov_method=oov_method, name=name, salt=salt, **kwargs)
+
+
+_STRIP = re.compile(r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']')
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_WHITESPACE = re.compile(r"[ \t\n\v\f\r]+")
+
+
+@register
+class TextVectorization(_HostPreprocessing):
+    """``TextVectorization(max_tokens=None, standardize="lower_and_strip_punctuation", split="whitespace",
+    ngrams=None, output_mode="int", output_sequence_length=None, pad_to_max_tokens=False, vocabulary=None,
+    idf_weights=None, sparse=False, ragged=False, encoding="utf-8")``: strings ``(batch,)`` or ``(batch, 1)`` to
+    token indices or vectors, on the host, as Keras 3: standardise (ASCII lower-casing, as ``tf.strings.lower``;
+    Keras's punctuation set stripped), split on ASCII whitespace (or into characters), add the ``ngrams``
+    (``n``: widths 1 to n; a tuple: those widths, grouped by width), then a :class:`StringLookup` with mask
+    ``""`` and OOV ``"[UNK]"``. ``"int"``: int64 ids padded with 0 to the longest text of the batch (or cut and
+    padded to ``output_sequence_length``); a list of int64 arrays with ``ragged=True``. ``standardize`` and
+    ``split`` may be callables (on Python strings and lists of them here)."""
+
+    def __init__(self, max_tokens: "int | None" = None, standardize: Any = "lower_and_strip_punctuation",
+                 split: Any = "whitespace", ngrams: Any = None, output_mode: str = "int",
+                 output_sequence_length: "int | None" = None, pad_to_max_tokens: bool = False, vocabulary: Any = None,
+                 idf_weights: Any = None, sparse: bool = False, ragged: bool = False, encoding: str = "utf-8",
+                 name: "str | None" = None, **kwargs: Any) -> None:
+        has_input = kwargs.pop("has_input_vocabulary", vocabulary is not None)
+        vocabulary_size = kwargs.pop("vocabulary_size", None)
+        kwargs.pop("dtype", None)
+        super().__init__(name=name, **kwargs)
+        owner = self._owner
+        if not (standardize is None or callable(standardize)):
+            _validate.one_of(standardize, "standardize", owner, ("lower_and_strip_punctuation", "lower",
+                                                                 "strip_punctuation"))
+        if not (split is None or callable(split)):
+            _validate.one_of(split, "split", owner, ("whitespace", "character"))
+        if output_mode == "binary":
+            output_mode = "multi_hot"
+        if output_mode == "tf-idf":
+            output_mode = "tf_idf"
+        _validate.one_of(output_mode, "output_mode", owner, _MODES)
+        if not (ngrams is None or (isinstance(ngrams, int) and not isinstance(ngrams, bool)) or
+                (isinstance(ngrams, (tuple, list)) and all(isinstance(n, int) for n in ngrams))):
+            raise ValueError(f"{owner}: `ngrams` must be None, an integer, or a tuple of integers. Received: "
+                             f"ngrams={ngrams}")
+        if output_mode == "int" and not (output_sequence_length is None or isinstance(output_sequence_length, int)):
+            raise ValueError(f"{owner}: `output_sequence_length` must be either None or an integer when "
+                             f"`output_mode` is 'int'. Received: output_sequence_length={output_sequence_length}")
+        if output_mode != "int" and output_sequence_length is not None:
+            raise ValueError(f"{owner}: `output_sequence_length` must not be set if `output_mode` is not 'int'. "
+                             f"Received output_sequence_length={output_sequence_length}.")
+        if ragged and output_mode != "int":
+            raise ValueError(f"{owner}: `ragged` must not be true if `output_mode` is not `'int'`. Received: "
+                             f"ragged={ragged} and output_mode={output_mode}")
+        self._standardize = standardize
+        self._split = split
+        self._ngrams_arg = list(ngrams) if isinstance(ngrams, (tuple, list)) else ngrams
+        self._ngrams = tuple(range(1, ngrams + 1)) if isinstance(ngrams, int) else (
+            None if ngrams is None else tuple(ngrams))
+        self._ragged = bool(ragged)
+        self._output_mode = output_mode
+        self._output_sequence_length = output_sequence_length
+        self._encoding = encoding
+        self._lookup_layer = StringLookup(max_tokens=max_tokens, vocabulary=vocabulary, idf_weights=idf_weights,
+                                          pad_to_max_tokens=pad_to_max_tokens, mask_token="", output_mode=output_mode,
+                                          sparse=sparse, has_input_vocabulary=has_input, encoding=encoding,
+                                          vocabulary_size=vocabulary_size, name=f"{self.name}_lookup")
+        self.built = True
+
+    # ----- text -> tokens -----------------------------------------------------------------------------------
+    def _texts(self, inputs: Any) -> list:
+        x = _host(inputs) if isinstance(inputs, Tensor) else np.asarray(inputs, dtype=object)
+        if self._split is not None and x.ndim > 1:
+            if x.shape[-1] != 1:
+                raise ValueError(f"{self._owner}: When using `TextVectorization` to tokenize strings, the input rank "
+                                 f"must be 1 or the last shape dimension must be 1. Received: inputs.shape={x.shape} "
+                                 f"with rank={x.ndim}")
+            x = x[..., 0]
+        texts = []
+        for v in x.reshape(-1).tolist():
+            if isinstance(v, bytes):
+                v = v.decode(self._encoding)
+            if not isinstance(v, str):
+                raise _validate.ArgumentTypeError(f"{self._owner}: inputs must be strings, got {v!r}")
+            texts.append(v)
+        return texts
+
+    def _standardized(self, text: str) -> str:
+        if self._standardize in ("lower", "lower_and_strip_punctuation"):
+            text = text.translate(_ASCII_LOWER)
+        if self._standardize in ("strip_punctuation", "lower_and_strip_punctuation"):
+            text = _STRIP.sub("", text)
+        if callable(self._standardize):
+            text = self._standardize(text)
+        return text
+
+    def _tokenize(self, text: str) -> list:
+        text = self._standardized(text)
+        if self._split is None:
+            return [text]
+        if self._split == "whitespace":
+            tokens = [t for t in _WHITESPACE.split(text) if t]
+        elif self._split == "character":
+            tokens = list(text)
+        else:
+            tokens = list(self._split(text))
+        if self._ngrams is not None:
+            grams = []
+            for width in self._ngrams:
+                grams.extend(" ".join(tokens[i:i + width]) for i in range(len(tokens) - width + 1))
+            tokens = grams
+        return tokens
+
+    # ----- the Keras API ------------------------------------------------------------------------------------
+    def adapt(self, data: Any, batch_size: "int | None" = None, steps: "int | None" = None) -> None:
+        """Learn the vocabulary from texts (an array or list of strings, or an iterable of batches of them)."""
+        self._lookup_layer.reset_state()
+        if isinstance(data, (list, tuple, np.ndarray, Tensor)):
+            batches = [data]
+        else:
+            batches = data
+        for i, batch in enumerate(batches):
+            if steps is not None and i >= steps:
+                break
+            self._update(batch)
+        self._lookup_layer.finalize_state()
+
+    def _update(self, batch: Any) -> None:
+        lookup = self._lookup_layer
+        if lookup._has_input_vocabulary:
+            raise ValueError(f"{self._owner}: Cannot adapt layer '{self.name}' after setting a static vocabulary via "
+                             "`vocabulary` argument or `set_vocabulary()` method.")
+        docs = [self._tokenize(t) for t in self._texts(batch)]
+        for doc in docs:
+            lookup._counts.update(doc)
+        if lookup.output_mode == "tf_idf":
+            for doc in docs:
+                lookup._doc_counts.update(set(doc))
+            lookup._num_documents += len(docs)
+
+    def update_state(self, data: Any) -> None:
+        self._update(data)
+
+    def finalize_state(self) -> None:
+        self._lookup_layer.finalize_state()
+
+    def reset_state(self) -> None:
+        self._lookup_layer.reset_state()
+
+    def get_vocabulary(self, include_special_tokens: bool = True) -> list:
+        return self._lookup_layer.get_vocabulary(include_special_tokens)
+
+    def vocabulary_size(self) -> int:
+        return self._lookup_layer.vocabulary_size()
+
+    def set_vocabulary(self, vocabulary: Any, idf_weights: Any = None) -> None:
+        self._lookup_layer.set_vocabulary(vocabulary, idf_weights=idf_weights)
+
+    def _host_call(self, inputs: Any) -> Any:
+        lookup = self._lookup_layer
+        docs = [self._tokenize(t) for t in self._texts(inputs)]
+        if self._output_mode != "int":
+            if lookup.output_mode != "int" and not lookup.pad_to_max_tokens and lookup._frozen_vocab_size is None:
+                lookup._host_call(np.array([], dtype=object))  # (raises the "set the vocabulary first" error)
+            return np.stack([lookup._encode(np.asarray([self._index(lookup, t) for t in doc], dtype=np.int64))
+                             for doc in docs]) if docs else np.zeros((0, lookup._frozen_vocab_size))
+        rows = [np.asarray([self._index(lookup, t) for t in doc], dtype=np.int64) for doc in docs]
+        if self._output_sequence_length is not None:
+            rows = [r[:self._output_sequence_length] for r in rows]
+        if self._ragged:
+            return rows
+        width = self._output_sequence_length if self._output_sequence_length is not None else max(
+            (len(r) for r in rows), default=0)
+        out = np.zeros((len(rows), width), dtype=np.int64)
+        for i, r in enumerate(rows):
+            out[i, :len(r)] = r
+        return out
+
+    @staticmethod
+    def _index(lookup: "StringLookup", token: str) -> int:
+        if token == lookup.mask_token:
+            return 0 if lookup.output_mode == "int" else np.iinfo(np.int64).max
+        i = lookup._index.get(token)
+        return lookup._oov_index(token) if i is None else i
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._ragged and not any(is_symbolic(a) for a in args):
+            return self._host_call(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        if self._output_mode == "int":
+            return (tuple(input_shape)[0], self._output_sequence_length)
+        shape = tuple(input_shape)
+        shape = shape + (1,) if self._split is None and len(shape) <= 1 else (
+            shape + (None,) if self._split is not None else shape)
+        return self._lookup_layer.compute_output_shape(shape)
+
+    def get_config(self) -> dict:
+        lookup = self._lookup_layer
+        owner = self._owner
+        for key, value in (("standardize", self._standardize), ("split", self._split)):
+            if callable(value):
+                raise ValueError(f"{owner}: a callable {key} cannot be written into a config; use one of Keras's "
+                                 "names, or rebuild the layer in code")
+
+        def listify(v: Any) -> Any:
+            return v.tolist() if isinstance(v, np.ndarray) else (list(v) if isinstance(v, tuple) else v)
+
+        return {**super().get_config(), "max_tokens": lookup.max_tokens, "standardize": self._standardize,
+                "split": self._split, "ngrams": self._ngrams_arg, "output_mode": self._output_mode,
+                "output_sequence_length": self._output_sequence_length, "pad_to_max_tokens": lookup.pad_to_max_tokens,
+                "sparse": lookup.sparse, "ragged": self._ragged, "vocabulary": listify(lookup.input_vocabulary),
+                "idf_weights": listify(lookup.input_idf_weights), "encoding": self._encoding,
+                "vocabulary_size": self.vocabulary_size()}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "TextVectorization":
+        config = dict(config)
+        if isinstance(config.get("ngrams"), list):
+            config["ngrams"] = tuple(config["ngrams"])
+        return cls(**config)
+
+
+__all__ += ["TextVectorization"]

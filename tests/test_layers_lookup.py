@@ -122,3 +122,53 @@ def test_errors_name_the_layer():
         layers.StringLookup(max_tokens=3, vocabulary=VOCAB)
     with pytest.raises(TypeError, match=r"tokens must be integers"):
         layers.IntegerLookup(vocabulary=IVOCAB)(np.array(["x"]))
+
+
+# ----- TextVectorization ------------------------------------------------------------------------------------
+def test_text_vectorization_matches_keras_docs():
+    layer = layers.TextVectorization(max_tokens=5000, output_mode="int", output_sequence_length=4)
+    layer.adapt(["foo bar", "bar baz", "baz bada boom"])
+    np.testing.assert_array_equal(np.asarray(layer([["foo qux bar"], ["qux baz"]])), [[4, 1, 3, 0], [1, 2, 0, 0]])
+    given = layers.TextVectorization(max_tokens=5000, output_sequence_length=4,
+                                     vocabulary=["earth", "wind", "and", "fire"])
+    assert given.get_vocabulary() == ["", "[UNK]", "earth", "wind", "and", "fire"]
+
+
+def test_text_vectorization_standardize_split_ngrams_and_modes():
+    layer = layers.TextVectorization(vocabulary=["hello", "world", "it's"])
+    # ASCII lower-casing (as tf.strings.lower), Keras's punctuation stripped (the apostrophe too)
+    np.testing.assert_array_equal(np.asarray(layer(["HeLLo,   World!", "its ÉTÉ"])), [[2, 3], [1, 1]])
+    chars = layers.TextVectorization(split="character", standardize=None, vocabulary=["a", "b"])
+    np.testing.assert_array_equal(np.asarray(chars(["abca"])), [[2, 3, 1, 2]])
+    grams = layers.TextVectorization(ngrams=(1, 3), output_mode="count", standardize="lower")
+    grams.adapt(["a b c d", "a b"])
+    vocab = grams.get_vocabulary()
+    assert vocab[0] == "[UNK]" and "a b c" in vocab and "a b" not in vocab  # widths 1 and 3 only
+    out = np.asarray(grams(["a b c", "z"]))
+    assert out.shape == (2, len(vocab))
+    assert out[0, vocab.index("a b c")] == 1 and out[0, vocab.index("a")] == 1 and out[1, 0] == 1
+    tfidf = layers.TextVectorization(output_mode="tf_idf")
+    tfidf.adapt(["x x y", "y z"])
+    assert tfidf.get_vocabulary() == ["[UNK]", "y", "x", "z"]  # x and y both twice: the tie goes high to low
+    idf = {"x": np.log(1 + 2 / 2), "y": np.log(1 + 2 / 3), "z": np.log(1 + 2 / 2)}
+    np.testing.assert_allclose(np.asarray(tfidf(["x x q"]))[0],
+                               [np.mean(list(idf.values())), 0, 2 * idf["x"], 0], rtol=1e-6)
+    ragged = layers.TextVectorization(ragged=True, vocabulary=["a", "b"])(["a b a", "b"])
+    assert [r.tolist() for r in ragged] == [[2, 3, 2], [3]]
+    cut = layers.TextVectorization(vocabulary=["a", "b"], output_sequence_length=2)
+    np.testing.assert_array_equal(np.asarray(cut(["a b a b", "b"])), [[2, 3], [3, 0]])
+
+
+def test_text_vectorization_adapt_order_and_config():
+    layer = layers.TextVectorization(max_tokens=4)
+    layer.adapt(["b b a", "c a d", "b"])
+    assert layer.get_vocabulary() == ["", "[UNK]", "b", "a"]  # max_tokens counts the two special tokens
+    config = layer.get_config()
+    assert config["vocabulary_size"] == 4 and config["standardize"] == "lower_and_strip_punctuation"
+    json.dumps(config)
+    again = layers.TextVectorization.from_config(config)
+    assert again.get_config()["ngrams"] is None
+    with pytest.raises(ValueError, match=r"TextVectorization 't': `output_sequence_length` must not be set"):
+        layers.TextVectorization(output_mode="count", output_sequence_length=3, name="t")
+    with pytest.raises(ValueError, match=r"the input rank must be 1 or the last shape dimension must be 1"):
+        layers.TextVectorization(vocabulary=["a"])(np.array([["a", "b"]]))
