@@ -6,6 +6,7 @@ Names, arguments and defaults follow Keras 3; ``get_weights``/``set_weights`` us
 from .base import ActivationFn, Layer, Weight, deserialize, get_layer_class, register
 from .graph import Input, InputLayer, KerasTensor, OpLayer
 from .attention import AdditiveAttention, Attention, GroupedQueryAttention, GroupQueryAttention, MultiHeadAttention
+from .conv_lstm import ConvLSTM1D, ConvLSTM2D, ConvLSTM3D
 from .conv import (
     Conv1D,
     Conv1DTranspose,
@@ -110,4 +111,5 @@ __all__ = [
     "ReversibleEmbedding", "Wrapper", "SpectralNormalization", "InputSpec", "serialize",
     "CategoryEncoding", "Discretization", "Hashing", "HashedCrossing",
     "StringLookup", "IntegerLookup", "TextVectorization",
+    "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
 ]

@@ -86,6 +86,13 @@ CASES = [
     ("gaussian_noise", "GaussianNoise", {"stddev": 0.3}, (2, 5)),
     ("spatial_dropout1d", "SpatialDropout1D", {"rate": 0.3}, (2, 4, 3)),
     ("spatial_dropout3d", "SpatialDropout3D", {"rate": 0.3}, (1, 2, 2, 2, 3)),
+    ("convlstm2d_seq", "ConvLSTM2D", {"filters": 2, "kernel_size": 3, "padding": "same", "return_sequences": True},
+     (2, 3, 4, 4, 2)),
+    ("convlstm2d_cf", "ConvLSTM2D", {"filters": 3, "kernel_size": 2, "data_format": "channels_first",
+                                     "activation": "relu", "unit_forget_bias": False}, (2, 3, 2, 4, 5)),
+    ("convlstm1d_back_s2", "ConvLSTM1D", {"filters": 3, "kernel_size": 2, "strides": 2, "go_backwards": True},
+     (2, 4, 7, 2)),
+    ("convlstm3d", "ConvLSTM3D", {"filters": 2, "kernel_size": 2, "use_bias": False}, (1, 2, 3, 3, 3, 2)),
 ]
 
 
@@ -217,6 +224,13 @@ def model(keras, layers):
     return keras.Model(inputs, x)
 
 
+def sequence_model(keras, layers):
+    inputs = keras.Input((3, 5, 4, 2))
+    x = layers.ConvLSTM2D(3, 3, padding="same", return_sequences=True, name="cl")(inputs)
+    x = layers.ConvLSTM2D(2, 2, name="cl2")(x)
+    return keras.Model(inputs, layers.GlobalMaxPooling2D()(x))
+
+
 def embedding_model(keras, layers):
     inputs = keras.Input((4,), dtype="int32")
     x = layers.ReversibleEmbedding(10, 6, tie_weights=False, name="rev")(inputs)
@@ -238,6 +252,9 @@ m.set_weights([rng.normal(size=w.shape).astype("float32") * 0.4 + (1.0 if "gamma
                for w in m.weights])
 m.save_weights(f"{work}/keras.weights.h5")
 np.save(f"{work}/keras_pred.npy", np.asarray(m.predict(x, verbose=0)))
+q = sequence_model(keras, layers)
+q.load_weights(f"{work}/dnnbind_seq.weights.h5")
+np.save(f"{work}/keras_seq_of_dnnbind.npy", np.asarray(q.predict(np.load(f"{work}/seq.npy"), verbose=0)))
 e = embedding_model(keras, layers)
 ids = np.load(f"{work}/ids.npy")
 e.load_weights(f"{work}/dnnbind_emb.weights.h5")
@@ -259,6 +276,11 @@ def test_weights_files_move_both_ways_with_keras(tmp_path):
     x = rng.normal(size=(3, 6, 5, 4, 2)).astype("float32")
     np.save(tmp_path / "x.npy", x)
     m.save_weights(str(tmp_path / "dnnbind.weights.h5"))
+    q = namespace["sequence_model"](keras, layers)
+    q.set_weights([rng.normal(size=w.shape).astype("float32") * 0.5 for w in q.weights])
+    seq = rng.normal(size=(2, 3, 5, 4, 2)).astype("float32")
+    np.save(tmp_path / "seq.npy", seq)
+    q.save_weights(str(tmp_path / "dnnbind_seq.weights.h5"))
     e = namespace["embedding_model"](keras, layers)
     e.set_weights([rng.normal(size=w.shape).astype("float32") for w in e.weights])
     ids = rng.integers(0, 10, size=(3, 4)).astype("int32")
@@ -270,6 +292,8 @@ def test_weights_files_move_both_ways_with_keras(tmp_path):
                           env=_keras_env(str(tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     np.testing.assert_allclose(np.load(tmp_path / "keras_pred_of_dnnbind.npy"), np.asarray(m.predict(x, verbose=0)),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "keras_seq_of_dnnbind.npy"), np.asarray(q.predict(seq, verbose=0)),
                                rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.load(tmp_path / "keras_emb_of_dnnbind.npy"), np.asarray(e.predict(ids, verbose=0)),
                                rtol=1e-5, atol=1e-6)
@@ -318,7 +342,7 @@ def test_spectral_normalization_matches_the_power_method():
 
 def test_input_spec_checks_like_keras():
     spec = layers.InputSpec(ndim=3, axes={-1: 4})
-    from dnnbind.layers.wrapper import assert_input_compatibility
+    from dnnbind.layers.input_spec import assert_input_compatibility
 
     assert_input_compatibility(spec, np.zeros((2, 5, 4)), "l")
     with pytest.raises(ValueError, match=r"Input 0 of layer 'l' is incompatible with the layer: expected ndim=3"):
@@ -336,6 +360,22 @@ def test_wrapper_builds_and_serializes_its_layer():
     config = layers.serialize(w)
     assert config["class_name"] == "Wrapper" and config["config"]["layer"]["class_name"] == "Dense"
     assert [v.name for v in w.weights] == ["kernel", "bias"]
+
+
+def test_conv_lstm_states_and_errors():
+    layer = layers.ConvLSTM1D(2, 3, padding="same", return_state=True, return_sequences=True, name="c")
+    x = np.random.default_rng(0).normal(size=(2, 4, 5, 3)).astype(np.float32)
+    seq, h, c = layer(x)
+    assert seq.shape == (2, 4, 5, 2) and h.shape == c.shape == (2, 5, 2)
+    np.testing.assert_allclose(np.asarray(seq)[:, -1], np.asarray(h), rtol=1e-6)
+    assert layer.compute_output_shape((None, 4, 5, 3)) == [(None, 4, 5, 2), (None, 5, 2), (None, 5, 2)]
+    # a given initial state is where the recurrence starts
+    again = layer(x, initial_state=[h, c])
+    assert not np.allclose(np.asarray(again[0]), np.asarray(seq))
+    with pytest.raises(ValueError, match=r"ConvLSTM1D 'c' expects 4-d inputs"):
+        layer(x[0])
+    with pytest.raises(NotImplementedError, match=r"dropout > 0"):
+        layers.ConvLSTM2D(2, 3, dropout=0.2)
 
 
 # ----- the noise layers in training ---------------------------------------------------------------------
@@ -421,3 +461,18 @@ def test_bad_inputs_name_the_layer(make, x, match):
 def test_bad_arguments_name_the_argument(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+def test_a_layers_own_input_spec_is_checked_at_call():
+    class Twice(layers.Layer):
+        def __init__(self):
+            super().__init__(name="twice")
+            self.input_spec = layers.InputSpec(ndim=2, axes={-1: 3})
+
+        def call(self, x):
+            return ops.multiply(x, 2.0)
+
+    layer = Twice()
+    np.testing.assert_allclose(np.asarray(layer(np.ones((2, 3), np.float32))), 2.0)
+    with pytest.raises(ValueError, match=r"Input 0 of layer 'twice' is incompatible with the layer: expected axis -1"):
+        layer(np.ones((2, 4), np.float32))
