@@ -70,6 +70,7 @@ from .pooling import (
 from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
+from .image_augmentation import AutoContrast, Pipeline, RandomGrayscale, RandomInvert, Solarization
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
@@ -112,4 +113,5 @@ __all__ = [
     "CategoryEncoding", "Discretization", "Hashing", "HashedCrossing",
     "StringLookup", "IntegerLookup", "TextVectorization",
     "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
+    "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline",
 ]

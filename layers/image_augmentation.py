@@ -1,0 +1,229 @@
+"""More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale, and
+Pipeline (a list of layers applied in turn).
+
+Written in :mod:`dnnbind.ops` on the pattern of :mod:`.image_preprocessing` (whose base they share): a
+per-layer :class:`dnnbind.random.SeedGenerator` with its counter on the images' device, Keras's two steps
+``get_random_transformation`` / ``transform_images`` with Keras's transformation formats, so a given
+transformation is applied bitwise as Keras applies it; ``call(inputs, training=True)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from dnnbind import _validate
+from dnnbind import ops as _ops
+from dnnbind.autodiff.tensor import Tensor
+
+from .base import Layer, deserialize, register
+from .image_preprocessing import _factor_pair, _ImagePreprocessing, _is_number
+
+__all__ = ["AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline"]
+
+
+def _range(value: Any, owner: str) -> list:
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(_is_number(v) for v in value):
+        raise ValueError(f"{owner}: value_range must be a list of two numbers (low, high), got {value!r}")
+    return sorted(float(v) if isinstance(v, float) else v for v in value)
+
+
+def _to_range(x: Tensor, original: Sequence, target: Sequence) -> Tensor:
+    """Keras's ``_transform_value_range``: ``x`` from ``original`` to ``target`` (unchanged when equal)."""
+    if original[0] == target[0] and original[1] == target[1]:
+        return x
+    x = _ops.divide(_ops.subtract(x, float(original[0])), float(original[1] - original[0]))
+    return _ops.add(_ops.multiply(x, float(target[1] - target[0])), float(target[0]))
+
+
+def _batch_shape(images: Tensor) -> tuple:
+    return (int(images.shape[0]), 1, 1, 1) if images.ndim == 4 else (1, 1, 1)
+
+
+@register
+class AutoContrast(_ImagePreprocessing):
+    """``AutoContrast(value_range=(0, 255))``: each image (and channel) stretched so that its minimum over height
+    and width maps to the low end of ``value_range`` and its maximum to the high end (a constant channel is left as
+    it is). Deterministic: it applies in training and inference alike, as Keras. The output is in the compute dtype
+(integer images too, as Keras 3.15 returns them). (Keras takes the minimum over axes
+    1 and 2 whatever the data format; here over the image's height and width.)"""
+
+    def __init__(self, value_range: Any = (0, 255), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.value_range = _range(value_range, self._owner)
+
+    def call(self, inputs: Any, training: Any = True) -> Tensor:
+        return self.transform_images(self._images(inputs), None, training=training)
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = _to_range(self._float(images), self.value_range, (0, 255))
+        h, w = self._hw_axes(x.ndim)
+        low = _ops.min(x, axis=(h, w), keepdims=True)
+        high = _ops.max(x, axis=(h, w), keepdims=True)
+        scale = _ops.divide(255.0, _ops.subtract(high, low))
+        y = _ops.clip(_ops.add(_ops.multiply(x, scale), _ops.negative(_ops.multiply(low, scale))), 0.0, 255.0)
+        y = _to_range(y, (0, 255), self.value_range)
+        return _ops.where(_ops.isnan(y), self._float(images), y)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "value_range": self.value_range}
+
+
+@register
+class Solarization(_ImagePreprocessing):
+    """``Solarization(addition_factor=0.0, threshold_factor=0.0, value_range=(0, 255), seed=None)``: in training,
+    add a random amount (``[addition_factor[0], addition_factor[1] * 255]``, in the 0-255 scale) to each image, clip,
+    and invert (``255 - x``) the pixels at or above a random threshold (``[threshold_factor[0], threshold_factor[1]
+    * 255]``: Keras's bounds, the low one not scaled), as Keras 3. A number ``f`` in [0, 1] means ``(0, f)``. The
+    output is in the compute dtype (integer images too, as Keras). Transformation: ``{"additions": (batch, 1, 1,
+    1), "thresholds": (batch, 1, 1, 1)}``."""
+
+    def __init__(self, addition_factor: Any = 0.0, threshold_factor: Any = 0.0, value_range: Any = (0, 255),
+                 seed: "int | None" = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.addition_factor = self._unit_factor(addition_factor, "addition_factor")
+        self.threshold_factor = self._unit_factor(threshold_factor, "threshold_factor")
+        self.value_range = _range(value_range, self._owner)
+        self._make_generator(seed)
+
+    def _unit_factor(self, value: Any, name: str) -> tuple:
+        message = f"{self._owner}: {name} must be a number or a pair of numbers in [0, 1], got {value!r}"
+        if isinstance(value, (tuple, list)):
+            if len(value) != 2 or not all(_is_number(v) and 0 <= v <= 1 for v in value):
+                raise ValueError(message)
+            return tuple(sorted(value))
+        if not _is_number(value) or not 0 <= value <= 1:
+            raise ValueError(message)
+        return (0, value)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data)
+        shape = _batch_shape(images)
+        dt = self._effective_compute_dtype()
+        return {"additions": self._uniform(images, shape, self.addition_factor[0], self.addition_factor[1] * 255,
+                                           dtype=dt, seed=seed),
+                "thresholds": self._uniform(images, shape, self.threshold_factor[0], self.threshold_factor[1] * 255,
+                                            dtype=dt, seed=seed)}
+
+    def transform_images(self, images: Any, transformation: Any, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training or transformation is None:
+            return x
+        x = _to_range(x, self.value_range, (0, 255))
+        y = _ops.clip(_ops.add(x, _ops.cast(transformation["additions"], x.dtype)), 0.0, 255.0)
+        y = _ops.where(_ops.less(y, _ops.cast(transformation["thresholds"], x.dtype)), y, _ops.subtract(255.0, y))
+        return _to_range(y, (0, 255), self.value_range)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "value_range": self.value_range, "addition_factor": self.addition_factor,
+                "threshold_factor": self.threshold_factor, "seed": self.seed}
+
+
+@register
+class RandomInvert(_ImagePreprocessing):
+    """``RandomInvert(factor=1.0, value_range=(0, 255), seed=None, data_format=None)``: in training, each image is
+    replaced by ``value_range[1] - image`` when a uniform draw in [0, 1) is below its inversion probability, itself
+    drawn uniformly in ``factor`` (a number ``f`` in [-1, 1] means ``(max(-f, -1), f)``, as Keras's base rule).
+    Transformation: ``{"apply_inversion": (batch,) bool}``."""
+
+    def __init__(self, factor: Any = 1.0, value_range: Any = (0, 255), seed: "int | None" = None,
+                 data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.factor = _factor_pair(factor, "factor", self._owner, -1.0, 1.0, clip_low=True)
+        self.value_range = list(value_range) if isinstance(value_range, (tuple, list)) else value_range
+        _range(self.value_range, self._owner)
+        self._make_generator(seed)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        probability = self._uniform(images, (n,), self.factor[0], self.factor[1], seed=seed)
+        threshold = self._uniform(images, (n,), 0.0, 1.0, seed=seed)
+        return {"apply_inversion": _ops.less(threshold, probability)}
+
+    def transform_images(self, images: Any, transformation: Any, training: bool = True) -> Tensor:
+        images = self._images(images)
+        if not training or transformation is None:
+            return images
+        x = self._float(images)
+        apply = _ops.reshape(transformation["apply_inversion"], (-1, 1, 1, 1) if x.ndim == 4 else (1, 1, 1))
+        return _ops.where(apply, _ops.subtract(float(self.value_range[1]), x), x)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "factor": list(self.factor), "value_range": self.value_range,
+                "seed": self.seed}
+
+
+@register
+class RandomGrayscale(_ImagePreprocessing):
+    """``RandomGrayscale(factor=0.5, data_format=None, seed=None)``: in training, each image is replaced with
+    probability ``factor`` by its grayscale (``ops.image.rgb_to_grayscale``: ``0.2989 R + 0.5870 G + 0.1140 B``,
+    broadcast over the channels by the selection, as Keras's ``where``). Transformation: a ``(batch, 1, 1, 1)``
+    bool array."""
+
+    def __init__(self, factor: float = 0.5, data_format: "str | None" = None, seed: "int | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.factor = float(_validate.number(factor, "factor", self._owner, low=0.0, high=1.0))
+        self._make_generator(seed)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        images = self._images(data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        draws = self._uniform(images, (n,), 0.0, 1.0, seed=seed)
+        return _ops.reshape(_ops.less(draws, self.factor), (n, 1, 1, 1))
+
+    def transform_images(self, images: Any, transformation: Any, training: bool = True) -> Tensor:
+        images = self._images(images)
+        if not training:
+            return images
+        if transformation is None:
+            transformation = self.get_random_transformation(images)
+        gray = _ops.image.rgb_to_grayscale(images, data_format=self.data_format)
+        apply = transformation if images.ndim == 4 else _ops.reshape(transformation, (1, 1, 1))
+        return _ops.where(apply, gray, images)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "factor": self.factor}  # (Keras's config has no seed)
+
+
+@register
+class Pipeline(Layer):
+    """``Pipeline(layers, name=None)``: the layers applied in turn (Keras 3; ``training`` is passed on to those
+    whose ``call`` takes it). The config holds the layers' configs."""
+
+    def __init__(self, layers: Sequence[Layer], name: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(name=name, **kwargs)
+        owner = f"Pipeline '{self.name}'"
+        items = []
+        for i, layer in enumerate(layers):
+            if isinstance(layer, dict):
+                layer = deserialize({"class_name": layer["class_name"], "config": dict(layer["config"])})
+            if not isinstance(layer, Layer):
+                raise _validate.ArgumentTypeError(f"{owner}: layers[{i}] must be a layer, got {type(layer).__name__}")
+            items.append(layer)
+        self.layers = items
+        self.built = True
+
+    def call(self, inputs: Any, training: Any = True) -> Any:
+        x = inputs
+        for layer in self.layers:
+            takes = not layer._is_legacy() and "training" in layer._call_parameters()
+            x = layer(x, training=training) if takes else layer(x)
+        return x
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        shape = input_shape
+        for layer in self.layers:
+            shape = layer.compute_output_shape(shape)
+        return shape
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "layers": [{"module": "keras.layers", "class_name": type(layer).__name__,
+                                                    "config": layer.get_config(), "registered_name": None}
+                                                   for layer in self.layers]}

@@ -1,0 +1,163 @@
+"""AutoContrast, Solarization, RandomInvert, RandomGrayscale and Pipeline against real Keras 3 (JAX backend, in a
+subprocess): Keras's ``transform_images`` and dnnbind's on the same images and the same transformation (Keras's
+random draws are its own), float and uint8 images, both data formats; configs; the random draws' statistics."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+from dnnbind import layers
+
+
+@pytest.fixture(autouse=True)
+def _cpu(cpu):
+    yield
+
+
+def _images(seed: int, shape=(3, 5, 6, 3), dtype="float32", low=0.0, high=255.0) -> np.ndarray:
+    x = np.random.default_rng(seed).uniform(low, high, size=shape)
+    return np.round(x).astype(dtype) if dtype == "uint8" else x.astype(dtype)
+
+
+# (label, class, kwargs, images, transformation: a dict of arrays, an array, or None)
+def _cases() -> list:
+    n = 3
+    add = np.array([10.0, 60.0, 0.0], np.float32).reshape(n, 1, 1, 1)
+    thr = np.array([128.0, 200.0, 40.0], np.float32).reshape(n, 1, 1, 1)
+    return [
+        ("autocontrast", "AutoContrast", {}, _images(0, low=30, high=200), None),
+        ("autocontrast_unit", "AutoContrast", {"value_range": (0, 1)}, _images(1, low=0.2, high=0.7), None),
+        ("autocontrast_uint8", "AutoContrast", {}, _images(2, dtype="uint8", low=40, high=180), None),
+        ("solarize", "Solarization", {"addition_factor": 0.5, "threshold_factor": 0.5},
+         _images(3), {"additions": add, "thresholds": thr}),
+        ("solarize_unit", "Solarization", {"value_range": (0, 1)}, _images(4, low=0, high=1),
+         {"additions": add, "thresholds": thr}),
+        ("solarize_uint8", "Solarization", {}, _images(5, dtype="uint8"), {"additions": add, "thresholds": thr}),
+        ("invert", "RandomInvert", {}, _images(6), {"apply_inversion": np.array([True, False, True])}),
+        ("invert_unit", "RandomInvert", {"value_range": (0, 1)}, _images(7, low=0, high=1),
+         {"apply_inversion": np.array([False, True, True])}),
+        ("grayscale", "RandomGrayscale", {}, _images(8), np.array([True, False, True]).reshape(3, 1, 1, 1)),
+        ("grayscale_cf", "RandomGrayscale", {"data_format": "channels_first"}, _images(9, shape=(3, 3, 5, 4)),
+         np.array([False, True, True]).reshape(3, 1, 1, 1)),
+    ]
+
+
+CASES = _cases()
+
+_SCRIPT = r"""
+import json, sys
+import numpy as np
+import keras
+work = sys.argv[1]
+cases = json.load(open(f"{work}/cases.json"))
+data = dict(np.load(f"{work}/in.npz"))
+out = {}
+for label, cls, kwargs, keys in cases:
+    layer = getattr(keras.layers, cls)(**kwargs)
+    if keys is None:
+        t = None
+    elif keys == ["__array__"]:
+        t = data[f"{label}/t"]
+    else:
+        t = {k: data[f"{label}/t/{k}"] for k in keys}
+    y = layer.transform_images(data[f"{label}/x"], t, training=True)
+    out[f"{label}/y"] = np.asarray(y)
+    config = layer.get_config()
+    config.pop("dtype", None)
+    out[f"{label}/config"] = np.array(json.dumps(config, default=str))
+np.savez(f"{work}/out.npz", **out)
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _keras_results() -> "dict | str":
+    if importlib.util.find_spec("keras") is None or importlib.util.find_spec("jax") is None:
+        return "real Keras 3 with JAX is not installed (test extra)"
+    work = tempfile.mkdtemp(prefix="dnnbind_aug_")
+    arrays, described = {}, []
+    for label, cls, kwargs, x, t in CASES:
+        arrays[f"{label}/x"] = x
+        if isinstance(t, dict):
+            arrays.update({f"{label}/t/{k}": v for k, v in t.items()})
+            keys = sorted(t)
+        elif t is not None:
+            arrays[f"{label}/t"] = t
+            keys = ["__array__"]
+        else:
+            keys = None
+        described.append([label, cls, kwargs, keys])
+    np.savez(os.path.join(work, "in.npz"), **arrays)
+    with open(os.path.join(work, "cases.json"), "w") as f:
+        json.dump(described, f)
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
+    env.update(KERAS_HOME=os.path.join(work, "kh"), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, work], capture_output=True, text=True, env=env, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"the Keras side failed:\n{proc.stderr[-4000:]}")
+    return dict(np.load(os.path.join(work, "out.npz")))
+
+
+@pytest.mark.parametrize("label,cls,kwargs,x,t", CASES, ids=[c[0] for c in CASES])
+def test_transform_images_matches_keras(label, cls, kwargs, x, t):
+    theirs = _keras_results()
+    if isinstance(theirs, str):
+        pytest.skip(theirs)
+    layer = getattr(layers, cls)(**kwargs)
+    y = np.asarray(layer.transform_images(x, t, training=True))
+    want = theirs[f"{label}/y"]
+    assert y.dtype == want.dtype and y.shape == want.shape
+    np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-4)
+    ours = layer.get_config()
+    keras_config = json.loads(str(theirs[f"{label}/config"]))
+    assert set(ours) - {"dtype"} == set(keras_config), label
+    again = getattr(layers, cls).from_config(json.loads(json.dumps(ours)))
+    np.testing.assert_array_equal(np.asarray(again.transform_images(x, t, training=True)), y)
+
+
+def test_random_draws_follow_the_factors():
+    x = np.full((400, 2, 2, 3), 100.0, np.float32)
+    inverted = np.asarray(layers.RandomInvert(factor=(0.5, 0.5), seed=1)(x))
+    share = np.mean(inverted[:, 0, 0, 0] == 155.0)
+    assert abs(share - 0.5) < 0.08 and set(np.unique(inverted)) <= {100.0, 155.0}
+    rgb = np.random.default_rng(0).uniform(0, 255, size=(400, 2, 2, 3)).astype(np.float32)
+    gray = np.asarray(layers.RandomGrayscale(0.25, seed=2)(rgb))
+    is_gray = np.all(np.isclose(gray, gray[..., :1]), axis=(1, 2, 3))
+    assert abs(is_gray.mean() - 0.25) < 0.07
+    solar = layers.Solarization(addition_factor=(0.2, 0.2), threshold_factor=(1.0, 1.0), seed=3)
+    t = solar.get_random_transformation(x)
+    additions = np.asarray(t["additions"])  # uniform in [addition_factor[0], addition_factor[1] * 255), as Keras
+    assert additions.shape == (400, 1, 1, 1) and additions.min() >= 0.2 and additions.max() < 51.0
+    assert abs(additions.mean() - (0.2 + 51.0) / 2) < 2.0
+    np.testing.assert_array_equal(np.asarray(layers.RandomInvert(seed=4)(x, training=False)), x)
+
+
+def test_pipeline_applies_in_order_and_round_trips():
+    x = _images(10, low=50, high=150)
+    pipe = layers.Pipeline([layers.AutoContrast(), layers.RandomInvert(factor=(1.0, 1.0), seed=1)], name="p")
+    y = np.asarray(pipe(x))
+    auto = np.asarray(layers.AutoContrast()(x))
+    np.testing.assert_allclose(y, 255.0 - auto, rtol=1e-6, atol=1e-4)
+    config = pipe.get_config()
+    again = layers.Pipeline.from_config(json.loads(json.dumps(config)))
+    assert [type(layer).__name__ for layer in again.layers] == ["AutoContrast", "RandomInvert"]
+    np.testing.assert_allclose(np.asarray(again(x, training=False)), auto, rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: layers.Solarization(addition_factor=2.0), r"Solarization .*addition_factor must be"),
+    (lambda: layers.RandomGrayscale(1.5), r"factor"),
+    (lambda: layers.AutoContrast(value_range=5), r"value_range"),
+    (lambda: layers.Pipeline([layers.AutoContrast(), 3]), r"layers\[1\] must be a layer"),
+])
+def test_bad_arguments(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
