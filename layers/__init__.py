@@ -70,7 +70,8 @@ from .pooling import (
 from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
-from .image_augmentation import AutoContrast, Pipeline, RandomGrayscale, RandomInvert, Solarization
+from .image_augmentation import (AutoContrast, Pipeline, RandomColorDegeneration, RandomGrayscale, RandomInvert,
+                                 RandomSaturation, RandomSharpness, Solarization)
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
@@ -113,5 +114,6 @@ __all__ = [
     "CategoryEncoding", "Discretization", "Hashing", "HashedCrossing",
     "StringLookup", "IntegerLookup", "TextVectorization",
     "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
-    "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline",
+    "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
+    "RandomSaturation", "RandomSharpness",
 ]

@@ -1,5 +1,5 @@
-"""More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale, and
-Pipeline (a list of layers applied in turn).
+"""More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale,
+RandomColorDegeneration, RandomSaturation, RandomSharpness, and Pipeline (a list of layers applied in turn).
 
 Written in :mod:`dnnbind.ops` on the pattern of :mod:`.image_preprocessing` (whose base they share): a
 per-layer :class:`dnnbind.random.SeedGenerator` with its counter on the images' device, Keras's two steps
@@ -10,6 +10,8 @@ transformation is applied bitwise as Keras applies it; ``call(inputs, training=T
 from __future__ import annotations
 
 from typing import Any, Sequence
+
+import numpy as np
 
 from dnnbind import _validate
 from dnnbind import ops as _ops
@@ -227,3 +229,113 @@ class Pipeline(Layer):
         return {**super().get_config(), "layers": [{"module": "keras.layers", "class_name": type(layer).__name__,
                                                     "config": layer.get_config(), "registered_name": None}
                                                    for layer in self.layers]}
+
+
+class _FactorColourLayer(_ImagePreprocessing):
+    """A random per-image colour change of strength drawn in ``factor`` (Keras's base factor rule), then clipped
+    to ``value_range``; transformation ``{"factor": ...}``."""
+
+    _bounds = (-1.0, 1.0)
+    _factor_shape: "tuple | None" = None  # None: (batch,); else (batch, 1, 1, 1)
+
+    def __init__(self, factor: Any, value_range: Any = (0, 255), data_format: "str | None" = None,
+                 seed: "int | None" = None, **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.factor = _factor_pair(factor, "factor", self._owner, *self._bounds, clip_low=True)
+        self.value_range = _range(value_range, self._owner)
+        self._make_generator(seed)
+
+    def _draw(self, images: Tensor, seed: Any) -> Tensor:
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        shape = (n, 1, 1, 1) if self._factor_shape else (n,)
+        return self._uniform(images, shape, self.factor[0], self.factor[1], seed=seed)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        return {"factor": self._draw(self._images(data), seed)}
+
+    def _batched(self, images: Tensor) -> "tuple[Tensor, bool]":
+        return (_ops.expand_dims(images, 0), True) if images.ndim == 3 else (images, False)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "factor": list(self.factor), "value_range": self.value_range,
+                "seed": self.seed}
+
+
+@register
+class RandomColorDegeneration(_FactorColourLayer):
+    """``RandomColorDegeneration(factor, value_range=(0, 255), data_format=None, seed=None)``: in training, each
+    image blended towards its grayscale, ``x + f * (gray(x) - x)`` with ``f`` drawn in ``factor`` per image, then
+    clipped to ``value_range`` (Keras 3). Transformation: ``{"factor": (batch, 1, 1, 1)}``."""
+
+    _factor_shape = (1, 1, 1)
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        if not training:
+            return images
+        x = self._float(images)
+        factor = _ops.cast(transformation["factor"], x.dtype)
+        if x.ndim == 3:
+            factor = _ops.reshape(factor, (1, 1, 1))
+        gray = _ops.image.rgb_to_grayscale(x, data_format=self.data_format)
+        y = _ops.add(x, _ops.multiply(factor, _ops.subtract(gray, x)))
+        return _ops.clip(y, self.value_range[0], self.value_range[1])
+
+
+@register
+class RandomSaturation(_FactorColourLayer):
+    """``RandomSaturation(factor, value_range=(0, 255), data_format=None, seed=None)``: in training, each image's
+    HSV saturation multiplied by ``f / (1 - f + 1e-7)`` (``f`` drawn in ``factor``: 0.5 keeps it, 0 makes grayscale,
+    1 saturates), clipped to ``value_range`` (as Keras 3, which clips the saturation channel to it), then back to
+    RGB. Transformation: ``{"factor": (batch,)}`` (the multiplier)."""
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        f = self._draw(self._images(data), seed)
+        return {"factor": _ops.divide(f, _ops.add(_ops.subtract(1.0, f), 1e-7))}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        if not training:
+            return images
+        x, single = self._batched(self._float(images))
+        factor = _ops.reshape(_ops.cast(transformation["factor"], x.dtype), (-1, 1, 1))
+        hsv = _ops.image.rgb_to_hsv(x, data_format=self.data_format)
+        axis = -1 if self.data_format == "channels_last" else 1
+        h, s, v = _ops.unstack(hsv, 3, axis=axis)
+        s = _ops.clip(_ops.multiply(s, factor), self.value_range[0], self.value_range[1])
+        y = _ops.image.hsv_to_rgb(_ops.stack([h, s, v], axis=axis), data_format=self.data_format)
+        return _ops.squeeze(y, 0) if single else y
+
+
+@register
+class RandomSharpness(_FactorColourLayer):
+    """``RandomSharpness(factor, value_range=(0, 255), data_format=None, seed=None)``: in training, each image
+    blended with its 3x3 smoothing (``[[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13``, depthwise, ``"same"``):
+    ``x + (1 - 2 f) * (smooth(x) - x)``, ``f`` drawn in ``factor`` (in [0, 1]; 0.5 keeps the image), clipped to
+    ``value_range`` (Keras 3). Transformation: ``{"factor": (batch,)}``."""
+
+    _bounds = (0.0, 1.0)
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training:
+            return x
+        x, single = self._batched(x)
+        if self.data_format == "channels_first":
+            x = _ops.swapaxes(x, -3, -1)
+        factor = _ops.reshape(_ops.multiply(_ops.cast(transformation["factor"], x.dtype), 2.0), (-1, 1, 1, 1))
+        a, b = 1.0 / 13.0, 5.0 / 13.0
+        channels = int(x.shape[-1])
+        kernel = np.tile(np.array([[a, a, a], [a, b, a], [a, a, a]], dtype=x.dtype).reshape(3, 3, 1, 1),
+                         (1, 1, channels, 1))
+        smooth = _ops.depthwise_conv(x, _ops.convert_to_tensor(kernel), strides=1, padding="same",
+                                     data_format="channels_last")
+        y = _ops.add(x, _ops.multiply(_ops.subtract(1.0, factor), _ops.subtract(smooth, x)))
+        y = _ops.clip(y, self.value_range[0], self.value_range[1])
+        if self.data_format == "channels_first":
+            y = _ops.swapaxes(y, -3, -1)
+        return _ops.squeeze(y, 0) if single else y
+
+
+__all__ += ["RandomColorDegeneration", "RandomSaturation", "RandomSharpness"]

@@ -174,3 +174,35 @@ def test_spectral_normalization_trains_on_cuda():
     _fit_without_capture_fallback(model, x, y, batch_size=16, epochs=5, verbose=0)
     kernel = model.layers[0].layer.kernel.numpy()
     assert abs(np.linalg.svd(kernel)[1][0] - 1.0) < 0.05  # the kernel kept at unit spectral norm
+
+
+AUGMENT = [
+    ("autocontrast", lambda: layers.AutoContrast(), None),
+    ("solarize", lambda: layers.Solarization(0.5, 0.5),
+     {"additions": np.array([10.0, 60.0], np.float32).reshape(2, 1, 1, 1),
+      "thresholds": np.array([128.0, 40.0], np.float32).reshape(2, 1, 1, 1)}),
+    ("invert", lambda: layers.RandomInvert(), {"apply_inversion": np.array([True, False])}),
+    ("grayscale", lambda: layers.RandomGrayscale(), np.array([True, False]).reshape(2, 1, 1, 1)),
+    ("degenerate", lambda: layers.RandomColorDegeneration(0.5),
+     {"factor": np.array([0.3, -0.4], np.float32).reshape(2, 1, 1, 1)}),
+    ("saturation", lambda: layers.RandomSaturation(0.5), {"factor": np.array([0.5, 2.0], np.float32)}),
+    ("sharpness", lambda: layers.RandomSharpness(0.5), {"factor": np.array([0.1, 0.9], np.float32)}),
+]
+
+
+@pytest.mark.parametrize("name, make, transformation", AUGMENT, ids=[c[0] for c in AUGMENT])
+def test_augmentation_on_cuda_matches_numpy(name, make, transformation):
+    x = np.random.default_rng(3).uniform(0, 255, size=(2, 6, 7, 3)).astype(np.float32)
+
+    def run(device):
+        dnnbind.set_default_device(device)
+        t = transformation
+        if isinstance(t, dict):
+            t = {k: ops.convert_to_tensor(v) for k, v in t.items()}
+        elif t is not None:
+            t = ops.convert_to_tensor(t)
+        return _as(make().transform_images(ops.convert_to_tensor(x), t, training=True))
+
+    want = run("cpu")
+    got = run("cuda")
+    assert rel_error(got, want) < 1e-5, name

@@ -48,6 +48,19 @@ def _cases() -> list:
         ("grayscale", "RandomGrayscale", {}, _images(8), np.array([True, False, True]).reshape(3, 1, 1, 1)),
         ("grayscale_cf", "RandomGrayscale", {"data_format": "channels_first"}, _images(9, shape=(3, 3, 5, 4)),
          np.array([False, True, True]).reshape(3, 1, 1, 1)),
+        ("degenerate", "RandomColorDegeneration", {"factor": 0.8}, _images(11),
+         {"factor": np.array([0.2, -0.5, 0.9], np.float32).reshape(3, 1, 1, 1)}),
+        ("degenerate_cf", "RandomColorDegeneration", {"factor": (0.1, 0.4), "data_format": "channels_first",
+                                                      "value_range": (0, 1)}, _images(12, (3, 3, 4, 5), high=1),
+         {"factor": np.array([0.3, 0.1, 1.0], np.float32).reshape(3, 1, 1, 1)}),
+        ("saturation", "RandomSaturation", {"factor": 0.5}, _images(13),
+         {"factor": np.array([0.25, 1.0, 3.0], np.float32)}),
+        ("saturation_cf", "RandomSaturation", {"factor": 0.5, "data_format": "channels_first"},
+         _images(14, (3, 3, 4, 5)), {"factor": np.array([0.0, 2.0, 0.5], np.float32)}),
+        ("sharpness", "RandomSharpness", {"factor": 0.5}, _images(15),
+         {"factor": np.array([0.0, 0.5, 1.0], np.float32)}),
+        ("sharpness_cf", "RandomSharpness", {"factor": (0.2, 0.9), "data_format": "channels_first"},
+         _images(16, (3, 3, 5, 4)), {"factor": np.array([0.9, 0.2, 0.7], np.float32)}),
     ]
 
 
@@ -161,3 +174,16 @@ def test_pipeline_applies_in_order_and_round_trips():
 def test_bad_arguments(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+def test_factor_draws_of_the_colour_layers():
+    x = _images(20, shape=(64, 4, 4, 3))
+    # factor (0.5, 0.5): the neutral strength of sharpness and saturation, whatever is drawn
+    np.testing.assert_allclose(np.asarray(layers.RandomSharpness((0.5, 0.5), seed=1)(x)), x, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(layers.RandomSaturation((0.5, 0.5), seed=2)(x)), x, rtol=1e-4, atol=1e-2)
+    layer = layers.RandomColorDegeneration((0.2, 0.6), seed=3)
+    f = np.asarray(layer.get_random_transformation(x)["factor"])
+    assert f.shape == (64, 1, 1, 1) and f.min() >= 0.2 and f.max() < 0.6
+    a, b = np.asarray(layer(x)), np.asarray(layer(x))
+    assert not np.array_equal(a, b) and np.isfinite(a).all()
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
