@@ -1,5 +1,5 @@
 """More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale,
-RandomColorDegeneration, RandomSaturation, RandomSharpness, and Pipeline (a list of layers applied in turn).
+RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, and Pipeline (a list of layers applied in turn).
 
 Written in :mod:`dnnbind.ops` on the pattern of :mod:`.image_preprocessing` (whose base they share): a
 per-layer :class:`dnnbind.random.SeedGenerator` with its counter on the images' device, Keras's two steps
@@ -339,3 +339,88 @@ class RandomSharpness(_FactorColourLayer):
 
 
 __all__ += ["RandomColorDegeneration", "RandomSaturation", "RandomSharpness"]
+
+
+@register
+class RandomHue(_FactorColourLayer):
+    """``RandomHue(factor, value_range=(0, 255), data_format=None, seed=None)``: in training, each image's HSV hue
+    shifted (cyclically) by ``±f / 2``, ``f`` drawn in ``factor`` (in [0, 1]) and the sign at random, as Keras 3;
+    images taken to [0, 1], through HSV and back, clipped and returned in ``value_range``. Transformation:
+    ``{"factor": (batch,)}`` (the signed shift)."""
+
+    _bounds = (0.0, 1.0)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        images = self._images(data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        sign = _ops.where(_ops.greater(self._uniform(images, (n,), 0.0, 1.0, seed=seed), 0.5), -1.0, 1.0)
+        return {"factor": _ops.multiply(_ops.multiply(sign, self._draw(images, seed)), 0.5)}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        if not training:
+            return images
+        x, single = self._batched(_to_range(self._float(images), self.value_range, (0, 1)))
+        shift = _ops.reshape(_ops.cast(transformation["factor"], x.dtype), (-1, 1, 1))
+        hsv = _ops.image.rgb_to_hsv(x, data_format=self.data_format)
+        axis = -1 if self.data_format == "channels_last" else 1
+        h, s, v = _ops.unstack(hsv, 3, axis=axis)
+        h = _ops.add(h, shift)
+        h = _ops.where(_ops.greater(h, 1.0), _ops.subtract(h, 1.0), h)
+        h = _ops.where(_ops.less(h, 0.0), _ops.add(h, 1.0), h)
+        y = _ops.clip(_ops.image.hsv_to_rgb(_ops.stack([h, s, v], axis=axis), data_format=self.data_format), 0.0, 1.0)
+        y = _to_range(y, (0, 1), self.value_range)
+        return _ops.squeeze(y, 0) if single else y
+
+
+@register
+class RandomGaussianBlur(_FactorColourLayer):
+    """``RandomGaussianBlur(factor=1.0, kernel_size=3, sigma=1.0, value_range=(0, 255), data_format=None,
+    seed=None)``: in training, each image blurred (:func:`dnnbind.ops.image.gaussian_blur`, ``kernel_size`` odd)
+    with probability drawn in ``factor``, with one pair of sigmas per batch drawn in ``sigma`` (a number ``s``:
+    ``(0, s)``), then clipped to ``value_range`` (Keras 3). Transformation: ``{"should_apply_blur": (batch,) bool,
+    "blur_factor": (2,)}``."""
+
+    _bounds = (0.0, 1.0)
+
+    def __init__(self, factor: Any = 1.0, kernel_size: Any = 3, sigma: Any = 1.0, value_range: Any = (0, 255),
+                 data_format: "str | None" = None, seed: "int | None" = None, **kwargs: Any) -> None:
+        super().__init__(factor, value_range, data_format, seed, **kwargs)
+        owner = self._owner
+        sizes = tuple(kernel_size) if isinstance(kernel_size, (tuple, list)) else (kernel_size, kernel_size)
+        if len(sizes) != 2 or not all(isinstance(k, (int, np.integer)) and k > 0 and k % 2 for k in sizes):
+            raise ValueError(f"{owner}: kernel_size must be an odd positive int or a pair of them, got "
+                             f"{kernel_size!r}")
+        self.kernel_size = tuple(int(k) for k in sizes)
+        self.sigma = _factor_pair(sigma, "sigma", owner, 0.0, 1.0, clip_low=True) if not isinstance(
+            sigma, (tuple, list)) else tuple(sorted(float(s) for s in sigma))
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        probability = self._uniform(images, (n,), self.factor[0], self.factor[1], seed=seed)
+        threshold = self._uniform(images, (n,), 0.0, 1.0, seed=seed)
+        sigma = _ops.add(self._uniform(images, (2,), self.sigma[0], self.sigma[1],
+                                       dtype=self._effective_compute_dtype(), seed=seed), 1e-6)
+        return {"should_apply_blur": _ops.less(threshold, probability), "blur_factor": sigma}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training or transformation is None:
+            return x
+        x, single = self._batched(x)
+        sigma = _ops.cast(transformation["blur_factor"], x.dtype)
+        blurred = _ops.image.gaussian_blur(x, kernel_size=self.kernel_size, sigma=(sigma[0], sigma[1]),
+                                           data_format=self.data_format)
+        apply = _ops.reshape(transformation["should_apply_blur"], (-1, 1, 1, 1))
+        y = _ops.clip(_ops.where(apply, blurred, x), self.value_range[0], self.value_range[1])
+        return _ops.squeeze(y, 0) if single else y
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "kernel_size": list(self.kernel_size), "sigma": list(self.sigma)}
+
+
+__all__ += ["RandomHue", "RandomGaussianBlur"]

@@ -187,6 +187,9 @@ AUGMENT = [
      {"factor": np.array([0.3, -0.4], np.float32).reshape(2, 1, 1, 1)}),
     ("saturation", lambda: layers.RandomSaturation(0.5), {"factor": np.array([0.5, 2.0], np.float32)}),
     ("sharpness", lambda: layers.RandomSharpness(0.5), {"factor": np.array([0.1, 0.9], np.float32)}),
+    ("hue", lambda: layers.RandomHue(0.5), {"factor": np.array([0.2, -0.3], np.float32)}),
+    ("blur", lambda: layers.RandomGaussianBlur(kernel_size=5),
+     {"should_apply_blur": np.array([True, False]), "blur_factor": np.array([0.7, 1.2], np.float32)}),
 ]
 
 

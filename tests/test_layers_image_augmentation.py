@@ -61,6 +61,14 @@ def _cases() -> list:
          {"factor": np.array([0.0, 0.5, 1.0], np.float32)}),
         ("sharpness_cf", "RandomSharpness", {"factor": (0.2, 0.9), "data_format": "channels_first"},
          _images(16, (3, 3, 5, 4)), {"factor": np.array([0.9, 0.2, 0.7], np.float32)}),
+        ("hue", "RandomHue", {"factor": 0.5}, _images(17), {"factor": np.array([0.2, -0.35, 0.5], np.float32)}),
+        ("hue_cf_unit", "RandomHue", {"factor": (0.1, 0.3), "value_range": (0, 1), "data_format": "channels_first"},
+         _images(18, (3, 3, 4, 5), high=1), {"factor": np.array([-0.1, 0.15, 0.05], np.float32)}),
+        ("blur", "RandomGaussianBlur", {"kernel_size": 5, "sigma": 0.8}, _images(19, (3, 7, 6, 3)),
+         {"should_apply_blur": np.array([True, False, True]), "blur_factor": np.array([0.7, 1.3], np.float32)}),
+        ("blur_cf", "RandomGaussianBlur", {"kernel_size": (3, 5), "data_format": "channels_first"},
+         _images(21, (3, 3, 6, 7)), {"should_apply_blur": np.array([True, True, False]),
+                                     "blur_factor": np.array([0.5, 0.9], np.float32)}),
     ]
 
 
