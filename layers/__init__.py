@@ -70,8 +70,9 @@ from .pooling import (
 from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
-from .image_augmentation import (AutoContrast, Pipeline, RandomColorDegeneration, RandomGaussianBlur, RandomGrayscale,
-                                 RandomHue, RandomInvert, RandomSaturation, RandomSharpness, Solarization)
+from .image_augmentation import (AutoContrast, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
+                                 RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
+                                 RandomSharpness, Solarization)
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
@@ -115,5 +116,5 @@ __all__ = [
     "StringLookup", "IntegerLookup", "TextVectorization",
     "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
     "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
-    "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur",
+    "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
 ]

@@ -1,5 +1,5 @@
 """More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale,
-RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, and Pipeline (a list of layers applied in turn).
+RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, and Pipeline (a list of layers applied in turn).
 
 Written in :mod:`dnnbind.ops` on the pattern of :mod:`.image_preprocessing` (whose base they share): a
 per-layer :class:`dnnbind.random.SeedGenerator` with its counter on the images' device, Keras's two steps
@@ -14,9 +14,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from dnnbind import _validate
+from dnnbind import backend as _backend
 from dnnbind import ops as _ops
+from dnnbind import random as _random
 from dnnbind.autodiff.tensor import Tensor
 
+from . import image_preprocessing as _ip
 from .base import Layer, deserialize, register
 from .image_preprocessing import _factor_pair, _ImagePreprocessing, _is_number
 
@@ -424,3 +427,103 @@ class RandomGaussianBlur(_FactorColourLayer):
 
 
 __all__ += ["RandomHue", "RandomGaussianBlur"]
+
+
+@register
+class MixUp(_ImagePreprocessing):
+    """``MixUp(alpha=0.2, data_format=None, seed=None)``: in training, each image (and, given
+    ``{"images": ..., "labels": ...}``, its label) mixed with another of the batch: ``w * x + (1 - w) * x[perm]``,
+    ``w ~ Beta(alpha, alpha)`` per sample and ``perm`` a random permutation of the batch (Keras 3).
+    Transformation: ``{"mix_weight": (batch,), "permutation_order": (batch,) int64}``."""
+
+    def __init__(self, alpha: float = 0.2, data_format: "str | None" = None, seed: "int | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.alpha = float(_validate.number(alpha, "alpha", self._owner, low=0.0, low_open=True))
+        self._make_generator(seed)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        images = self._images(data["images"] if isinstance(data, dict) else data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        gen = seed if seed is not None else self._generator_on(_backend.device_of(images.data))
+        order = _random.shuffle(_ops.arange(0, n, dtype="int64"), seed=gen)
+        weight = _random.beta((n,), self.alpha, self.alpha, seed=gen)
+        return {"mix_weight": weight, "permutation_order": order}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training or transformation is None:
+            return x
+        w = _ops.cast(_ops.reshape(transformation["mix_weight"], (-1, 1, 1, 1)), x.dtype)
+        other = _ops.take(x, transformation["permutation_order"], axis=0)
+        return _ops.add(_ops.multiply(w, x), _ops.multiply(_ops.subtract(1.0, w), other))
+
+    def transform_labels(self, labels: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        y = labels if isinstance(labels, Tensor) else _ops.convert_to_tensor(labels)
+        if not training or transformation is None:
+            return y
+        if y.dtype.kind not in "f":
+            y = _ops.cast(y, self._effective_compute_dtype())
+        w = _ops.cast(_ops.reshape(transformation["mix_weight"], (-1, 1)), y.dtype)
+        other = _ops.take(y, transformation["permutation_order"], axis=0)
+        return _ops.add(_ops.multiply(w, y), _ops.multiply(_ops.subtract(1.0, w), other))
+
+    def call(self, inputs: Any, training: Any = True) -> Any:
+        training = bool(training)
+        t = self.get_random_transformation(inputs, training=training) if training else None
+        if isinstance(inputs, dict):
+            out = dict(inputs)
+            out["images"] = self.transform_images(inputs["images"], t, training=training)
+            if "labels" in inputs:
+                out["labels"] = self.transform_labels(inputs["labels"], t, training=training)
+            return out
+        return self.transform_images(inputs, t, training=training)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "alpha": self.alpha, "seed": self.seed}
+
+
+@register
+class RandomColorJitter(_ImagePreprocessing):
+    """``RandomColorJitter(value_range=(0, 255), brightness_factor=None, contrast_factor=None,
+    saturation_factor=None, hue_factor=None, seed=None, data_format=None)``: in training, RandomBrightness,
+    RandomContrast, RandomSaturation then RandomHue (those whose factor is given), each drawing its own
+    transformation, as Keras 3."""
+
+    def __init__(self, value_range: Any = (0, 255), brightness_factor: Any = None, contrast_factor: Any = None,
+                 saturation_factor: Any = None, hue_factor: Any = None, seed: "int | None" = None,
+                 data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.value_range = list(value_range) if isinstance(value_range, (tuple, list)) else value_range
+        self.brightness_factor, self.contrast_factor = brightness_factor, contrast_factor
+        self.saturation_factor, self.hue_factor = saturation_factor, hue_factor
+        self._make_generator(seed)
+        vr = self.value_range
+        fmt = self.data_format
+        self.random_brightness = None if brightness_factor is None else _ip.RandomBrightness(
+            brightness_factor, value_range=vr, seed=seed, data_format=fmt)
+        self.random_contrast = None if contrast_factor is None else _ip.RandomContrast(
+            contrast_factor, value_range=vr, seed=seed, data_format=fmt)
+        self.random_saturation = None if saturation_factor is None else RandomSaturation(
+            saturation_factor, value_range=vr, seed=seed, data_format=fmt)
+        self.random_hue = None if hue_factor is None else RandomHue(hue_factor, value_range=vr, seed=seed,
+                                                                    data_format=fmt)
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training:
+            return x
+        for layer in (self.random_brightness, self.random_contrast, self.random_saturation, self.random_hue):
+            if layer is not None:
+                x = layer.transform_images(x, layer.get_random_transformation(x), training=True)
+        return self._float(x)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "value_range": self.value_range, "brightness_factor": self.brightness_factor,
+                "contrast_factor": self.contrast_factor, "saturation_factor": self.saturation_factor,
+                "hue_factor": self.hue_factor, "seed": self.seed}
+
+
+__all__ += ["MixUp", "RandomColorJitter"]

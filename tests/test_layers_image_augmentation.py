@@ -195,3 +195,37 @@ def test_factor_draws_of_the_colour_layers():
     a, b = np.asarray(layer(x)), np.asarray(layer(x))
     assert not np.array_equal(a, b) and np.isfinite(a).all()
     np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+
+
+def test_mix_up_mixes_images_and_labels_with_one_transformation():
+    x = _images(30, shape=(6, 3, 3, 3))
+    labels = np.eye(6, dtype=np.float32)
+    layer = layers.MixUp(alpha=0.4, seed=5)
+    t = layer.get_random_transformation(x)
+    w = np.asarray(t["mix_weight"])
+    order = np.asarray(t["permutation_order"])
+    assert sorted(order.tolist()) == list(range(6)) and ((0 < w) & (w < 1)).all()
+    np.testing.assert_allclose(np.asarray(layer.transform_images(x, t)),
+                               w[:, None, None, None] * x + (1 - w[:, None, None, None]) * x[order], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(layer.transform_labels(labels, t)),
+                               w[:, None] * labels + (1 - w[:, None]) * labels[order], rtol=1e-5)
+    out = layer({"images": x, "labels": labels})
+    assert set(out) == {"images", "labels"} and np.allclose(np.asarray(out["labels"]).sum(axis=1), 1.0)
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+    assert layers.MixUp.from_config(layer.get_config()).alpha == 0.4
+
+
+def test_color_jitter_composes_the_colour_layers():
+    x = _images(31, shape=(8, 4, 4, 3), low=20, high=230)
+    layer = layers.RandomColorJitter(brightness_factor=0.2, contrast_factor=0.3, saturation_factor=(0.4, 0.6),
+                                     hue_factor=0.1, seed=7)
+    y = np.asarray(layer(x))
+    assert y.shape == x.shape and np.isfinite(y).all() and not np.allclose(y, x)
+    assert y.min() >= 0 and y.max() <= 255
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+    only_contrast = layers.RandomColorJitter(contrast_factor=(0.0, 0.0), seed=1)
+    np.testing.assert_allclose(np.asarray(only_contrast(x)), x, rtol=1e-5)  # a contrast factor of exactly 1
+    config = layer.get_config()
+    assert {"value_range", "brightness_factor", "contrast_factor", "saturation_factor", "hue_factor",
+            "seed"} <= set(config)
+    layers.RandomColorJitter.from_config(json.loads(json.dumps(config)))
