@@ -72,7 +72,7 @@ from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, 
 from .preprocessing import Normalization, Rescaling
 from .image_augmentation import (AutoContrast, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
                                  RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
-                                 RandomSharpness, Solarization)
+                                 RandomPerspective, RandomSharpness, RandomShear, Solarization)
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
@@ -117,4 +117,5 @@ __all__ = [
     "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
     "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
     "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
+    "RandomShear", "RandomPerspective",
 ]

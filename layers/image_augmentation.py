@@ -1,5 +1,6 @@
 """More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale,
-RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, and Pipeline (a list of layers applied in turn).
+RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, RandomShear,
+RandomPerspective, and Pipeline (a list of layers applied in turn).
 
 Written in :mod:`dnnbind.ops` on the pattern of :mod:`.image_preprocessing` (whose base they share): a
 per-layer :class:`dnnbind.random.SeedGenerator` with its counter on the images' device, Keras's two steps
@@ -527,3 +528,127 @@ class RandomColorJitter(_ImagePreprocessing):
 
 
 __all__ += ["MixUp", "RandomColorJitter"]
+
+
+def _interpolation(value: Any, owner: str) -> str:
+    if value not in ("nearest", "bilinear"):
+        raise NotImplementedError(f"{owner}: Unknown `interpolation` {value!r}; expected one of ('nearest', "
+                                  "'bilinear')")
+    return value
+
+
+@register
+class RandomShear(_ImagePreprocessing):
+    """``RandomShear(x_factor=0.0, y_factor=0.0, interpolation="bilinear", fill_mode="reflect", fill_value=0.0,
+    data_format=None, seed=None)``: in training, each image sheared along x and y by factors drawn in ``x_factor``
+    and ``y_factor`` (a number ``f`` in [0, 1]: ``[-f, f]``) with a random common sign, through
+    :func:`dnnbind.ops.image.affine_transform` with the matrix ``[1, sx, 0, sy, 1, 0, 0, 0]`` (Keras 3).
+    Transformation: ``{"shear_factor": (batch, 2)}``."""
+
+    def __init__(self, x_factor: Any = 0.0, y_factor: Any = 0.0, interpolation: str = "bilinear",
+                 fill_mode: str = "reflect", fill_value: float = 0.0, data_format: "str | None" = None,
+                 seed: "int | None" = None, **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        owner = self._owner
+        self.x_factor = self._shear_factor(x_factor, "x_factor")
+        self.y_factor = self._shear_factor(y_factor, "y_factor")
+        if fill_mode not in ("reflect", "wrap", "constant", "nearest"):
+            raise NotImplementedError(f"{owner}: Unknown `fill_mode` {fill_mode!r}; expected one of ('reflect', "
+                                      "'wrap', 'constant', 'nearest')")
+        self.fill_mode = fill_mode
+        self.fill_value = float(fill_value)
+        self.interpolation = _interpolation(interpolation, owner)
+        self._make_generator(seed)
+
+    def _shear_factor(self, value: Any, name: str) -> tuple:
+        # (a pair may hold negative ends, so that the config, which has them, round-trips; Keras 3.15 refuses them)
+        message = f"{self._owner}: {name} must be a number in [0, 1] or a pair of numbers in [-1, 1], got {value!r}"
+        if isinstance(value, (tuple, list)):
+            if len(value) != 2 or not all(_is_number(v) and -1 <= v <= 1 for v in value):
+                raise ValueError(message)
+            return tuple(sorted(float(v) for v in value))
+        if not _is_number(value) or not 0 <= value <= 1:
+            raise ValueError(message)
+        return (-abs(float(value)), abs(float(value)))
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        dt = self._effective_compute_dtype()
+        sign = _ops.where(_ops.greater(self._uniform(images, (n, 1), 0.0, 1.0, dtype=dt, seed=seed), 0.5), -1.0, 1.0)
+        sy = self._uniform(images, (n, 1), self.y_factor[0], self.y_factor[1], dtype=dt, seed=seed)
+        sx = self._uniform(images, (n, 1), self.x_factor[0], self.x_factor[1], dtype=dt, seed=seed)
+        return {"shear_factor": _ops.multiply(_ops.concatenate([sx, sy], axis=1), _ops.cast(sign, dt))}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training or transformation is None:
+            return x
+        f = _ops.cast(transformation["shear_factor"], "float32")
+        n = int(f.shape[0])
+        ones, zeros = _ops.ones((n,), "float32"), _ops.zeros((n,), "float32")
+        matrix = _ops.stack([ones, f[:, 0], zeros, f[:, 1], ones, zeros, zeros, zeros], axis=1)
+        return self._affine(x, matrix, self.interpolation)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "x_factor": list(self.x_factor), "y_factor": list(self.y_factor),
+                "fill_mode": self.fill_mode, "interpolation": self.interpolation, "seed": self.seed,
+                "fill_value": self.fill_value}
+
+
+@register
+class RandomPerspective(_ImagePreprocessing):
+    """``RandomPerspective(factor=1.0, scale=1.0, interpolation="bilinear", fill_value=0.0, seed=None,
+    data_format=None)``: in training, each image (with probability drawn in ``factor``) warped so that its four
+    corners move by up to ``scale / 2`` of their coordinates (:func:`dnnbind.ops.image.perspective_transform`),
+    as Keras 3. Transformation: ``{"apply_perspective": (batch,) bool, "start_points": (batch, 4, 2),
+    "end_points": (batch, 4, 2)}``."""
+
+    def __init__(self, factor: Any = 1.0, scale: float = 1.0, interpolation: str = "bilinear",
+                 fill_value: float = 0.0, seed: "int | None" = None, data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        owner = self._owner
+        self.factor = _factor_pair(factor, "factor", owner, -1.0, 1.0, clip_low=True)
+        self.scale = float(_validate.number(scale, "scale", owner, low=0.0, high=1.0))
+        self.fill_value = float(fill_value)
+        self.interpolation = _interpolation(interpolation, owner)
+        self._make_generator(seed)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        h, w = self._hw(images)
+        dt = self._effective_compute_dtype()
+        probability = self._uniform(images, (n,), self.factor[0], self.factor[1], seed=seed)
+        threshold = self._uniform(images, (n,), 0.0, 1.0, seed=seed)
+        jitter = self._uniform(images, (n, 4, 2), -0.5 * self.scale, 0.5 * self.scale, dtype=dt, seed=seed)
+        corners = np.array([[[0.0, 0.0], [w - 1, 0.0], [0.0, h - 1], [w - 1, h - 1]]], dtype=dt)
+        start = _ops.repeat(_ops.convert_to_tensor(corners), n, axis=0)
+        return {"apply_perspective": _ops.less(threshold, probability), "start_points": start,
+                "end_points": _ops.add(start, _ops.multiply(start, jitter))}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training or transformation is None:
+            return x
+        x, single = (_ops.expand_dims(x, 0), True) if x.ndim == 3 else (x, False)
+        out = _ops.image.perspective_transform(x, transformation["start_points"], transformation["end_points"],
+                                               interpolation=self.interpolation, fill_value=self.fill_value,
+                                               data_format=self.data_format)
+        apply = _ops.reshape(transformation["apply_perspective"], (-1, 1, 1, 1))
+        out = _ops.where(apply, out, x)
+        return _ops.squeeze(out, 0) if single else out
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "factor": list(self.factor), "scale": self.scale,
+                "interpolation": self.interpolation, "fill_value": self.fill_value, "seed": self.seed}
+
+
+__all__ += ["RandomShear", "RandomPerspective"]

@@ -190,6 +190,11 @@ AUGMENT = [
     ("hue", lambda: layers.RandomHue(0.5), {"factor": np.array([0.2, -0.3], np.float32)}),
     ("blur", lambda: layers.RandomGaussianBlur(kernel_size=5),
      {"should_apply_blur": np.array([True, False]), "blur_factor": np.array([0.7, 1.2], np.float32)}),
+    ("shear", lambda: layers.RandomShear(0.3, 0.3), {"shear_factor": np.array([[0.2, -0.1], [-0.3, 0.15]], np.float32)}),
+    ("perspective", lambda: layers.RandomPerspective(scale=0.5),
+     {"apply_perspective": np.array([True, True]),
+      "start_points": np.tile(np.array([[[0, 0], [6, 0], [0, 5], [6, 5]]], np.float32), (2, 1, 1)),
+      "end_points": np.tile(np.array([[[0.5, 0], [6, 0.4], [0, 5], [5.5, 5]]], np.float32), (2, 1, 1))}),
 ]
 
 
