@@ -1,5 +1,5 @@
 """More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale,
-RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, RandomShear,
+RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, CutMix, RandomShear,
 RandomPerspective, and Pipeline (a list of layers applied in turn).
 
 Written in :mod:`dnnbind.ops` on the pattern of :mod:`.image_preprocessing` (whose base they share): a
@@ -652,3 +652,81 @@ class RandomPerspective(_ImagePreprocessing):
 
 
 __all__ += ["RandomShear", "RandomPerspective"]
+
+
+@register
+class CutMix(_ImagePreprocessing):
+    """``CutMix(factor=1.0, seed=None, data_format=None)``: in training, a random box of each image of a batch
+    replaced by the same box of another image (a random permutation), its label mixed by the kept area: with
+    ``alpha`` drawn in ``factor`` (plus 1e-6) and ``w ~ Beta(alpha, alpha)`` per image, a box of side ratio
+    ``sqrt(1 - w)`` at a uniform position; the label weight is the box's exact complement (Keras 3). A single
+    image (rank 3) is left as it is. Transformation: ``{"permutation_order": (batch,) int32, "batch_masks": a bool
+    array of the images' shape, "mix_weight": (batch, 1, 1, 1)}``."""
+
+    def __init__(self, factor: Any = 1.0, seed: "int | None" = None, data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.factor = _factor_pair(factor, "factor", self._owner, 0.0, 1.0, clip_low=True)
+        self._make_generator(seed)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data["images"] if isinstance(data, dict) else data)
+        if images.ndim == 3:
+            return None
+        n = int(images.shape[0])
+        h, w = self._hw(images)
+        dt = self._effective_compute_dtype()
+        gen = seed if seed is not None else self._generator_on(_backend.device_of(images.data))
+        alpha = _ops.add(_random.uniform((), self.factor[0], self.factor[1], dtype=dt, seed=gen), 1e-6)
+        weight = _random.beta((n,), alpha, alpha, dtype=dt, seed=gen)
+        ratio = _ops.sqrt(_ops.subtract(1.0, weight))
+
+        def bounds(length: int) -> tuple:
+            crop = _ops.multiply(ratio, float(length))
+            start = _ops.multiply(_random.uniform((n,), 0.0, 1.0, dtype=dt, seed=gen), _ops.subtract(float(length), crop))
+            return start, _ops.add(start, crop)
+
+        x0, x1 = bounds(w)
+        y0, y1 = bounds(h)
+        last = self.data_format == "channels_last"
+        gy = _ops.reshape(_ops.arange(h, dtype=dt), (1, h, 1, 1) if last else (1, 1, h, 1))
+        gx = _ops.reshape(_ops.arange(w, dtype=dt), (1, 1, w, 1) if last else (1, 1, 1, w))
+
+        def col(t: Tensor) -> Tensor:
+            return _ops.reshape(t, (-1, 1, 1, 1))
+
+        mask = _ops.logical_and(_ops.logical_and(_ops.greater_equal(gx, col(x0)), _ops.less(gx, col(x1))),
+                                _ops.logical_and(_ops.greater_equal(gy, col(y0)), _ops.less(gy, col(y1))))
+        mask = _ops.broadcast_to(mask, tuple(int(s) for s in images.shape))
+        mix = _ops.subtract(1.0, _ops.divide(_ops.multiply(_ops.subtract(col(x1), col(x0)),
+                                                           _ops.subtract(col(y1), col(y0))), float(w * h)))
+        order = _random.shuffle(_ops.arange(0, n, dtype="int32"), seed=gen)
+        return {"permutation_order": order, "batch_masks": mask, "mix_weight": mix}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training or transformation is None:
+            return x
+        other = _ops.take(x, transformation["permutation_order"], axis=0)
+        return _ops.where(transformation["batch_masks"], other, x)
+
+    def transform_labels(self, labels: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        y = labels if isinstance(labels, Tensor) else _ops.convert_to_tensor(labels)
+        if not training or transformation is None:
+            return y
+        if y.dtype.kind != "f":
+            y = _ops.cast(y, self._effective_compute_dtype())
+        w = _ops.cast(_ops.reshape(transformation["mix_weight"], (-1, 1)), y.dtype)
+        other = _ops.take(y, transformation["permutation_order"], axis=0)
+        return _ops.add(_ops.multiply(w, y), _ops.multiply(_ops.subtract(1.0, w), other))
+
+    call = MixUp.call
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "factor": list(self.factor), "seed": self.seed}
+
+
+__all__ += ["CutMix"]

@@ -79,6 +79,10 @@ def _cases() -> list:
           "start_points": np.tile(np.array([[[0, 0], [6, 0], [0, 5], [6, 5]]], np.float32), (2, 1, 1)),
           "end_points": np.tile(np.array([[[0, 0], [6, 0], [0, 5], [6, 5]]], np.float32), (2, 1, 1))
           * np.array([[[1, 1], [0.8, 1.1], [1.2, 0.9], [0.9, 1.05]]], np.float32)}),
+        ("cutmix", "CutMix", {}, _images(25, (3, 5, 6, 2)),
+         {"permutation_order": np.array([2, 0, 1], np.int32),
+          "batch_masks": np.random.default_rng(0).random((3, 5, 6, 2)) < 0.4,
+          "mix_weight": np.array([0.6, 0.7, 0.8], np.float32).reshape(3, 1, 1, 1)}),
     ]
 
 
@@ -240,3 +244,32 @@ def test_color_jitter_composes_the_colour_layers():
     assert {"value_range", "brightness_factor", "contrast_factor", "saturation_factor", "hue_factor",
             "seed"} <= set(config)
     layers.RandomColorJitter.from_config(json.loads(json.dumps(config)))
+
+
+@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
+def test_cut_mix_boxes_and_labels(data_format):
+    shape = (8, 6, 7, 3) if data_format == "channels_last" else (8, 3, 6, 7)
+    x = _images(32, shape=shape)
+    labels = np.eye(8, dtype=np.float32)
+    layer = layers.CutMix(seed=3, data_format=data_format)
+    t = layer.get_random_transformation(x)
+    mask = np.asarray(t["batch_masks"])
+    order = np.asarray(t["permutation_order"])
+    mix = np.asarray(t["mix_weight"]).reshape(-1)
+    assert mask.shape == shape and sorted(order.tolist()) == list(range(8))
+    channel_axis = 3 if data_format == "channels_last" else 1
+    assert (mask == mask.take([0], axis=channel_axis)).all()  # one box for every channel
+    plane = mask.take(0, axis=channel_axis)
+    for i in range(8):  # each mask is one axis-aligned box
+        rows, cols = np.nonzero(plane[i])
+        if rows.size:
+            assert plane[i][rows.min():rows.max() + 1, cols.min():cols.max() + 1].all()
+    assert ((0 <= mix) & (mix <= 1)).all()
+    y = np.asarray(layer.transform_images(x, t))
+    np.testing.assert_array_equal(y, np.where(mask, x[order], x))
+    mixed = np.asarray(layer.transform_labels(labels, t))
+    np.testing.assert_allclose(mixed, mix[:, None] * labels + (1 - mix[:, None]) * labels[order], rtol=1e-5)
+    out = layer({"images": x, "labels": labels})
+    assert set(out) == {"images", "labels"}
+    single = x[0]
+    np.testing.assert_array_equal(np.asarray(layer(single)), single)  # one image: nothing to mix with
