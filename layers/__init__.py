@@ -70,7 +70,7 @@ from .pooling import (
 from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
-from .image_augmentation import (AutoContrast, CutMix, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
+from .image_augmentation import (AutoContrast, CutMix, Equalization, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
                                  RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
                                  RandomPerspective, RandomSharpness, RandomShear, Solarization)
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
@@ -117,5 +117,5 @@ __all__ = [
     "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
     "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
     "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
-    "RandomShear", "RandomPerspective", "CutMix",
+    "RandomShear", "RandomPerspective", "CutMix", "Equalization",
 ]

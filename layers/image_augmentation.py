@@ -1,4 +1,4 @@
-"""More image augmentation layers of Keras 3: AutoContrast, Solarization, RandomInvert, RandomGrayscale,
+"""More image augmentation layers of Keras 3: AutoContrast, Equalization, Solarization, RandomInvert, RandomGrayscale,
 RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, CutMix, RandomShear,
 RandomPerspective, and Pipeline (a list of layers applied in turn).
 
@@ -730,3 +730,51 @@ class CutMix(_ImagePreprocessing):
 
 
 __all__ += ["CutMix"]
+
+
+@register
+class Equalization(_ImagePreprocessing):
+    """``Equalization(value_range=(0, 255), bins=256, data_format=None)``: histogram equalisation of each channel,
+    as Keras 3 computes it: one histogram of ``bins`` bins per channel over the whole batch (Keras's layer takes
+    each channel's values of every image together), its cumulative sum as the lookup table (a channel with a
+    single occupied bin is left as it is). Deterministic: applied whenever ``training`` is true (the default of a
+    direct call), the identity otherwise."""
+
+    def __init__(self, value_range: Any = (0, 255), bins: int = 256, data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.bins = _validate.integer(bins, "bins", self._owner, minimum=2)
+        self.value_range = _range(value_range, self._owner)
+
+    def _equalize(self, channel: Tensor) -> Tensor:
+        c = _to_range(channel, self.value_range, (0, 255))
+        nb = self.bins
+        scaled = _ops.divide(_ops.multiply(_ops.cast(c, "float32"), float(nb - 1)), 255.0)
+        flat = _ops.reshape(_ops.clip(_ops.cast(scaled, "int32"), 0, nb - 1), (-1,))
+        hist = _ops.bincount(flat, minlength=nb)
+        cdf = _ops.cast(_ops.cumsum(hist), "float32")
+        cdf_min = _ops.take(cdf, _ops.argmax(_ops.greater(cdf, 0.0)))
+        denominator = _ops.subtract(cdf[-1], cdf_min)
+        denominator = _ops.where(_ops.equal(denominator, 0.0), 1.0, denominator)
+        table = _ops.clip(_ops.round(_ops.divide(_ops.multiply(_ops.subtract(cdf, cdf_min), 255.0), denominator)),
+                          0.0, 255.0)
+        index = _ops.cast(_ops.clip(_ops.multiply(_ops.divide(c, 255.0), float(nb - 1)), 0.0, float(nb - 1)), "int32")
+        equalized = _ops.cast(_ops.take(table, index), c.dtype)
+        occupied = _ops.count_nonzero(hist)
+        out = _ops.where(_ops.less_equal(occupied, 1), c, equalized)
+        return _to_range(out, (0, 255), self.value_range)
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        if not training:
+            return images
+        x = self._float(images)
+        axis = -1 if self.data_format == "channels_last" else -3
+        channels = _ops.unstack(x, int(x.shape[axis]), axis=axis)
+        return _ops.stack([self._equalize(c) for c in channels], axis=axis)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "bins": self.bins, "value_range": self.value_range}
+
+
+__all__ += ["Equalization"]

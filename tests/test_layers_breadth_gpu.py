@@ -178,6 +178,7 @@ def test_spectral_normalization_trains_on_cuda():
 
 AUGMENT = [
     ("autocontrast", lambda: layers.AutoContrast(), None),
+    ("equalize", lambda: layers.Equalization(), None),
     ("solarize", lambda: layers.Solarization(0.5, 0.5),
      {"additions": np.array([10.0, 60.0], np.float32).reshape(2, 1, 1, 1),
       "thresholds": np.array([128.0, 40.0], np.float32).reshape(2, 1, 1, 1)}),

@@ -83,6 +83,10 @@ def _cases() -> list:
          {"permutation_order": np.array([2, 0, 1], np.int32),
           "batch_masks": np.random.default_rng(0).random((3, 5, 6, 2)) < 0.4,
           "mix_weight": np.array([0.6, 0.7, 0.8], np.float32).reshape(3, 1, 1, 1)}),
+        ("equalize", "Equalization", {}, _images(26, (2, 6, 5, 3), low=60, high=140), None),
+        ("equalize_bins_cf", "Equalization", {"bins": 16, "data_format": "channels_first", "value_range": (0, 1)},
+         _images(27, (2, 3, 5, 6), low=0.2, high=0.6), None),
+        ("equalize_flat", "Equalization", {}, np.full((1, 3, 3, 3), 7.0, np.float32), None),
     ]
 
 
