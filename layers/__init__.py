@@ -71,7 +71,7 @@ from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, 
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
 from .image_augmentation import (AutoContrast, CutMix, Equalization, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
-                                 RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
+                                 RandomErasing, RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
                                  RandomPerspective, RandomSharpness, RandomShear, Solarization)
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
@@ -117,5 +117,5 @@ __all__ = [
     "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
     "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
     "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
-    "RandomShear", "RandomPerspective", "CutMix", "Equalization",
+    "RandomShear", "RandomPerspective", "CutMix", "Equalization", "RandomErasing",
 ]

@@ -1,6 +1,6 @@
 """More image augmentation layers of Keras 3: AutoContrast, Equalization, Solarization, RandomInvert, RandomGrayscale,
-RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, CutMix, RandomShear,
-RandomPerspective, and Pipeline (a list of layers applied in turn).
+RandomColorDegeneration, RandomSaturation, RandomSharpness, RandomHue, RandomGaussianBlur, RandomColorJitter, MixUp, CutMix, RandomErasing,
+RandomShear, RandomPerspective, and Pipeline (a list of layers applied in turn).
 
 Written in :mod:`dnnbind.ops` on the pattern of :mod:`.image_preprocessing` (whose base they share): a
 per-layer :class:`dnnbind.random.SeedGenerator` with its counter on the images' device, Keras's two steps
@@ -690,16 +690,11 @@ class CutMix(_ImagePreprocessing):
 
         x0, x1 = bounds(w)
         y0, y1 = bounds(h)
-        last = self.data_format == "channels_last"
-        gy = _ops.reshape(_ops.arange(h, dtype=dt), (1, h, 1, 1) if last else (1, 1, h, 1))
-        gx = _ops.reshape(_ops.arange(w, dtype=dt), (1, 1, w, 1) if last else (1, 1, 1, w))
+        mask = _box_mask(self, images, x0, x1, y0, y1)
 
         def col(t: Tensor) -> Tensor:
             return _ops.reshape(t, (-1, 1, 1, 1))
 
-        mask = _ops.logical_and(_ops.logical_and(_ops.greater_equal(gx, col(x0)), _ops.less(gx, col(x1))),
-                                _ops.logical_and(_ops.greater_equal(gy, col(y0)), _ops.less(gy, col(y1))))
-        mask = _ops.broadcast_to(mask, tuple(int(s) for s in images.shape))
         mix = _ops.subtract(1.0, _ops.divide(_ops.multiply(_ops.subtract(col(x1), col(x0)),
                                                            _ops.subtract(col(y1), col(y0))), float(w * h)))
         order = _random.shuffle(_ops.arange(0, n, dtype="int32"), seed=gen)
@@ -778,3 +773,97 @@ class Equalization(_ImagePreprocessing):
 
 
 __all__ += ["Equalization"]
+
+
+def _box_mask(layer: _ImagePreprocessing, images: Tensor, x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor) -> Tensor:
+    """Keras's ``_generate_batch_mask``: True inside each image's box ``[x0, x1) x [y0, y1)`` (pixel indices), for
+    every channel; the images' shape."""
+    h, w = layer._hw(images)
+    dt = layer._effective_compute_dtype()
+    last = layer.data_format == "channels_last"
+    gy = _ops.reshape(_ops.arange(h, dtype=dt), (1, h, 1, 1) if last else (1, 1, h, 1))
+    gx = _ops.reshape(_ops.arange(w, dtype=dt), (1, 1, w, 1) if last else (1, 1, 1, w))
+
+    def col(t: Tensor) -> Tensor:
+        return _ops.reshape(t, (-1, 1, 1, 1))
+
+    mask = _ops.logical_and(_ops.logical_and(_ops.greater_equal(gx, col(x0)), _ops.less(gx, col(x1))),
+                            _ops.logical_and(_ops.greater_equal(gy, col(y0)), _ops.less(gy, col(y1))))
+    shape = tuple(int(s) for s in images.shape)
+    return _ops.broadcast_to(mask, shape if len(shape) == 4 else (1, *shape))
+
+
+@register
+class RandomErasing(_ImagePreprocessing):
+    """``RandomErasing(factor=1.0, scale=(0.02, 0.33), fill_value=None, value_range=(0, 255), seed=None,
+    data_format=None)``: in training, with probability drawn in ``factor``, a random box of each image (side ratios
+    ``sqrt`` of draws in ``scale``, at a uniform position) filled with ``fill_value`` (a number, three numbers per
+    channel, or None: Gaussian noise times ``value_range[1]``), as Keras 3. Transformation: ``{"apply_erasing":
+    (batch,) bool, "batch_masks": a bool array of the images' shape, "fill_value": an array of it}``."""
+
+    def __init__(self, factor: Any = 1.0, scale: Any = (0.02, 0.33), fill_value: Any = None,
+                 value_range: Any = (0, 255), seed: "int | None" = None, data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        owner = self._owner
+        self.factor = _factor_pair(factor, "factor", owner, 0.0, 1.0, clip_low=True)
+        self.scale = _factor_pair(scale, "scale", owner, 0.0, 1.0, clip_low=True)
+        if fill_value is not None and not (_is_number(fill_value) or (
+                isinstance(fill_value, (tuple, list)) and len(fill_value) == 3 and all(map(_is_number, fill_value)))):
+            raise ValueError(f"{owner}: fill_value must be None, a number or a list of three numbers, got "
+                             f"{fill_value!r}")
+        self.fill_value = list(fill_value) if isinstance(fill_value, tuple) else fill_value
+        self.value_range = list(value_range) if isinstance(value_range, (tuple, list)) else value_range
+        _range(self.value_range, owner)
+        self._make_generator(seed)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data["images"] if isinstance(data, dict) else data)
+        n = int(images.shape[0]) if images.ndim == 4 else 1
+        h, w = self._hw(images)
+        dt = self._effective_compute_dtype()
+        gen = seed if seed is not None else self._generator_on(_backend.device_of(images.data))
+        ratio = _ops.sqrt(_random.uniform((n, 2), self.scale[0], self.scale[1], dtype=dt, seed=gen))
+
+        def bounds(length: int, r: Tensor) -> tuple:
+            crop = _ops.multiply(r, float(length))
+            start = _ops.multiply(_random.uniform((n,), 0.0, 1.0, dtype=dt, seed=gen), _ops.subtract(float(length), crop))
+            return start, _ops.add(start, crop)
+
+        x0, x1 = bounds(w, ratio[:, 0])
+        y0, y1 = bounds(h, ratio[:, 1])
+        batched = images if images.ndim == 4 else _ops.expand_dims(images, 0)
+        mask = _box_mask(self, batched, x0, x1, y0, y1)
+        probability = _random.uniform((n,), self.factor[0], self.factor[1], seed=gen)
+        threshold = _random.uniform((n,), 0.0, 1.0, seed=gen)
+        shape = tuple(int(s) for s in batched.shape)
+        if self.fill_value is None:
+            fill = _ops.multiply(_random.normal(shape, dtype=dt, seed=gen), float(self.value_range[1]))
+        elif isinstance(self.fill_value, list):
+            per_channel = (1, 1, 1, 3) if self.data_format == "channels_last" else (1, 3, 1, 1)
+            fill = _ops.broadcast_to(_ops.reshape(_ops.convert_to_tensor(np.asarray(self.fill_value, dt)),
+                                                  per_channel), shape)
+        else:
+            fill = _ops.full(shape, float(self.fill_value), dtype=dt)
+        return {"apply_erasing": _ops.less(threshold, probability), "batch_masks": mask, "fill_value": fill}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._images(images)
+        x = self._float(images)
+        if not training or transformation is None:
+            return x
+        single = x.ndim == 3
+        xb = _ops.expand_dims(x, 0) if single else x
+        fill = _ops.cast(transformation["fill_value"], xb.dtype)
+        erased = _ops.where(transformation["batch_masks"], fill, xb)
+        out = _ops.where(_ops.reshape(transformation["apply_erasing"], (-1, 1, 1, 1)), erased, xb)
+        return _ops.squeeze(out, 0) if single else out
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "factor": list(self.factor), "scale": list(self.scale),
+                "fill_value": self.fill_value, "value_range": self.value_range, "seed": self.seed}
+
+
+__all__ += ["RandomErasing"]

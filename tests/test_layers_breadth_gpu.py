@@ -179,6 +179,9 @@ def test_spectral_normalization_trains_on_cuda():
 AUGMENT = [
     ("autocontrast", lambda: layers.AutoContrast(), None),
     ("equalize", lambda: layers.Equalization(), None),
+    ("erasing", lambda: layers.RandomErasing(fill_value=3.0),
+     {"apply_erasing": np.array([True, False]), "batch_masks": np.random.default_rng(1).random((2, 6, 7, 3)) < 0.5,
+      "fill_value": np.full((2, 6, 7, 3), 3.0, np.float32)}),
     ("solarize", lambda: layers.Solarization(0.5, 0.5),
      {"additions": np.array([10.0, 60.0], np.float32).reshape(2, 1, 1, 1),
       "thresholds": np.array([128.0, 40.0], np.float32).reshape(2, 1, 1, 1)}),

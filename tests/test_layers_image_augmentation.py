@@ -87,6 +87,10 @@ def _cases() -> list:
         ("equalize_bins_cf", "Equalization", {"bins": 16, "data_format": "channels_first", "value_range": (0, 1)},
          _images(27, (2, 3, 5, 6), low=0.2, high=0.6), None),
         ("equalize_flat", "Equalization", {}, np.full((1, 3, 3, 3), 7.0, np.float32), None),
+        ("erasing", "RandomErasing", {"fill_value": 3.0}, _images(28, (2, 4, 5, 3)),
+         {"apply_erasing": np.array([True, False]),
+          "batch_masks": np.random.default_rng(1).random((2, 4, 5, 3)) < 0.5,
+          "fill_value": np.full((2, 4, 5, 3), 3.0, np.float32)}),
     ]
 
 
@@ -277,3 +281,18 @@ def test_cut_mix_boxes_and_labels(data_format):
     assert set(out) == {"images", "labels"}
     single = x[0]
     np.testing.assert_array_equal(np.asarray(layer(single)), single)  # one image: nothing to mix with
+
+
+def test_random_erasing_boxes_and_fill():
+    x = _images(33, shape=(16, 8, 9, 3))
+    layer = layers.RandomErasing(factor=(1.0, 1.0), scale=(0.1, 0.3), fill_value=(1.0, 2.0, 3.0), seed=2)
+    y = np.asarray(layer(x))
+    erased = ~np.isclose(y, x)
+    assert erased.any(axis=(1, 2, 3)).all()  # probability 1: every image erased
+    np.testing.assert_array_equal(y[erased], np.broadcast_to(np.array([1.0, 2.0, 3.0], np.float32), y.shape)[erased])
+    frac = erased[..., 0].mean(axis=(1, 2))
+    assert (frac <= 0.35).all() and (frac > 0).all()
+    noise = layers.RandomErasing(factor=(1.0, 1.0), seed=3)(x)
+    assert np.isfinite(np.asarray(noise)).all() and not np.allclose(np.asarray(noise), x)
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+    assert layers.RandomErasing.from_config(json.loads(json.dumps(layer.get_config()))).fill_value == [1.0, 2.0, 3.0]
