@@ -6,7 +6,7 @@ written in ``keras.ops``. (``InputSpec`` lives in :mod:`.input_spec`, a leaf tha
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from dnnbind import _validate
 from dnnbind import initializers as _init
