@@ -6,6 +6,7 @@ Names, arguments and defaults follow Keras 3; ``get_weights``/``set_weights`` us
 from .base import ActivationFn, Layer, Weight, deserialize, get_layer_class, register
 from .graph import Input, InputLayer, KerasTensor, OpLayer
 from .attention import AdditiveAttention, Attention, GroupedQueryAttention, GroupQueryAttention, MultiHeadAttention
+from .conv_lstm import ConvLSTM1D, ConvLSTM2D, ConvLSTM3D
 from .conv import (
     Conv1D,
     Conv1DTranspose,
@@ -17,18 +18,42 @@ from .conv import (
     Convolution2D,
     Convolution2DTranspose,
     Convolution3DTranspose,
+    Conv3D,
+    Convolution3D,
+    DepthwiseConv1D,
     DepthwiseConv2D,
+    SeparableConv1D,
+    SeparableConvolution1D,
     SeparableConv2D,
     SeparableConvolution2D,
 )
-from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, ReLU, Softmax
+from .core import ELU, Activation, Dense, Dropout, Flatten, Lambda, LeakyReLU, PReLU, ReLU, Softmax
 from .einsum_dense import EinsumDense
-from .embedding import Embedding
+from .embedding import Embedding, ReversibleEmbedding
 from .masking import Masking
 from .merging import (Add, Average, Concatenate, Dot, Maximum, Minimum, Multiply, Subtract, add, average,
                       concatenate, dot, maximum, minimum, multiply, subtract)
-from .normalization import BatchNormalization, LayerNormalization, RMSNormalization, SyncBatchNormalization
+from .normalization import (BatchNormalization, GroupNormalization, LayerNormalization, RMSNormalization,
+                            SyncBatchNormalization, UnitNormalization)
 from .pooling import (
+    AdaptiveAveragePooling1D,
+    AdaptiveAveragePooling2D,
+    AdaptiveAveragePooling3D,
+    AdaptiveMaxPooling1D,
+    AdaptiveMaxPooling2D,
+    AdaptiveMaxPooling3D,
+    AveragePooling1D,
+    AveragePooling3D,
+    AvgPool1D,
+    AvgPool3D,
+    GlobalAveragePooling3D,
+    GlobalAvgPool3D,
+    GlobalMaxPool3D,
+    GlobalMaxPooling3D,
+    MaxPool1D,
+    MaxPool3D,
+    MaxPooling1D,
+    MaxPooling3D,
     AveragePooling2D,
     AvgPool2D,
     GlobalAveragePooling1D,
@@ -45,10 +70,18 @@ from .pooling import (
 from .image_preprocessing import (CenterCrop, RandomBrightness, RandomContrast, RandomCrop, RandomFlip, RandomRotation,
                                   RandomTranslation, RandomZoom, Resizing)
 from .preprocessing import Normalization, Rescaling
-from .regularization import SpatialDropout2D
+from .image_augmentation import (AutoContrast, CutMix, Equalization, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
+                                 RandomErasing, RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
+                                 RandomPerspective, RandomSharpness, RandomShear, Solarization)
+from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
+from .lookup import IntegerLookup, StringLookup, TextVectorization
+from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
+                             SpatialDropout2D, SpatialDropout3D)
 from .rnn import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN, SimpleRNNCell, StackedRNNCells,
                   TimeDistributed)
-from .reshaping import Cropping2D, Identity, Permute, Reshape, UpSampling2D, ZeroPadding2D
+from .wrapper import InputSpec, SpectralNormalization, Wrapper, serialize
+from .reshaping import (Cropping1D, Cropping2D, Cropping3D, Identity, Permute, RepeatVector, Reshape, UpSampling1D,
+                        UpSampling2D, UpSampling3D, ZeroPadding1D, ZeroPadding2D, ZeroPadding3D)
 
 __all__ = [
     "Layer", "Weight", "Input", "InputLayer", "KerasTensor", "OpLayer", "ActivationFn", "register", "deserialize", "get_layer_class",
@@ -69,4 +102,20 @@ __all__ = [
     "RandomBrightness", "Resizing", "CenterCrop",
     "Masking", "RNN", "SimpleRNN", "LSTM", "GRU", "SimpleRNNCell", "LSTMCell", "GRUCell", "StackedRNNCells",
     "Bidirectional", "TimeDistributed",
+    "PReLU", "Conv3D", "Convolution3D", "DepthwiseConv1D", "SeparableConv1D", "SeparableConvolution1D",
+    "GroupNormalization", "UnitNormalization",
+    "MaxPooling1D", "MaxPool1D", "AveragePooling1D", "AvgPool1D", "MaxPooling3D", "MaxPool3D", "AveragePooling3D",
+    "AvgPool3D", "GlobalMaxPooling3D", "GlobalMaxPool3D", "GlobalAveragePooling3D", "GlobalAvgPool3D",
+    "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D", "AdaptiveAveragePooling1D",
+    "AdaptiveAveragePooling2D", "AdaptiveAveragePooling3D",
+    "ActivityRegularization", "AlphaDropout", "GaussianDropout", "GaussianNoise", "SpatialDropout1D",
+    "SpatialDropout3D",
+    "ZeroPadding1D", "ZeroPadding3D", "Cropping1D", "Cropping3D", "UpSampling1D", "UpSampling3D", "RepeatVector",
+    "ReversibleEmbedding", "Wrapper", "SpectralNormalization", "InputSpec", "serialize",
+    "CategoryEncoding", "Discretization", "Hashing", "HashedCrossing",
+    "StringLookup", "IntegerLookup", "TextVectorization",
+    "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
+    "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
+    "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
+    "RandomShear", "RandomPerspective", "CutMix", "Equalization", "RandomErasing",
 ]

@@ -50,6 +50,7 @@ from dnnbind.mixed_precision import Policy, global_policy
 from dnnbind.ops import _core as _ops_core
 
 from . import _state_guard
+from .input_spec import InputSpec, assert_input_compatibility
 
 __all__ = ["Layer", "Weight", "ActivationFn", "register", "deserialize", "get_layer_class", "is_symbolic",
            "unique_name", "split_batch", "cast_generation", "release_pending_state", "pending_mark", "applied_twice"]
@@ -1051,6 +1052,9 @@ class Layer:
             self._clear_losses()
         args = tuple(self._convert_inputs(a) for a in args)
         kwargs = {k: self._convert_inputs(v) if k != "mask" else v for k, v in kwargs.items()}
+        spec = self.__dict__.get("input_spec")
+        if spec is not None and args and isinstance(spec, (InputSpec, list, tuple)):
+            assert_input_compatibility(spec, args[0], self.name)  # a layer's own input_spec (Keras's check)
         if not self.built:
             self._build_from_call(args, kwargs)
         call_params = self._call_parameters()

@@ -1,7 +1,7 @@
 """Convolution layers (Keras 3 arguments): Conv2D, DepthwiseConv2D, SeparableConv2D and Conv1D, all
 computed by ``kernels.conv2d_*`` in NHWC (channels_last) or NCHW (depthwise as grouped convolutions,
-Conv1D as a 2-d convolution of unit width); Conv1DTranspose, Conv2DTranspose and Conv3DTranspose written
-in ``keras.ops`` (``ops.conv_transpose``, differentiated by the op tape)."""
+Conv1D as a 2-d convolution of unit width); Conv1DTranspose, Conv2DTranspose, Conv3DTranspose, Conv3D, DepthwiseConv1D and
+SeparableConv1D written in ``keras.ops`` (``ops.conv_transpose``, differentiated by the op tape)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from dnnbind import _validate, kernels
 from dnnbind import activations as _activations
+from dnnbind import backend as _backend
 from dnnbind import constraints as _constraints
 from dnnbind import initializers as _init
 from dnnbind import ops as _ops
@@ -675,3 +676,251 @@ Convolution2DTranspose = Conv2DTranspose
 Convolution3DTranspose = Conv3DTranspose
 __all__ += ["Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "Convolution1DTranspose",
             "Convolution2DTranspose", "Convolution3DTranspose"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Conv3D, DepthwiseConv1D and SeparableConv1D: written in keras.ops (ops.conv, ops.depthwise_conv,
+# ops.separable_conv: cuDNN convolutions on the device, 1-d as 2-d of unit height, 3-d as sums over the depth
+# taps of 2-d convolutions; differentiated by the op tape).
+class _ConvOps(Layer):
+    """The checks, weights and bias of the convolutions written in ``keras.ops``."""
+
+    rank = 3
+    #: (weight name, its argument prefix) in creation order, as Keras
+    _kernels: tuple = (("kernel", "kernel"),)
+
+    def __init__(self, kernel_size: Any, strides: Any, padding: str, data_format: "str | None", dilation_rate: Any,
+                 activation: Any, use_bias: bool, bias_initializer: Any, activity_regularizer: Any,
+                 policies: dict, **kwargs: Any) -> None:
+        super().__init__(activity_regularizer=activity_regularizer, **{**policies, **kwargs})
+        owner = self._owner
+        n = self.rank
+        self.kernel_size = spatial_tuple(kernel_size, n, "kernel_size", owner)
+        self.strides = spatial_tuple(strides, n, "strides", owner)
+        self.dilation_rate = spatial_tuple(dilation_rate, n, "dilation_rate", owner)
+        if max(self.strides) > 1 and max(self.dilation_rate) > 1:
+            raise ValueError(f"{owner}: strides > 1 cannot be combined with dilation_rate > 1 (Keras), got strides "
+                             f"{self.strides} and dilation_rate {self.dilation_rate}")
+        self.padding = padding_mode(padding, owner)
+        fmt = _backend.image_data_format() if data_format is None else str(data_format).lower()
+        self.data_format = _validate.one_of(fmt, "data_format", owner, ("channels_last", "channels_first"))
+        self.activation = _activations.get(activation)
+        self.use_bias = _validate.boolean(use_bias, "use_bias", owner)
+        self.bias_initializer = _init.get(bias_initializer)
+        self.bias = None
+
+    @property
+    def _owner(self) -> str:
+        return f"{type(self).__name__} '{self.name}'"
+
+    def _check_rank(self, input_shape: Any) -> tuple:
+        shape = tuple(input_shape)
+        if len(shape) != self.rank + 2:
+            spatial = ["steps"] if self.rank == 1 else [f"dim{i + 1}" for i in range(self.rank)]
+            axes = spatial + ["channels"] if self.data_format == "channels_last" else ["channels"] + spatial
+            raise ValueError(f"{self._owner} expects {self.rank + 2}-d inputs (batch, {', '.join(axes)}), got shape "
+                             f"{shape}")
+        return shape
+
+    def _channels(self, shape: tuple) -> int:
+        c = shape[-1] if self.data_format == "channels_last" else shape[1]
+        if c is None:
+            raise ValueError(f"{self._owner}: the channel axis of the input must be known, got shape {shape}")
+        return int(c)
+
+    def _out_channels(self, channels: int) -> int:
+        raise NotImplementedError
+
+    def _kernel_shapes(self, channels: int) -> list:
+        raise NotImplementedError
+
+    def build(self, input_shape: Any) -> None:
+        shape = self._check_rank(input_shape)
+        channels = self._channels(shape)
+        self.compute_output_shape(shape)  # too small an input: the error before any weight
+        for (name, prefix), kshape in zip(self._kernels, self._kernel_shapes(channels)):
+            w = self.add_weight(shape=kshape, initializer=getattr(self, f"{prefix}_initializer"), name=name)
+            w.regularizer = self._policy_for(prefix, "regularizer")
+            w.constraint = self._policy_for(prefix, "constraint")
+            setattr(self, name, w)
+        if self.use_bias:
+            self.bias = self.add_weight(shape=(self._out_channels(channels),), initializer=self.bias_initializer,
+                                        name="bias")
+        self.built = True
+
+    def _convolve(self, inputs: Any) -> Any:
+        raise NotImplementedError
+
+    def call(self, inputs: Any) -> Any:
+        self._check_rank(inputs.shape)
+        y = self._convolve(inputs)
+        if self.bias is not None:
+            k = int(self.bias.shape[0])
+            shape = (1,) * (self.rank + 1) + (k,) if self.data_format == "channels_last" else (1, k) + (1,) * self.rank
+            y = _ops.add(y, _ops.reshape(self.bias, shape))
+        return self.activation(y)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = self._check_rank(input_shape)
+        spatial = shape[1:-1] if self.data_format == "channels_last" else shape[2:]
+        out = []
+        for i, n in enumerate(spatial):
+            if n is None:
+                out.append(None)
+                continue
+            eff = (self.kernel_size[i] - 1) * self.dilation_rate[i] + 1
+            size = -(-int(n) // self.strides[i]) if self.padding == "same" else (int(n) - eff) // self.strides[i] + 1
+            if size < 1:
+                raise ValueError(f"{self._owner}: input {tuple(spatial)} gives an empty output (axis {i}) with "
+                                 f"kernel_size {self.kernel_size}, dilation_rate {self.dilation_rate}, strides "
+                                 f"{self.strides}, padding '{self.padding}'")
+            out.append(size)
+        k = self._out_channels(self._channels(shape))
+        return (shape[0], *out, k) if self.data_format == "channels_last" else (shape[0], k, *out)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        prefixes = [p for _, p in self._kernels] + ["bias"]
+        for p in prefixes:
+            config.setdefault(f"{p}_regularizer", None)
+            config.setdefault(f"{p}_constraint", None)
+        config.setdefault("activity_regularizer", None)
+        return {**config, "kernel_size": list(self.kernel_size), "strides": list(self.strides),
+                "padding": self.padding, "data_format": self.data_format, "dilation_rate": list(self.dilation_rate),
+                "activation": _activations.serialize(self.activation), "use_bias": self.use_bias,
+                **{f"{p}_initializer": _init.serialize(getattr(self, f"{p}_initializer")) for _, p in self._kernels},
+                "bias_initializer": _init.serialize(self.bias_initializer)}
+
+
+@register
+class Conv3D(_ConvOps):
+    """``Conv3D(filters, kernel_size, strides=(1, 1, 1), padding="valid", data_format=None, dilation_rate=(1, 1, 1),
+    groups=1, activation=None, use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros", ...)``
+    over ``(batch, d1, d2, d3, channels)`` (or channels first). Kernel ``(k1, k2, k3, channels / groups,
+    filters)``, bias ``(filters,)``, as Keras."""
+
+    rank = 3
+
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1, 1), padding: str = "valid",
+                 data_format: "str | None" = None, dilation_rate: Any = (1, 1, 1), groups: int = 1,
+                 activation: Any = None, use_bias: bool = True, kernel_initializer: Any = "glorot_uniform",
+                 bias_initializer: Any = "zeros", kernel_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None, bias_constraint: Any = None,
+                 **kwargs: Any) -> None:
+        policies = dict(kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+                        kernel_constraint=kernel_constraint, bias_constraint=bias_constraint)
+        super().__init__(kernel_size, strides, padding, data_format, dilation_rate, activation, use_bias,
+                         bias_initializer, activity_regularizer, {k: v for k, v in policies.items() if v is not None},
+                         **kwargs)
+        self.filters = _validate.positive_int(filters, "filters", self._owner)
+        self.groups = _validate.positive_int(groups, "groups", self._owner)
+        if self.filters % self.groups:
+            raise ValueError(f"{self._owner}: filters ({self.filters}) must be a multiple of groups ({self.groups})")
+        self.kernel_initializer = _init.get(kernel_initializer)
+        self.kernel = None
+
+    def _out_channels(self, channels: int) -> int:
+        return self.filters
+
+    def _kernel_shapes(self, channels: int) -> list:
+        if channels % self.groups:
+            raise ValueError(f"{self._owner}: the input channels ({channels}) must be a multiple of groups "
+                             f"({self.groups})")
+        return [self.kernel_size + (channels // self.groups, self.filters)]
+
+    def _convolve(self, inputs: Any) -> Any:
+        return _ops.conv(inputs, self.kernel, strides=self.strides, padding=self.padding,
+                         data_format=self.data_format, dilation_rate=self.dilation_rate)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "filters": self.filters, "groups": self.groups}
+
+
+@register
+class DepthwiseConv1D(_ConvOps):
+    """``DepthwiseConv1D(kernel_size, strides=1, padding="valid", depth_multiplier=1, data_format=None,
+    dilation_rate=1, activation=None, use_bias=True, depthwise_initializer="glorot_uniform", ...)``: each
+    channel of ``(batch, steps, channels)`` convolved with its own ``depth_multiplier`` filters (output channel
+    ``c * depth_multiplier + m``). Kernel ``kernel`` ``(kernel_size, channels, depth_multiplier)``, bias
+    ``(channels * depth_multiplier,)``, as Keras."""
+
+    rank = 1
+    _kernels = (("kernel", "depthwise"),)
+
+    def __init__(self, kernel_size: Any, strides: Any = 1, padding: str = "valid", depth_multiplier: int = 1,
+                 data_format: "str | None" = None, dilation_rate: Any = 1, activation: Any = None,
+                 use_bias: bool = True, depthwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 depthwise_regularizer: Any = None, bias_regularizer: Any = None, activity_regularizer: Any = None,
+                 depthwise_constraint: Any = None, bias_constraint: Any = None, **kwargs: Any) -> None:
+        policies = dict(depthwise_regularizer=depthwise_regularizer, bias_regularizer=bias_regularizer,
+                        depthwise_constraint=depthwise_constraint, bias_constraint=bias_constraint)
+        super().__init__(kernel_size, strides, padding, data_format, dilation_rate, activation, use_bias,
+                         bias_initializer, activity_regularizer, {k: v for k, v in policies.items() if v is not None},
+                         **kwargs)
+        self.depth_multiplier = _validate.positive_int(depth_multiplier, "depth_multiplier", self._owner)
+        self.depthwise_initializer = _init.get(depthwise_initializer)
+        self.kernel = None
+
+    def _out_channels(self, channels: int) -> int:
+        return channels * self.depth_multiplier
+
+    def _kernel_shapes(self, channels: int) -> list:
+        return [self.kernel_size + (channels, self.depth_multiplier)]
+
+    def _convolve(self, inputs: Any) -> Any:
+        return _ops.depthwise_conv(inputs, self.kernel, strides=self.strides, padding=self.padding,
+                                   data_format=self.data_format, dilation_rate=self.dilation_rate)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "depth_multiplier": self.depth_multiplier}
+
+
+@register
+class SeparableConv1D(_ConvOps):
+    """``SeparableConv1D(filters, kernel_size, strides=1, padding="valid", data_format=None, dilation_rate=1,
+    depth_multiplier=1, activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
+    pointwise_initializer="glorot_uniform", bias_initializer="zeros", ...)``: a depthwise convolution then a
+    pointwise one. Weights ``depthwise_kernel`` ``(kernel_size, channels, depth_multiplier)``,
+    ``pointwise_kernel`` ``(1, channels * depth_multiplier, filters)``, ``bias`` ``(filters,)``, as Keras."""
+
+    rank = 1
+    _kernels = (("depthwise_kernel", "depthwise"), ("pointwise_kernel", "pointwise"))
+
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = 1, padding: str = "valid",
+                 data_format: "str | None" = None, dilation_rate: Any = 1, depth_multiplier: int = 1,
+                 activation: Any = None, use_bias: bool = True, depthwise_initializer: Any = "glorot_uniform",
+                 pointwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 depthwise_regularizer: Any = None, pointwise_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, depthwise_constraint: Any = None, pointwise_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any) -> None:
+        policies = dict(depthwise_regularizer=depthwise_regularizer, pointwise_regularizer=pointwise_regularizer,
+                        bias_regularizer=bias_regularizer, depthwise_constraint=depthwise_constraint,
+                        pointwise_constraint=pointwise_constraint, bias_constraint=bias_constraint)
+        super().__init__(kernel_size, strides, padding, data_format, dilation_rate, activation, use_bias,
+                         bias_initializer, activity_regularizer, {k: v for k, v in policies.items() if v is not None},
+                         **kwargs)
+        self.filters = _validate.positive_int(filters, "filters", self._owner)
+        self.depth_multiplier = _validate.positive_int(depth_multiplier, "depth_multiplier", self._owner)
+        self.depthwise_initializer = _init.get(depthwise_initializer)
+        self.pointwise_initializer = _init.get(pointwise_initializer)
+        self.depthwise_kernel = self.pointwise_kernel = None
+
+    def _out_channels(self, channels: int) -> int:
+        return self.filters
+
+    def _kernel_shapes(self, channels: int) -> list:
+        return [self.kernel_size + (channels, self.depth_multiplier),
+                (1,) * self.rank + (channels * self.depth_multiplier, self.filters)]
+
+    def _convolve(self, inputs: Any) -> Any:
+        return _ops.separable_conv(inputs, self.depthwise_kernel, self.pointwise_kernel, strides=self.strides,
+                                   padding=self.padding, data_format=self.data_format,
+                                   dilation_rate=self.dilation_rate)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "filters": self.filters, "depth_multiplier": self.depth_multiplier}
+
+
+Convolution3D = Conv3D
+SeparableConvolution1D = SeparableConv1D
+__all__ += ["Conv3D", "Convolution3D", "DepthwiseConv1D", "SeparableConv1D", "SeparableConvolution1D"]

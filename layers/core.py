@@ -10,6 +10,7 @@ import numpy as np
 
 from dnnbind import _validate, backend, kernels
 from dnnbind import initializers as _init
+from dnnbind import ops as _ops
 from dnnbind import quantizers as Q
 from dnnbind.kernels.quantize import FUSED_ACTIVATIONS
 from dnnbind.utils import draw_seed
@@ -737,3 +738,58 @@ class Lambda(Layer):
 
 
 __all__ += ["Lambda"]
+
+
+@register
+class PReLU(Layer):
+    """``PReLU(alpha_initializer="zeros", alpha_regularizer=None, alpha_constraint=None, shared_axes=None)``:
+    ``relu(x) - alpha * relu(-x)`` with a learned ``alpha`` of the input's sample shape (axes in
+    ``shared_axes``, counted with the batch axis as 0, get size 1 and share one slope). Written in
+    ``keras.ops``."""
+
+    def __init__(self, alpha_initializer: Any = "zeros", alpha_regularizer: Any = None, alpha_constraint: Any = None,
+                 shared_axes: Any = None, **kwargs: Any) -> None:
+        super().__init__(alpha_regularizer=alpha_regularizer, alpha_constraint=alpha_constraint, **kwargs)
+        owner = f"PReLU '{self.name}'"
+        self.alpha_initializer = _init.get(alpha_initializer)
+        if shared_axes is None:
+            self.shared_axes = None
+        elif isinstance(shared_axes, (list, tuple)):
+            self.shared_axes = [_validate.positive_int(a, "shared_axes", owner) for a in shared_axes]
+        else:
+            self.shared_axes = [_validate.positive_int(shared_axes, "shared_axes", owner)]
+        self.supports_masking = True
+        self.alpha = None
+
+    def build(self, input_shape: Any) -> None:
+        owner = f"PReLU '{self.name}'"
+        shape = list(tuple(input_shape)[1:])
+        for a in self.shared_axes or ():
+            if a > len(shape):
+                raise ValueError(f"{owner}: shared_axes {self.shared_axes} has axis {a}, beyond the rank of inputs "
+                                 f"of shape {tuple(input_shape)}")
+            shape[a - 1] = 1
+        if any(s is None for s in shape):
+            raise ValueError(f"{owner}: every non-shared axis must have a known size, got input shape "
+                             f"{tuple(input_shape)}")
+        self.alpha = self.add_weight(shape=tuple(int(s) for s in shape), name="alpha",
+                                     initializer=self.alpha_initializer)
+        self.alpha.regularizer = self._policy_for("alpha", "regularizer")
+        self.alpha.constraint = self._policy_for("alpha", "constraint")
+        self.built = True
+
+    def call(self, inputs: Any) -> Any:
+        pos = _ops.relu(inputs)
+        neg = _ops.multiply(_ops.negative(self.alpha), _ops.relu(_ops.negative(inputs)))
+        return _ops.add(pos, neg)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return tuple(input_shape)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.setdefault("alpha_regularizer", None)
+        config.setdefault("alpha_constraint", None)
+        return {**config, "alpha_initializer": _init.serialize(self.alpha_initializer),
+                "shared_axes": self.shared_axes}
+__all__ += ["PReLU"]

@@ -111,3 +111,68 @@ class Embedding(Layer):
         config.update(input_dim=self.input_dim, output_dim=self.output_dim,
                       embeddings_initializer=_init.serialize(self.embeddings_initializer), mask_zero=self.mask_zero)
         return config
+
+
+@register
+class ReversibleEmbedding(Embedding):
+    """``ReversibleEmbedding(input_dim, output_dim, tie_weights=True, embeddings_initializer="uniform",
+    embeddings_regularizer=None, embeddings_constraint=None, mask_zero=False, reverse_dtype=None,
+    logit_soft_cap=None)``: an :class:`Embedding` that also maps vectors back to logits over the ids,
+    ``call(inputs, reverse=True)``: ``inputs @ embeddings.T`` (``tie_weights``) or ``inputs @ reverse_embeddings``
+    (a second weight ``(output_dim, input_dim)``), in ``reverse_dtype`` when given, soft-capped as
+    ``tanh(logits / cap) * cap`` when ``logit_soft_cap`` is set (Keras 3)."""
+
+    def __init__(self, input_dim: int, output_dim: int, tie_weights: bool = True,
+                 embeddings_initializer: Any = "uniform", embeddings_regularizer: Any = None,
+                 embeddings_constraint: Any = None, mask_zero: bool = False, reverse_dtype: Any = None,
+                 logit_soft_cap: "float | None" = None, **kwargs: Any) -> None:
+        super().__init__(input_dim, output_dim, embeddings_initializer=embeddings_initializer,
+                         embeddings_regularizer=embeddings_regularizer, embeddings_constraint=embeddings_constraint,
+                         mask_zero=mask_zero, **kwargs)
+        owner = f"ReversibleEmbedding '{self.name}'"
+        self.tie_weights = _validate.boolean(tie_weights, "tie_weights", owner)
+        self.reverse_dtype = None if reverse_dtype is None else str(_validate.normalize_dtype(
+            reverse_dtype, f"{owner}: reverse_dtype"))
+        self.logit_soft_cap = None if logit_soft_cap is None else float(_validate.number(
+            logit_soft_cap, "logit_soft_cap", owner, low=0.0, low_open=True))
+        self.reverse_embeddings = None
+
+    def build(self, input_shape: "Sequence[Any] | None" = None) -> None:
+        super().build(input_shape)
+        if not self.tie_weights:
+            self.reverse_embeddings = self.add_weight(shape=(self.output_dim, self.input_dim),
+                                                      initializer=self.embeddings_initializer,
+                                                      name="reverse_embeddings", trainable=True)
+        self.built = True
+
+    def call(self, inputs: Any, reverse: bool = False) -> Any:
+        if not reverse:
+            return super().call(inputs)
+        owner = f"ReversibleEmbedding '{self.name}'"
+        if inputs.shape[-1] != self.output_dim:
+            raise ValueError(f"{owner}: reverse=True takes vectors of size output_dim={self.output_dim} on the last "
+                             f"axis, got shape {tuple(inputs.shape)}")
+        kernel = _ops.transpose(self.embeddings) if self.tie_weights else self.reverse_embeddings
+        x = inputs
+        if self.reverse_dtype is not None:
+            x = _ops.cast(x, self.reverse_dtype)
+            kernel = _ops.cast(kernel, self.reverse_dtype)
+        logits = _ops.matmul(x, kernel)
+        if self.logit_soft_cap is not None:
+            logits = _ops.multiply(_ops.tanh(_ops.divide(logits, self.logit_soft_cap)), self.logit_soft_cap)
+        return logits
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        return None  # (the forward call sets the mask on its output itself, as Keras)
+
+    def compute_output_shape(self, input_shape: Sequence[Any], reverse: bool = False) -> tuple:
+        if reverse:
+            return (*tuple(input_shape)[:-1], self.input_dim)
+        return super().compute_output_shape(input_shape)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "tie_weights": self.tie_weights, "reverse_dtype": self.reverse_dtype,
+                "logit_soft_cap": self.logit_soft_cap}
+
+
+__all__ += ["ReversibleEmbedding"]

@@ -432,3 +432,127 @@ class RMSNormalization(Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "axis": self.axis, "epsilon": self.epsilon}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Written in keras.ops (the op tape differentiates them).
+@register
+class GroupNormalization(Layer):
+    """``GroupNormalization(groups=32, axis=-1, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+    gamma_initializer="ones", ...)``: the channels of ``axis`` split into ``groups`` groups, each normalised by
+    the mean and variance over its channels and every other non-batch axis (statistics in float32 at least, as
+    Keras), then ``* gamma + beta`` per channel. ``groups=-1``: one group per channel (instance normalisation).
+    Weights ``gamma`` then ``beta``, each ``(channels,)``."""
+
+    def __init__(self, groups: int = 32, axis: int = -1, epsilon: float = 1e-3, center: bool = True,
+                 scale: bool = True, beta_initializer: Any = "zeros", gamma_initializer: Any = "ones",
+                 beta_regularizer: Any = None, gamma_regularizer: Any = None, beta_constraint: Any = None,
+                 gamma_constraint: Any = None, **kwargs: Any) -> None:
+        super().__init__(beta_regularizer=beta_regularizer, gamma_regularizer=gamma_regularizer,
+                         beta_constraint=beta_constraint, gamma_constraint=gamma_constraint, **kwargs)
+        owner = f"GroupNormalization '{self.name}'"
+        self.groups = _validate.integer(groups, "groups", owner)
+        if self.groups == 0 or self.groups < -1:
+            raise ValueError(f"{owner}: groups must be a positive int or -1 (one group per channel), got {groups!r}")
+        self.axis = _validate.integer(axis, "axis", owner)
+        self.epsilon = float(_validate.number(epsilon, "epsilon", owner, low=0.0))
+        self.center = _validate.boolean(center, "center", owner)
+        self.scale = _validate.boolean(scale, "scale", owner)
+        self.beta_initializer = _init.get(beta_initializer)
+        self.gamma_initializer = _init.get(gamma_initializer)
+        self.supports_masking = True
+        self.gamma = self.beta = None
+
+    def build(self, input_shape: Any) -> None:
+        owner = f"GroupNormalization '{self.name}'"
+        shape = tuple(input_shape)
+        if not -len(shape) <= self.axis < len(shape) or self.axis % len(shape) == 0:
+            raise ValueError(f"{owner}: axis {self.axis} is out of range (or the batch axis) for inputs of shape "
+                             f"{shape}")
+        dim = shape[self.axis]
+        if dim is None:
+            raise ValueError(f"{owner}: axis {self.axis} of the input must have a known size, got shape {shape}")
+        if self.groups == -1:
+            self.groups = int(dim)
+        if dim < self.groups:
+            raise ValueError(f"{owner}: groups ({self.groups}) cannot be more than the number of channels ({dim})")
+        if dim % self.groups:
+            raise ValueError(f"{owner}: the number of channels ({dim}) must be a multiple of groups ({self.groups})")
+        if self.scale:
+            self.gamma = self.add_weight(shape=(dim,), name="gamma", initializer=self.gamma_initializer,
+                                         autocast=False)
+            self.gamma.regularizer = self._policy_for("gamma", "regularizer")
+            self.gamma.constraint = self._policy_for("gamma", "constraint")
+        if self.center:
+            self.beta = self.add_weight(shape=(dim,), name="beta", initializer=self.beta_initializer, autocast=False)
+            self.beta.regularizer = self._policy_for("beta", "regularizer")
+            self.beta.constraint = self._policy_for("beta", "constraint")
+        self.built = True
+
+    def call(self, inputs: Any) -> Any:
+        shape = tuple(int(s) for s in inputs.shape)
+        rank = len(shape)
+        axis = self.axis % rank
+        group_shape = list(shape)
+        group_shape[axis] = shape[axis] // self.groups
+        group_shape.insert(axis, self.groups)
+        x = _ops.reshape(inputs, group_shape)
+        in_dtype = x.dtype
+        stat_dtype = np.float64 if in_dtype == np.float64 else np.float32
+        x = _ops.cast(x, stat_dtype)
+        axes = [a for a in range(1, rank + 1) if a != axis]
+        mean, variance = _ops.moments(x, axes=axes, keepdims=True)
+        inv = _ops.rsqrt(_ops.add(variance, self.epsilon))
+        broadcast = [1] * (rank + 1)
+        broadcast[axis], broadcast[axis + 1] = self.groups, shape[axis] // self.groups
+        if self.gamma is not None:
+            inv = _ops.multiply(inv, _ops.cast(_ops.reshape(self.gamma, broadcast), stat_dtype))
+        res = _ops.negative(_ops.multiply(mean, inv))
+        if self.beta is not None:
+            res = _ops.add(res, _ops.cast(_ops.reshape(self.beta, broadcast), stat_dtype))
+        y = _ops.cast(_ops.add(_ops.multiply(x, inv), res), in_dtype)
+        return _ops.cast(_ops.reshape(y, shape), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = tuple(input_shape)
+        if not -len(shape) <= self.axis < len(shape):
+            raise ValueError(f"GroupNormalization '{self.name}': axis {self.axis} is out of bounds for input shape "
+                             f"{shape}")
+        return shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        for key in ("beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"):
+            config.setdefault(key, None)
+        return {**config, "groups": self.groups, "axis": self.axis, "epsilon": self.epsilon, "center": self.center,
+                "scale": self.scale, "beta_initializer": _init.serialize(self.beta_initializer),
+                "gamma_initializer": _init.serialize(self.gamma_initializer)}
+
+
+@register
+class UnitNormalization(Layer):
+    """``UnitNormalization(axis=-1)``: each vector along ``axis`` (an int or a list of ints) scaled to unit L2
+    norm (``x * min(rsqrt(sum(x**2)), 1e12)``, :func:`dnnbind.ops.normalize`)."""
+
+    def __init__(self, axis: Any = -1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        owner = f"UnitNormalization '{self.name}'"
+        if isinstance(axis, (list, tuple)):
+            self.axis = [_validate.integer(a, "axis", owner) for a in axis]
+        else:
+            self.axis = _validate.integer(axis, "axis", owner)
+        self.supports_masking = True
+        self.built = True
+
+    def call(self, inputs: Any) -> Any:
+        axis = tuple(self.axis) if isinstance(self.axis, list) else self.axis
+        return _ops.normalize(inputs, axis=axis, order=2, epsilon=1e-12)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return tuple(input_shape)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "axis": self.axis}
+
+
+__all__ += ["GroupNormalization", "UnitNormalization"]

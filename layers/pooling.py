@@ -1,14 +1,17 @@
 """Pooling layers (Keras 3 arguments): MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
-GlobalMaxPooling2D, GlobalMaxPooling1D, GlobalAveragePooling1D."""
+GlobalMaxPooling2D, GlobalMaxPooling1D, GlobalAveragePooling1D (hand-written forward/backward); MaxPooling1D/3D,
+AveragePooling1D/3D, GlobalMaxPooling3D, GlobalAveragePooling3D and the adaptive poolings (written in keras.ops)."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from dnnbind import _validate, kernels
+from dnnbind import backend as _backend
 from dnnbind import ops as _ops
 from dnnbind.autodiff.tensor import Tensor
 from dnnbind.kernels._params import PoolParams, resolve_padding
+from dnnbind.ops._nn_common import padding_mode, spatial_tuple
 
 from .base import Layer, is_symbolic, register, split_batch
 from .conv import check_image_shape, data_format_to_layout
@@ -225,3 +228,245 @@ GlobalAvgPool2D = GlobalAveragePooling2D
 GlobalMaxPool2D = GlobalMaxPooling2D
 GlobalMaxPool1D = GlobalMaxPooling1D
 GlobalAvgPool1D = GlobalAveragePooling1D
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 1-d and 3-d window pooling, 3-d global pooling and adaptive pooling: written in keras.ops (the op tape
+# differentiates them; ops.max_pool / ops.average_pool run 1-d pooling as 2-d of unit height and 3-d pooling
+# as a 2-d pooling of the (height, width) planes then one over depth, which is exact for max and for the
+# mean of the real (unpadded) inputs, whose count factorises over the axes).
+def _data_format(data_format: "str | None", owner: str) -> str:
+    fmt = _backend.image_data_format() if data_format is None else str(data_format).lower()
+    return _validate.one_of(fmt, "data_format", owner, ("channels_last", "channels_first"))
+
+
+def _check_rank(owner: str, shape: tuple, rank: int, data_format: str) -> tuple:
+    shape = tuple(shape)
+    if len(shape) != rank + 2:
+        spatial = [f"dim{i + 1}" for i in range(rank)] if rank > 1 else ["steps"]
+        axes = spatial + ["channels"] if data_format == "channels_last" else ["channels"] + spatial
+        raise ValueError(f"{owner} expects {rank + 2}-d inputs (batch, {', '.join(axes)}), got shape {shape}")
+    return shape
+
+
+def _spatial_of(shape: tuple, data_format: str) -> tuple:
+    return tuple(shape[1:-1]) if data_format == "channels_last" else tuple(shape[2:])
+
+
+def _with_spatial(shape: tuple, spatial: Sequence, data_format: str) -> tuple:
+    if data_format == "channels_last":
+        return (shape[0], *spatial, shape[-1])
+    return (shape[0], shape[1], *spatial)
+
+
+class _PoolingND(Layer):
+    """Keras 3's ``BasePooling`` for the ranks whose layers are written in ``keras.ops``."""
+
+    rank = 1
+    _mode = "max"
+
+    def __init__(self, pool_size: Any, strides: Any = None, padding: str = "valid", data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        owner = self._owner
+        self.pool_size = spatial_tuple(pool_size, self.rank, "pool_size", owner)
+        self.strides = self.pool_size if strides is None else spatial_tuple(strides, self.rank, "strides", owner)
+        self.padding = padding_mode(padding, owner)
+        self.data_format = _data_format(data_format, owner)
+
+    @property
+    def _owner(self) -> str:
+        return f"{type(self).__name__} '{self.name}'"
+
+    def build(self, input_shape: Any) -> None:
+        self.compute_output_shape(input_shape)  # wrong rank or too small an input: the error now
+        self.built = True
+
+    def call(self, inputs: Any) -> Any:
+        _check_rank(self._owner, tuple(inputs.shape), self.rank, self.data_format)
+        fn = _ops.max_pool if self._mode == "max" else _ops.average_pool
+        return fn(inputs, self.pool_size, self.strides, self.padding, self.data_format)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = _check_rank(self._owner, tuple(input_shape), self.rank, self.data_format)
+        out = []
+        for n, k, s in zip(_spatial_of(shape, self.data_format), self.pool_size, self.strides):
+            if n is None:
+                out.append(None)
+                continue
+            size = -(-int(n) // s) if self.padding == "same" else (int(n) - k) // s + 1
+            if size < 1:
+                raise ValueError(f"{self._owner}: the pooling window {self.pool_size} does not fit the input of shape "
+                                 f"{shape} with padding='valid' (strides {self.strides})")
+            out.append(size)
+        return _with_spatial(shape, out, self.data_format)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "pool_size": list(self.pool_size), "padding": self.padding,
+                "strides": list(self.strides), "data_format": self.data_format}
+
+
+@register
+class MaxPooling1D(_PoolingND):
+    """``MaxPooling1D(pool_size=2, strides=None, padding="valid", data_format=None)``: the maximum of each
+    window over the steps of ``(batch, steps, features)`` (or ``(batch, features, steps)``)."""
+
+    rank, _mode = 1, "max"
+
+    def __init__(self, pool_size: Any = 2, strides: Any = None, padding: str = "valid",
+                 data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, data_format, **kwargs)
+
+
+@register
+class AveragePooling1D(_PoolingND):
+    """``AveragePooling1D(pool_size, strides=None, padding="valid", data_format=None)``: the mean of each
+    window (with ``"same"``, of its real inputs, as Keras)."""
+
+    rank, _mode = 1, "avg"
+
+
+@register
+class MaxPooling3D(_PoolingND):
+    """``MaxPooling3D(pool_size=(2, 2, 2), strides=None, padding="valid", data_format=None)`` over
+    ``(batch, d1, d2, d3, channels)`` (or channels first)."""
+
+    rank, _mode = 3, "max"
+
+    def __init__(self, pool_size: Any = (2, 2, 2), strides: Any = None, padding: str = "valid",
+                 data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(pool_size, strides, padding, data_format, **kwargs)
+
+
+@register
+class AveragePooling3D(_PoolingND):
+    """``AveragePooling3D(pool_size, strides=None, padding="valid", data_format=None)``."""
+
+    rank, _mode = 3, "avg"
+
+
+MaxPool1D = MaxPooling1D
+AvgPool1D = AveragePooling1D
+MaxPool3D = MaxPooling3D
+AvgPool3D = AveragePooling3D
+
+
+class _GlobalPooling3D(Layer):
+    _mode = "max"
+
+    def __init__(self, data_format: "str | None" = None, keepdims: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        owner = f"{type(self).__name__} '{self.name}'"
+        self.data_format = _data_format(data_format, owner)
+        self.keepdims = _validate.boolean(keepdims, "keepdims", owner)
+
+    def _axes(self) -> tuple:
+        return (1, 2, 3) if self.data_format == "channels_last" else (2, 3, 4)
+
+    def call(self, inputs: Any) -> Any:
+        _check_rank(f"{type(self).__name__} '{self.name}'", tuple(inputs.shape), 3, self.data_format)
+        fn = _ops.max if self._mode == "max" else _ops.mean
+        return fn(inputs, axis=self._axes(), keepdims=self.keepdims)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = _check_rank(f"{type(self).__name__} '{self.name}'", tuple(input_shape), 3, self.data_format)
+        c = shape[-1] if self.data_format == "channels_last" else shape[1]
+        if not self.keepdims:
+            return (shape[0], c)
+        return _with_spatial(shape, (1, 1, 1), self.data_format)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "data_format": self.data_format, "keepdims": self.keepdims}
+
+
+@register
+class GlobalMaxPooling3D(_GlobalPooling3D):
+    """Max over the three spatial axes: ``(N, d1, d2, d3, C) -> (N, C)`` (``(N, 1, 1, 1, C)`` with keepdims)."""
+
+    _mode = "max"
+
+
+@register
+class GlobalAveragePooling3D(_GlobalPooling3D):
+    """Mean over the three spatial axes: ``(N, d1, d2, d3, C) -> (N, C)`` (``(N, 1, 1, 1, C)`` with keepdims)."""
+
+    _mode = "avg"
+
+
+GlobalMaxPool3D = GlobalMaxPooling3D
+GlobalAvgPool3D = GlobalAveragePooling3D
+
+
+class _AdaptivePooling(Layer):
+    """Keras 3's ``BaseAdaptivePooling``: pool to a fixed ``output_size`` (:func:`dnnbind.ops.adaptive_max_pool`,
+    :func:`dnnbind.ops.adaptive_average_pool`: window ``i`` of an axis of length ``L`` covers
+    ``[floor(i L / out), ceil((i + 1) L / out))``)."""
+
+    rank = 1
+    _mode = "max"
+
+    def __init__(self, output_size: Any, data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        owner = f"{type(self).__name__} '{self.name}'"
+        self.output_size = spatial_tuple(output_size, self.rank, "output_size", owner)
+        self.data_format = _data_format(data_format, owner)
+
+    def call(self, inputs: Any) -> Any:
+        _check_rank(f"{type(self).__name__} '{self.name}'", tuple(inputs.shape), self.rank, self.data_format)
+        fn = _ops.adaptive_max_pool if self._mode == "max" else _ops.adaptive_average_pool
+        return fn(inputs, self.output_size, data_format=self.data_format)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = _check_rank(f"{type(self).__name__} '{self.name}'", tuple(input_shape), self.rank, self.data_format)
+        return _with_spatial(shape, self.output_size, self.data_format)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "output_size": list(self.output_size), "data_format": self.data_format}
+
+
+@register
+class AdaptiveMaxPooling1D(_AdaptivePooling):
+    """``AdaptiveMaxPooling1D(output_size, data_format=None)``: ``(N, steps, C) -> (N, output_size, C)``."""
+
+    rank, _mode = 1, "max"
+
+
+@register
+class AdaptiveMaxPooling2D(_AdaptivePooling):
+    """``AdaptiveMaxPooling2D(output_size, data_format=None)``: ``(N, H, W, C) -> (N, oh, ow, C)``."""
+
+    rank, _mode = 2, "max"
+
+
+@register
+class AdaptiveMaxPooling3D(_AdaptivePooling):
+    """``AdaptiveMaxPooling3D(output_size, data_format=None)``."""
+
+    rank, _mode = 3, "max"
+
+
+@register
+class AdaptiveAveragePooling1D(_AdaptivePooling):
+    """``AdaptiveAveragePooling1D(output_size, data_format=None)``."""
+
+    rank, _mode = 1, "avg"
+
+
+@register
+class AdaptiveAveragePooling2D(_AdaptivePooling):
+    """``AdaptiveAveragePooling2D(output_size, data_format=None)``."""
+
+    rank, _mode = 2, "avg"
+
+
+@register
+class AdaptiveAveragePooling3D(_AdaptivePooling):
+    """``AdaptiveAveragePooling3D(output_size, data_format=None)``."""
+
+    rank, _mode = 3, "avg"
+
+
+__all__ += ["MaxPooling1D", "MaxPool1D", "AveragePooling1D", "AvgPool1D", "MaxPooling3D", "MaxPool3D",
+            "AveragePooling3D", "AvgPool3D", "GlobalMaxPooling3D", "GlobalMaxPool3D", "GlobalAveragePooling3D",
+            "GlobalAvgPool3D", "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D",
+            "AdaptiveAveragePooling1D", "AdaptiveAveragePooling2D", "AdaptiveAveragePooling3D"]

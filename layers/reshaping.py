@@ -1,4 +1,5 @@
-"""Reshaping layers (Keras 3): Reshape, Permute, Identity, ZeroPadding2D, Cropping2D, UpSampling2D.
+"""Reshaping layers (Keras 3): Reshape, Permute, Identity, ZeroPadding2D, Cropping2D, UpSampling2D; ZeroPadding1D/3D,
+Cropping1D/3D, UpSampling1D/3D and RepeatVector (written in keras.ops).
 
 None has weights. Reshape, Permute and Identity move data of any dtype as it is; the 2-d layers
 cast their input to the compute dtype and take ``data_format`` (``"channels_last"``, the default:
@@ -14,6 +15,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from dnnbind import _validate, kernels
+from dnnbind import backend as _backend
+from dnnbind import ops as _ops
+from dnnbind.ops._nn_common import spatial_tuple
 from dnnbind.kernels.reshaping import UPSAMPLE_INTERPOLATIONS
 
 from .base import Layer, register
@@ -273,3 +277,261 @@ class UpSampling2D(_Image2D):
 
     def get_config(self):
         return {**super().get_config(), "size": list(self.size), "interpolation": self.interpolation}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 1-d and 3-d padding, cropping and up-sampling, and RepeatVector: written in keras.ops (the op tape
+# differentiates them; they move data of any dtype).
+def _n_pairs(value: Any, n: int, name: str, owner: str) -> tuple:
+    """Keras's forms of an ``n``-axis padding or cropping -> ``n`` ``(before, after)`` pairs: an int (every
+    side), ``n`` ints (symmetric per axis) or ``n`` pairs (for ``n == 1``: an int or one pair)."""
+    shape_text = "(before, after)" if n == 1 else f"{n} ints or {n} pairs of ints"
+    message = f"{owner}: {name} must be an int or {shape_text}, got {value!r}"
+
+    def count(v: Any) -> int:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)):
+            raise _validate.ArgumentTypeError(message)
+        if v < 0:
+            raise ValueError(f"{owner}: {name} must not be negative, got {value!r}")
+        return int(v)
+
+    if not isinstance(value, (list, tuple)):
+        p = count(value)
+        return ((p, p),) * n
+    if n == 1:
+        if len(value) != 2:
+            raise ValueError(message)
+        return ((count(value[0]), count(value[1])),)
+    if len(value) != n:
+        raise ValueError(message)
+    out = []
+    for item in value:
+        if isinstance(item, (list, tuple)):
+            if len(item) != 2:
+                raise ValueError(message)
+            out.append((count(item[0]), count(item[1])))
+        else:
+            p = count(item)
+            out.append((p, p))
+    return tuple(out)
+
+
+def _fmt(data_format: "str | None", owner: str) -> str:
+    fmt = _backend.image_data_format() if data_format is None else str(data_format).lower()
+    return _validate.one_of(fmt, "data_format", owner, ("channels_last", "channels_first"))
+
+
+class _SpatialND(Layer):
+    """Shared checks of the 1-d and 3-d reshaping layers: inputs of rank ``rank + 2``."""
+
+    rank = 1
+    data_format = "channels_last"
+
+    @property
+    def _owner(self) -> str:
+        return f"{type(self).__name__} '{self.name}'"
+
+    def _check(self, shape: Any) -> tuple:
+        shape = tuple(shape)
+        if len(shape) != self.rank + 2:
+            spatial = ["steps"] if self.rank == 1 else [f"dim{i + 1}" for i in range(self.rank)]
+            axes = spatial + ["features"] if self.data_format == "channels_last" else ["features"] + spatial
+            raise ValueError(f"{self._owner} expects {self.rank + 2}-d inputs (batch, {', '.join(axes)}), got shape "
+                             f"{shape}")
+        return shape
+
+    def _first(self) -> int:
+        return 1 if self.data_format == "channels_last" else 2
+
+
+class _ZeroPaddingND(_SpatialND):
+    def __init__(self, padding: Any, data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.padding = _n_pairs(padding, self.rank, "padding", self._owner)
+        self.data_format = _fmt(data_format, self._owner)
+        self.built = True
+
+    def _widths(self) -> list:
+        pads = [(0, 0)] * (self.rank + 2)
+        for i, p in enumerate(self.padding):
+            pads[self._first() + i] = p
+        return pads
+
+    def call(self, inputs: Any) -> Any:
+        self._check(inputs.shape)
+        return _ops.pad(inputs, self._widths())
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = list(self._check(input_shape))
+        for i, (a, b) in enumerate(self.padding):
+            j = self._first() + i
+            shape[j] = None if shape[j] is None else int(shape[j]) + a + b
+        return tuple(shape)
+
+    def get_config(self) -> dict:
+        padding = list(self.padding[0]) if self.rank == 1 else [list(p) for p in self.padding]
+        return {**super().get_config(), "padding": padding, "data_format": self.data_format}
+
+
+@register
+class ZeroPadding1D(_ZeroPaddingND):
+    """``ZeroPadding1D(padding=1, data_format=None)``: zeros before and after the steps of ``(batch, steps,
+    features)`` (``padding``: an int or ``(before, after)``)."""
+
+    rank = 1
+
+    def __init__(self, padding: Any = 1, data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(padding, data_format, **kwargs)
+
+
+@register
+class ZeroPadding3D(_ZeroPaddingND):
+    """``ZeroPadding3D(padding=((1, 1), (1, 1), (1, 1)), data_format=None)``: zeros around the three spatial
+    axes (an int, three ints or three ``(before, after)`` pairs)."""
+
+    rank = 3
+
+    def __init__(self, padding: Any = ((1, 1), (1, 1), (1, 1)), data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(padding, data_format, **kwargs)
+
+
+class _CroppingND(_SpatialND):
+    def __init__(self, cropping: Any, data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cropping = _n_pairs(cropping, self.rank, "cropping", self._owner)
+        self.data_format = _fmt(data_format, self._owner)
+        self.built = True
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = list(self._check(input_shape))
+        for i, (a, b) in enumerate(self.cropping):
+            j = self._first() + i
+            if shape[j] is None:
+                continue
+            if int(shape[j]) - a - b < 1:
+                raise ValueError(f"{self._owner}: cropping {self.cropping} leaves nothing of axis {j} (length "
+                                 f"{shape[j]}) of inputs of shape {tuple(input_shape)}")
+            shape[j] = int(shape[j]) - a - b
+        return tuple(shape)
+
+    def call(self, inputs: Any) -> Any:
+        self.compute_output_shape(tuple(inputs.shape))
+        index = [slice(None)] * (self.rank + 2)
+        for i, (a, b) in enumerate(self.cropping):
+            j = self._first() + i
+            index[j] = slice(a, int(inputs.shape[j]) - b)
+        return inputs[tuple(index)]
+
+
+@register
+class Cropping1D(_CroppingND):
+    """``Cropping1D(cropping=(1, 1))``: drop steps at the start and end of ``(batch, steps, features)``."""
+
+    rank = 1
+
+    def __init__(self, cropping: Any = (1, 1), **kwargs: Any) -> None:
+        super().__init__(cropping, "channels_last", **kwargs)
+
+    def get_config(self) -> dict:
+        return {**Layer.get_config(self), "cropping": list(self.cropping[0])}
+
+
+@register
+class Cropping3D(_CroppingND):
+    """``Cropping3D(cropping=((1, 1), (1, 1), (1, 1)), data_format=None)``: crop the three spatial axes."""
+
+    rank = 3
+
+    def __init__(self, cropping: Any = ((1, 1), (1, 1), (1, 1)), data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(cropping, data_format, **kwargs)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "cropping": [list(p) for p in self.cropping], "data_format": self.data_format}
+
+
+@register
+class UpSampling1D(_SpatialND):
+    """``UpSampling1D(size=2)``: each step of ``(batch, steps, features)`` repeated ``size`` times."""
+
+    rank = 1
+
+    def __init__(self, size: int = 2, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.size = _validate.positive_int(size, "size", self._owner)
+        self.built = True
+
+    def call(self, inputs: Any) -> Any:
+        self._check(inputs.shape)
+        return _ops.repeat(inputs, self.size, axis=1)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = self._check(input_shape)
+        return (shape[0], None if shape[1] is None else int(shape[1]) * self.size, shape[2])
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "size": self.size}
+
+
+@register
+class UpSampling3D(_SpatialND):
+    """``UpSampling3D(size=(2, 2, 2), data_format=None)``: nearest-neighbour up-sampling of the three spatial
+    axes (each entry repeated ``size[i]`` times along axis ``i``)."""
+
+    rank = 3
+
+    def __init__(self, size: Any = (2, 2, 2), data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.size = spatial_tuple(size, 3, "size", self._owner)
+        self.data_format = _fmt(data_format, self._owner)
+        self.built = True
+
+    def call(self, inputs: Any) -> Any:
+        self._check(inputs.shape)
+        out = inputs
+        for i, s in enumerate(self.size):
+            if s != 1:
+                out = _ops.repeat(out, s, axis=self._first() + i)
+        return out
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = list(self._check(input_shape))
+        for i, s in enumerate(self.size):
+            j = self._first() + i
+            shape[j] = None if shape[j] is None else int(shape[j]) * s
+        return tuple(shape)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "size": list(self.size), "data_format": self.data_format}
+
+
+@register
+class RepeatVector(Layer):
+    """``RepeatVector(n)``: ``(batch, features) -> (batch, n, features)``."""
+
+    def __init__(self, n: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.n = _validate.positive_int(n, "n", f"RepeatVector '{self.name}'")
+        self.built = True
+
+    def _check(self, shape: Any) -> tuple:
+        shape = tuple(shape)
+        if len(shape) != 2:
+            raise ValueError(f"RepeatVector '{self.name}' expects 2-d inputs (batch, features), got shape {shape}")
+        return shape
+
+    def call(self, inputs: Any) -> Any:
+        self._check(inputs.shape)
+        return _ops.repeat(_ops.expand_dims(inputs, 1), self.n, axis=1)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        shape = self._check(input_shape)
+        return (shape[0], self.n, shape[1])
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "n": self.n}
+
+
+__all__ += ["ZeroPadding1D", "ZeroPadding3D", "Cropping1D", "Cropping3D", "UpSampling1D", "UpSampling3D",
+            "RepeatVector"]
