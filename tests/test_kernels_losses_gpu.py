@@ -85,7 +85,9 @@ def test_mean_squared_error(rng, label, dtype, shape):
     loss_ref, d_ref = kernels.mean_squared_error(pred, target)
     loss, d = kernels.mean_squared_error(dev(pred, dtype), dev(target, dtype))
     check("mean_squared_error.loss", label, host(loss), loss_ref, str(shape))
-    check("mean_squared_error.grad", label, d, d_ref, str(shape))
+    # the gradient 2 (pred - target) / N of 1.7M elements is ~1e-6: a float16 subnormal, with fewer mantissa bits
+    check("mean_squared_error.grad", label, d, d_ref, str(shape),
+          tol=3e-2 if label == "float16" and d_ref.size > 2**20 else None)
     again, _ = kernels.mean_squared_error(dev(pred, dtype), dev(target, dtype))
     assert host(again) == host(loss)  # the fixed-order sum is bitwise reproducible
 

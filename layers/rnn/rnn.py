@@ -168,7 +168,16 @@ class RNN(Layer):
         if initial_state is None:
             if self.stateful:
                 return self._stateful_initial(batch, sequences.dtype)
-            return self.get_initial_state(batch)
+            zeros = self.get_initial_state(batch)  # on the default device: moved to the sequences' if not there
+            flat = flatten_states(zeros)
+            if all(getattr(t, "device", None) == sequences.device for t in flat):
+                return zeros
+            from dnnbind import backend
+
+            dev = sequences.device
+            return pack_states(zeros, [t if getattr(t, "device", None) == dev else
+                                       Tensor(backend.asarray(np.zeros(tuple(t.shape), t.dtype), device=dev))
+                                       for t in flat])
         states = list(initial_state) if is_nested(initial_state) else [initial_state]
         # stacked cells take one structure per cell (the one their zero states have); given flat here
         expected = self.get_initial_state(batch) if isinstance(self.cell, StackedRNNCells) else None
