@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _validate, backend, kernels
-from . import losses as _losses
-from . import ops as _ops
-from .autodiff.tensor import Tensor
-from .autodiff.variable import Variable
+from .. import _validate, backend, kernels
+from .. import losses as _losses
+from .. import ops as _ops
+from ..autodiff.tensor import Tensor
+from ..autodiff.variable import Variable
 
 __all__ = [
     "Metric",
@@ -160,7 +160,7 @@ class Metric:
         """The metric so far: a 0-d float32 tensor, computed on the device (no host read until one is asked
         for: ``float(m.result())``)."""
         if self._count_dev is not None:  # total / count on the device (0 while the count is 0)
-            from . import ops
+            from .. import ops
 
             return ops.divide_no_nan(Tensor(self._total), Tensor(self._count_dev))
         if self._count == 0 or self._total is None:
