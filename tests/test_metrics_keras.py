@@ -41,6 +41,7 @@ CASES = [
     ("cce", "CategoricalCrossentropy", {}, "cat"),
     ("scce", "SparseCategoricalCrossentropy", {}, "sparse"),
     ("scce_logits", "SparseCategoricalCrossentropy", {"from_logits": True}, "sparselogit"),
+    ("scce_ignore", "SparseCategoricalCrossentropy", {"from_logits": True, "ignore_class": 2}, "sparselogit"),
     ("poisson", "Poisson", {}, "reg"),
     ("kld", "KLDivergence", {}, "cat"),
     ("hinge", "Hinge", {}, "pm"),

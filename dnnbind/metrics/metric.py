@@ -168,14 +168,19 @@ class Metric:
         reduced to one mean per sample (over the axes past the weights' rank, then past the batch axis); with
         weights, the total gains ``sum(per-sample mean of values * weights)`` and the (device) count the
         per-sample means of the weights, else the count gains the number of samples."""
+        mask = getattr(values, "_keras_mask", None)  # e.g. an ignore_class cross-entropy's
         values = _ops.cast(_ops.convert_to_tensor(values), "float32")
-        if sample_weight is None:
+        if sample_weight is None:  # Keras applies the values' mask to weights only
             if values.ndim > 1:
                 values = _ops.mean(values, axis=tuple(range(1, values.ndim)))
             self._add(_ops.sum(values), values)
             self._count += float(values.shape[0]) if values.ndim >= 1 else 1.0
             return
         w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
+        if mask is not None:
+            m = _ops.cast(mask, "float32")
+            m, w = _loss_base.squeeze_or_expand_to_same_rank(m, w)
+            w = _ops.multiply(w, m)
         values, w = _loss_base.squeeze_or_expand_to_same_rank(values, w)
         if values.ndim > w.ndim:
             values = _ops.mean(values, axis=tuple(range(w.ndim, values.ndim)))
@@ -367,6 +372,15 @@ class MeanMetricWrapper(Metric):
         """The function's values averaged as Keras 3's ``Mean`` (:meth:`Metric._weighted_update`)."""
         y_true = y_true if isinstance(y_true, Tensor) else _ops.convert_to_tensor(y_true)
         y_pred = y_pred if isinstance(y_pred, Tensor) else _ops.convert_to_tensor(y_pred)
+        mask = y_pred._keras_mask  # Keras: the predictions' mask weights the samples
+        if mask is not None:
+            m = _ops.cast(mask, "float32")
+            if sample_weight is None:
+                sample_weight = m
+            else:
+                m, w = _loss_base.squeeze_or_expand_to_same_rank(m, _ops.cast(_ops.convert_to_tensor(sample_weight),
+                                                                             "float32"))
+                sample_weight = _ops.multiply(w, m)
         self._weighted_update(self._fn(y_true, y_pred, **self._fn_kwargs), sample_weight)
 
     def get_config(self) -> dict:
