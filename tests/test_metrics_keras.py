@@ -261,3 +261,22 @@ def test_compile_fit_metrics_by_name():
     pred = np.asarray(model.predict(x, verbose=0), np.float64)
     logs = model.evaluate(x, y, verbose=0, return_dict=True, batch_size=32)
     np.testing.assert_allclose(logs["root_mean_squared_error"], np.sqrt(np.mean((pred - y) ** 2)), rtol=1e-5)
+
+
+def test_weighted_metrics_survive_a_keras_file(tmp_path):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = rng.integers(0, 3, size=(16,))
+    w = rng.uniform(0.2, 2.0, size=(16,)).astype(np.float32)
+    model = dnnbind.Sequential([dnnbind.Input((4,)), dnnbind.layers.Dense(3, activation="softmax")])
+    model.compile("sgd", dnnbind.losses.SparseCategoricalCrossentropy(reduction="sum"), metrics=["accuracy"],
+                  weighted_metrics=["accuracy", metrics.SparseCategoricalCrossentropy()])
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = dnnbind.models.load_model(path)
+    assert loaded.loss.reduction == "sum"
+    want = model.evaluate(x, y, sample_weight=w, verbose=0, return_dict=True)
+    got = loaded.evaluate(x, y, sample_weight=w, verbose=0, return_dict=True)
+    assert sorted(got) == sorted(want) and "weighted_accuracy" in got
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-6, err_msg=key)

@@ -126,7 +126,9 @@ class Trainer:
         dict keyed by output name (None: that output has no loss); ``loss_weights`` likewise (floats,
         default 1); the total loss is the weighted sum. ``metrics`` is a list applied to every output,
         a list of lists (one per output) or a dict by output name; their logs are named
-        ``<output>_<metric>``, and each output's loss ``<output>_loss``.
+        ``<output>_<metric>``, and each output's loss ``<output>_loss``. ``weighted_metrics`` (the same
+        forms) are updated with the batch's ``sample_weight`` (Keras 3); one whose name a plain metric
+        already has is logged as ``weighted_<name>``.
 
         ``jit_compile`` (Keras's argument): on CUDA, ``"auto"`` (default) or ``True`` run the train,
         test and predict steps as CUDA graphs (the first step of each batch shape runs eagerly, the
