@@ -44,6 +44,9 @@ def inputs() -> dict:
         "ctc": (np.array([[1, 2, 0], [3, 3, 1]]), rng.normal(size=(2, 6, 5)), np.array([0.7, 1.3])),
         "seg": (rng.integers(0, 2, (2, 4, 4, 1)), rng.uniform(0.05, 0.95, (2, 4, 4, 1)), np.array([0.7, 1.3])),
         "col": (rng.normal(size=(6, 1)), rng.normal(size=(6, 1)), sw6),
+        # classes on axis 1 of (6, 5, 3); weights (6, 1) for the (6, 3) per-position losses
+        "axis1": (np.eye(5)[rng.integers(0, 5, size=(6, 3))].transpose(0, 2, 1),
+                  np.moveaxis(probs((6, 3, 5)), -1, 1), sw6.reshape(6, 1)),
     }
     out = {}
     for key, (yt, yp, sw) in data.items():

@@ -99,9 +99,11 @@ class CategoricalCrossentropy(Loss):
     def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
                  reduction: Any = "sum_over_batch_size", name: str | None = None, dtype: Any = None) -> None:
         super().__init__(name, reduction, dtype)
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ValueError(f"CategoricalCrossentropy: `axis` must be of type `int`, got axis={axis!r}")
         self.axis = axis
-        if axis != -1:
-            raise NotImplementedError("CategoricalCrossentropy: only axis=-1 is supported")
+        # the fused kernels and the model's softmax fusion work on the last axis
+        self.fuses_softmax = axis == -1
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"CategoricalCrossentropy: label_smoothing must be in [0, 1], got {label_smoothing}")
         self.from_logits = bool(from_logits)
@@ -116,6 +118,9 @@ class CategoricalCrossentropy(Loss):
                 f"{tuple(y.shape)}; use loss='sparse_categorical_crossentropy' or dnnbind.utils.to_categorical"
             )
         return _check_rows(_float_labels(y, what), output_shape, what)
+
+    def _has_fused_kernel(self) -> bool:
+        return self.axis == -1 and super()._has_fused_kernel()
 
     def compute(self, y_pred, y_true, *, logits=False, grad_scale=1.0, sample_weight=None):
         if logits or self.from_logits:
@@ -136,9 +141,9 @@ class BinaryCrossentropy(Loss):
     def __init__(self, from_logits: bool = False, label_smoothing: float = 0.0, axis: int = -1,
                  reduction: Any = "sum_over_batch_size", name: str | None = None, dtype: Any = None) -> None:
         super().__init__(name, reduction, dtype)
-        if axis != -1:
-            raise NotImplementedError("BinaryCrossentropy: only axis=-1 is supported")
-        self.axis = axis
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ValueError(f"BinaryCrossentropy: `axis` must be of type `int`, got axis={axis!r}")
+        self.axis = axis  # the fused kernel's mean over every element is the mean over `axis` then the rest
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"BinaryCrossentropy: label_smoothing must be in [0, 1], got {label_smoothing}")
         self.from_logits = bool(from_logits)
@@ -218,14 +223,14 @@ def _categorical_ce(y_true: Any, y_pred: Any, from_logits: bool = False, label_s
     y_pred = ops.convert_to_tensor(y_pred)
     y_true = ops.cast(ops.convert_to_tensor(y_true), y_pred.dtype)
     if label_smoothing:
-        n = float(y_pred.shape[-1])
+        n = float(y_pred.shape[-1])  # Keras 3.15 smooths over the last axis's size whatever `axis` is
         y_true = ops.add(ops.multiply(y_true, 1.0 - label_smoothing), label_smoothing / n)
     if from_logits:
-        logp = ops.subtract(y_pred, ops.logsumexp(y_pred, axis=-1, keepdims=True))
+        logp = ops.subtract(y_pred, ops.logsumexp(y_pred, axis=axis, keepdims=True))
     else:
-        probs = ops.divide(y_pred, ops.sum(y_pred, axis=-1, keepdims=True))
+        probs = ops.divide(y_pred, ops.sum(y_pred, axis=axis, keepdims=True))
         logp = ops.log(_probs_clip(probs))
-    return ops.negative(ops.sum(ops.multiply(y_true, logp), axis=-1))
+    return ops.negative(ops.sum(ops.multiply(y_true, logp), axis=axis))
 
 
 def _binary_ce(y_true: Any, y_pred: Any, from_logits: bool = False, label_smoothing: float = 0.0,
@@ -278,9 +283,9 @@ def _mae(y_true: Any, y_pred: Any) -> Tensor:
 SparseCategoricalCrossentropy.call = lambda self, y_true, y_pred: _sparse_ce(y_true, y_pred, self.from_logits,
                                                                             self.ignore_class)
 CategoricalCrossentropy.call = lambda self, y_true, y_pred: _categorical_ce(y_true, y_pred, self.from_logits,
-                                                                            self.label_smoothing)
+                                                                            self.label_smoothing, self.axis)
 BinaryCrossentropy.call = lambda self, y_true, y_pred: _binary_ce(y_true, y_pred, self.from_logits,
-                                                                  self.label_smoothing)
+                                                                  self.label_smoothing, self.axis)
 MeanSquaredError.call = lambda self, y_true, y_pred: _mse(y_true, y_pred)
 KLDivergence.call = lambda self, y_true, y_pred: _kl_divergence(y_true, y_pred)
 

@@ -31,8 +31,6 @@ class CategoricalCrossentropy(_Wrapper):
 
     def __init__(self, name: str = "categorical_crossentropy", dtype: Any = None, from_logits: bool = False,
                  label_smoothing: float = 0, axis: int = -1) -> None:
-        if axis != -1:
-            raise NotImplementedError("CategoricalCrossentropy metric: only axis=-1 is supported")
         super().__init__(name=name, dtype=dtype, from_logits=bool(from_logits), label_smoothing=label_smoothing,
                          axis=axis)
 
