@@ -21,6 +21,16 @@ from test_metrics_keras import _args, _data
 pytestmark = pytest.mark.gpu
 
 
+def _loss_and_grad(loss, yt, yp, w, to):
+    t = ops.convert_to_tensor(to(yp))
+    with GradientTape() as tape:
+        tape.watch(t)
+        value = loss(to(yt), t, sample_weight=to(w))
+        total = ops.sum(value)
+    (grad,) = tape.gradient(total, [t])
+    return value, grad
+
+
 @pytest.mark.parametrize("case", LOSS_CASES, ids=[c[0] for c in LOSS_CASES])
 def test_loss_on_device_matches_numpy(case):
     label, cls, ckw, _, _, key = case
@@ -28,21 +38,16 @@ def test_loss_on_device_matches_numpy(case):
     yt, yp, w = data[key + "/t"], data[key + "/p"], data[key + "/w"]
     for red in ("sum_over_batch_size", "sum", "none"):
         loss = getattr(losses, cls)(reduction=red, **_kw(ckw))
-        want = np.asarray(loss(yt, yp, sample_weight=w), np.float64)
-        t = ops.convert_to_tensor(dev(yp))
-        with GradientTape() as tape:
-            tape.watch(t)
-            got = loss(dev(yt), t, sample_weight=dev(w))
-            total = ops.sum(got)
-        (grad,) = tape.gradient(total, [t])
-        assert dnnbind.backend.is_device_array(got.data), label
-        np.testing.assert_allclose(host(got.data), want, rtol=1e-4, atol=1e-5, err_msg=f"{label} {red}")
-        ref = ops.convert_to_tensor(yp)
-        with GradientTape() as tape:
-            tape.watch(ref)
-            ref_total = ops.sum(loss(yt, ref, sample_weight=w))
-        (ref_grad,) = tape.gradient(ref_total, [ref])
-        np.testing.assert_allclose(host(grad.data), np.asarray(ref_grad, np.float64), rtol=1e-4, atol=1e-5,
+        dnnbind.backend.set_default_device("cpu")  # the NumPy reference: constants (eye, full) on the host too
+        try:
+            want, want_grad = _loss_and_grad(loss, yt, yp, w, np.asarray)
+        finally:
+            dnnbind.backend.set_default_device(None)
+        got, grad = _loss_and_grad(loss, yt, yp, w, dev)
+        assert dnnbind.backend.is_device_array(got.data) and dnnbind.backend.is_device_array(grad.data), label
+        np.testing.assert_allclose(host(got.data), np.asarray(want, np.float64), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{label} {red}")
+        np.testing.assert_allclose(host(grad.data), np.asarray(want_grad, np.float64), rtol=1e-4, atol=1e-5,
                                    err_msg=f"{label} {red} gradient")
 
 
@@ -52,13 +57,19 @@ def test_metric_on_device_matches_numpy(case):
     d = _data()
     yt, yp, w = d[key + "/t"], d[key + "/p"], d[key + "/w"]
     results = []
-    for to in (np.asarray, dev):
-        m = getattr(metrics, cls)(**kw)
-        m.update_state(*_args(cls, to(yt[:3]), to(yp[:3])), sample_weight=to(w[:3]))
-        m.update_state(*_args(cls, to(yt[3:]), to(yp[3:])), sample_weight=to(w[3:]))
-        r = m.result()
-        results.append(host(r.data) if dnnbind.backend.is_device_array(getattr(r, "data", None))
-                       else np.asarray(r, np.float64))
+    for device, to in (("cpu", np.asarray), ("cuda:0", dev)):
+        # the metric's variables live on the default device: the NumPy reference runs with the CPU as default
+        dnnbind.backend.set_default_device(device)
+        try:
+            m = getattr(metrics, cls)(**kw)
+            m.update_state(*_args(cls, to(yt[:3]), to(yp[:3])), sample_weight=to(w[:3]))
+            m.update_state(*_args(cls, to(yt[3:]), to(yp[3:])), sample_weight=to(w[3:]))
+            r = m.result()
+            on_device = dnnbind.backend.is_device_array(getattr(r, "data", None))
+            assert on_device == (device != "cpu"), label
+            results.append(host(r.data) if on_device else np.asarray(r, np.float64))
+        finally:
+            dnnbind.backend.set_default_device(None)
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6, err_msg=label)
 
 
