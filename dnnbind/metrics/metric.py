@@ -92,7 +92,8 @@ class Metric:
                      name: "str | None" = None) -> Any:
         """A state variable of the metric (Keras 3's ``Metric.add_variable``), on the default device."""
         v = Variable(initializer, shape=tuple(shape) if shape is not None else (), dtype=dtype or "float32",
-                     trainable=False, name=name or f"{self.name}_variable_{len(self._variables)}")
+                     trainable=False, aggregation=aggregation,
+                     name=name or f"{self.name}_variable_{len(self._variables)}")
         self._variables.append(v)
         self._initial.append(np.asarray(v.numpy()))
         return v
