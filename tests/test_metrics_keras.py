@@ -67,6 +67,7 @@ CASES = [
     ("auc", "AUC", {"num_thresholds": 20}, "bin"),
     ("precision", "Precision", {"thresholds": [0.3, 0.6]}, "bin"),
     ("sum", "Sum", {}, "signed"),
+    ("mean", "Mean", {}, "signed"),
 ]
 
 #: (label, function name, kwargs, data key)
@@ -100,7 +101,7 @@ def data(key):
 for label, cls, kw, key in cases:
     yt, yp, w = data(key)
     m = getattr(keras.metrics, cls)(**kw)
-    args = (lambda a, b: (b,)) if cls == "Sum" else (lambda a, b: (a, b))
+    args = (lambda a, b: (b,)) if cls in ("Sum", "Mean") else (lambda a, b: (a, b))
     m.update_state(*args(yt[:3], yp[:3]), sample_weight=w[:3])
     m.update_state(*args(yt[3:], yp[3:]), sample_weight=w[3:])
     out[label + "/weighted"] = np.asarray(m.result())
@@ -140,7 +141,7 @@ def ref(monkeypatch_module=None):
 
 
 def _args(cls, a, b):
-    return (b,) if cls == "Sum" else (a, b)
+    return (b,) if cls in ("Sum", "Mean") else (a, b)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -162,7 +163,7 @@ def test_metric_matches_keras(case, ref):
 #: classes whose get_config dnnbind writes as before this change (no dtype key): compared without it
 _OLD = {"BinaryAccuracy", "CategoricalAccuracy", "SparseCategoricalAccuracy", "TopKCategoricalAccuracy",
         "SparseTopKCategoricalAccuracy", "Accuracy", "MeanSquaredError", "MeanAbsoluteError", "KLDivergence",
-        "AUC", "Precision"}
+        "AUC", "Precision", "Mean"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -222,6 +223,11 @@ def test_weighted_count_stays_on_the_device():
     np.testing.assert_allclose(float(m.result()), (4 * 0.5 * 1 + 2 * 4.0) / (2.0 + 2.0))
     m.reset_state()
     assert float(m.result()) == 0.0
+    mean = metrics.Mean()  # per-sample values count their samples; a 0-d value (the trainer's loss) its weight
+    mean.update_state(np.ones((2, 3), np.float32))
+    mean.update_state(np.zeros((6, 3), np.float32))
+    mean.update_state(np.float32(5.0), 2)
+    np.testing.assert_allclose(float(mean.result()), (2 + 10) / 10)
 
 
 def test_compile_weighted_metrics_and_names():

@@ -243,12 +243,15 @@ def _float_labels(y_true: Any) -> bool:
 class Mean(Metric):
     """Weighted running mean of values (the model uses it for the loss: value = batch mean loss)."""
 
-    def update_state(self, value: Any, sample_weight: Any = 1.0) -> None:  # type: ignore[override]
-        """A number (the trainer's batch loss, counted ``sample_weight`` times, a host number), or per-sample
-        values with per-sample weights (an array: Keras's weighted mean, counted on the device)."""
-        if isinstance(sample_weight, (int, float, np.integer, np.floating)) and tuple(np.shape(_raw(value))) == ():
-            self._add(value, value, float(sample_weight))
-            self._count += float(sample_weight)
+    def update_state(self, value: Any, sample_weight: Any = None) -> None:  # type: ignore[override]
+        """A 0-d value (the trainer's batch loss) counted ``sample_weight`` times (a host number, default 1),
+        or per-sample values, unweighted or with per-sample weights (Keras's ``Mean``; weights are counted
+        on the device)."""
+        scalar_weight = sample_weight is None or isinstance(sample_weight, (int, float, np.integer, np.floating))
+        if scalar_weight and tuple(np.shape(_raw(value))) == ():
+            weight = 1.0 if sample_weight is None else float(sample_weight)
+            self._add(value, value, weight)
+            self._count += weight
         else:
             self._weighted_update(value, sample_weight)
 
