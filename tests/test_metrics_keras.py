@@ -286,3 +286,18 @@ def test_weighted_metrics_survive_a_keras_file(tmp_path):
     assert sorted(got) == sorted(want) and "weighted_accuracy" in got
     for key in want:
         np.testing.assert_allclose(got[key], want[key], rtol=1e-6, err_msg=key)
+
+
+def test_a_vector_result_is_logged_as_an_array():
+    """``F1Score(average=None)`` gives one score per class: the logs keep the array (Keras 3's pythonify_logs)."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 16)]
+    model = dnnbind.Sequential([dnnbind.Input((4,)), dnnbind.layers.Dense(3, activation="softmax")])
+    model.compile("sgd", "categorical_crossentropy", metrics=["f1_score"])
+    model.fit(x, y, epochs=1, verbose=0)
+    logs = model.evaluate(x, y, verbose=0, return_dict=True)
+    reference = metrics.F1Score()
+    reference.update_state(y, model.predict(x, verbose=0))
+    assert np.shape(logs["f1_score"]) == (3,)
+    np.testing.assert_allclose(logs["f1_score"], np.asarray(reference.result()), rtol=1e-6)

@@ -60,12 +60,16 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
 
-def _as_float(value: Any) -> float:
-    """A log value (a tensor, a raw 0-d array, a number) as a Python float (a host read)."""
+def _as_float(value: Any) -> Any:
+    """A log value (a tensor, a raw array, a number) as a Python float (a host read); a result of several
+    values (``F1Score(average=None)``, ``Precision(thresholds=[...])``) stays a NumPy array, as Keras 3's
+    ``pythonify_logs`` leaves what ``float`` cannot take."""
     if isinstance(value, Tensor):
         value = value.data
     if backend.is_device_array(value):
         value = backend.to_numpy(value)
+    if np.size(value) > 1:
+        return np.array(value)
     return float(np.asarray(value).reshape(-1)[0]) if np.size(value) else 0.0
 
 
