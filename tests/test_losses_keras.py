@@ -213,3 +213,17 @@ def test_compile_fit_by_name():
     model = dnnbind.Sequential([dnnbind.Input((4,)), dnnbind.layers.Dense(2, activation="softplus")])
     model.compile("sgd", loss="poisson")
     assert np.isfinite(model.fit(x, np.abs(y), epochs=1, verbose=0).history["loss"]).all()
+
+
+def test_every_package_is_installed():
+    """pyproject's explicit package list names every package (dnnbind.losses and dnnbind.metrics are folders
+    now): a normal ``pip install`` copies only those."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "dnnbind").rglob("__init__.py")
+             if "layers" not in p.relative_to(root).parts}
+    found |= {"dnnbind." + ".".join(p.parent.relative_to(root).parts) for p in (root / "layers").rglob("__init__.py")}
+    assert found - listed == set()
