@@ -49,7 +49,7 @@ _OPTIMIZER_KERAS_ONLY: dict[str, Any] = {
     "clipnorm": None, "global_clipnorm": None, "clipvalue": None, "use_ema": False, "ema_momentum": _ANY,
     "ema_overwrite_frequency": _ANY, "loss_scale_factor": None, "gradient_accumulation_steps": None,
 }
-_LOSS_KERAS_ONLY: dict[str, Any] = {"reduction": "sum_over_batch_size", "dtype": None}
+_LOSS_KERAS_ONLY: dict[str, Any] = {"dtype": None}  # every reduction is dnnbind's too
 # config keys that hold a whole layer (Bidirectional's and TimeDistributed's layer, an RNN's cell)
 _NESTED_LAYER_KEYS = ("layer", "backward_layer", "cell")
 
@@ -244,12 +244,15 @@ def compile_config_to_keras(compile_config: dict | None) -> dict | None:
         loss = {name: one_loss(entry) for name, entry in loss.items()}
     else:
         loss = one_loss(loss)
-    metrics = compile_config.get("metrics")
-    metrics = ({name: metric_list(group) for name, group in metrics.items()} if isinstance(metrics, dict)
-               else metric_list(metrics))
+    def metric_groups(metrics: Any) -> Any:
+        return ({name: metric_list(group) for name, group in metrics.items()} if isinstance(metrics, dict)
+                else metric_list(metrics)) or None
+
     return {"optimizer": _keras_object("keras.optimizers", opt["class_name"], opt_config),
-            "loss": loss, "loss_weights": compile_config.get("loss_weights"), "metrics": metrics or None,
-            "weighted_metrics": None, "run_eagerly": False, "steps_per_execution": 1, "jit_compile": False}
+            "loss": loss, "loss_weights": compile_config.get("loss_weights"),
+            "metrics": metric_groups(compile_config.get("metrics")),
+            "weighted_metrics": metric_groups(compile_config.get("weighted_metrics")), "run_eagerly": False,
+            "steps_per_execution": 1, "jit_compile": False}
 
 
 # ----- Keras -> dnnbind -----------------------------------------------------------------------------
@@ -445,14 +448,13 @@ def _takes_call_kwargs(class_name: str, kwargs: dict) -> bool:
 
 
 def compile_config_from_keras(compile_config: Any) -> dict | None:
-    """dnnbind's compile arguments (``{"optimizer", "loss", "metrics"}`` as dnnbind identifiers) for a Keras
+    """dnnbind's compile arguments (``{"optimizer", "loss", "metrics", "loss_weights", "weighted_metrics"}`` as
+    dnnbind identifiers) for a Keras
     ``compile_config``; ValueError when dnnbind cannot reproduce it."""
     if not compile_config:
         return None
     if not isinstance(compile_config, dict):
         raise ValueError(f"compile_config must be a dict, got {type(compile_config).__name__}")
-    if compile_config.get("weighted_metrics") is not None:
-        raise ValueError("compile_config: weighted_metrics is not supported by dnnbind")
     loss_weights = compile_config.get("loss_weights")
     if loss_weights is not None and not isinstance(loss_weights, (int, float, list, dict)):
         raise ValueError(f"compile_config: loss_weights must be a number, list or dict, got {str(loss_weights)[:200]}")
@@ -496,10 +498,13 @@ def compile_config_from_keras(compile_config: Any) -> dict | None:
                 for name, entry in loss.items()}
     else:
         loss = one_loss(loss, "compile_config: loss")
-    metrics = compile_config.get("metrics") or []
-    if isinstance(metrics, dict):
-        out_metrics: Any = {name: metric_list(group or [], f"compile_config: metrics['{name}']")
-                            for name, group in metrics.items()}
-    else:
-        out_metrics = metric_list(metrics, "compile_config: metrics")
-    return {"optimizer": optimizer, "loss": loss, "metrics": out_metrics, "loss_weights": loss_weights}
+    def metric_groups(key: str) -> Any:
+        metrics = compile_config.get(key) or []
+        if isinstance(metrics, dict):
+            return {name: metric_list(group or [], f"compile_config: {key}['{name}']")
+                    for name, group in metrics.items()}
+        return metric_list(metrics, f"compile_config: {key}")
+
+    weighted = metric_groups("weighted_metrics")
+    return {"optimizer": optimizer, "loss": loss, "metrics": metric_groups("metrics"), "loss_weights": loss_weights,
+            "weighted_metrics": weighted or None}

@@ -786,6 +786,34 @@ def test_evaluate_on_two_loopback_ranks_is_global(monkeypatch):
         np.testing.assert_allclose(results[0][key], expected[key], rtol=1e-5)
 
 
+def test_evaluate_on_two_loopback_ranks_reduces_weighted_and_variable_metrics(monkeypatch):
+    """Weighted metrics (device weight counts) and metrics with state variables (MeanIoU's confusion matrix)
+    are global too."""
+    x, y = _data(40)
+    w = np.random.default_rng(4).uniform(0.2, 2.0, size=40).astype(np.float32)
+
+    def model():
+        m = _model()
+        m.compile("sgd", "sparse_categorical_crossentropy",
+                  metrics=[keras.metrics.MeanIoU(num_classes=3, sparse_y_pred=False)],
+                  weighted_metrics=["accuracy", "sparse_categorical_crossentropy"])
+        return m
+
+    reference = model()
+    expected = reference.evaluate(x, y, sample_weight=w, batch_size=8, verbose=0, return_dict=True)
+    weights = reference.get_weights()
+
+    def rank_eval(rank, dist):
+        m = model()
+        m.set_weights(weights)
+        return m.evaluate(x, y, sample_weight=w, batch_size=8, verbose=0, return_dict=True)
+
+    results, _ = _run_ranks(2, rank_eval, monkeypatch)
+    assert results[0] == results[1] and "mean_io_u" in expected and "sparse_categorical_crossentropy" in expected
+    for key in expected:
+        np.testing.assert_allclose(results[0][key], expected[key], rtol=1e-5, err_msg=key)
+
+
 def test_a_failing_rank_reports_before_raising():
     class Reporting(LoopbackCommunicator):
         reported: list = []

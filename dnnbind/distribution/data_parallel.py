@@ -378,12 +378,17 @@ class Replica:
 
     # ----- epoch ends -------------------------------------------------------------------------
     def reduce_metrics(self, metrics: Sequence[Any]) -> None:
-        """Sum every metric's device total and host count over the ranks, so ``result()`` is global."""
+        """Sum every metric's device total, weighted count, state variables and host count over the ranks, so
+        ``result()`` is global."""
         targets = []
         for m in metrics:
             impl = getattr(m, "_impl", None)
             targets.append(impl if impl is not None else m)
         totals = [t._total for t in targets if t._total is not None]
+        # a weighted update's device count, and the metrics' state variables of aggregation "sum" (Keras's
+        # default: confusion counts, AUC, IoU, F-scores, R2, Sum, a user's totals)
+        totals += [t._weight_count for t in targets if getattr(t, "_weight_count", None) is not None]
+        totals += [v.value for t in targets for v in getattr(t, "_variables", ()) if v.aggregation == "sum"]
         if totals:
             self.comm.all_reduce(totals, "sum")
         counts = self.comm.all_reduce_host(np.array([float(t._count) for t in targets], np.float64))

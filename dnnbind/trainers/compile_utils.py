@@ -117,9 +117,13 @@ def _serialize_metrics(metrics: Any, spec: list[list], objects: list[list], name
 
 
 def resolve(optimizer: Any, loss: Any, metrics: Any, loss_weights: Any, names: list[str],
-            owner: str) -> CompileArguments:
+            owner: str, weighted_metrics: Any = None) -> CompileArguments:
     """Every argument of ``compile`` resolved for a model with outputs ``names`` (see
-    ``Trainer.compile``); raises before anything is set on the model."""
+    ``Trainer.compile``); raises before anything is set on the model.
+
+    ``weighted_metrics`` (as ``metrics``) are metric objects marked ``_weighted`` (the steps give them the
+    batch's sample weights), after the plain ones in each output's list; one whose name a plain metric
+    already has is renamed ``weighted_<name>``, as Keras 3."""
     multi = len(names) > 1
     loss_list = [None] * len(names) if loss is None else per_output(loss, names, "loss", owner, allow_none=True)
     no_loss = all(entry is None for entry in loss_list)
@@ -127,10 +131,27 @@ def resolve(optimizer: Any, loss: Any, metrics: Any, loss_weights: Any, names: l
                                                                          owner, allow_none=True)
     weights = [1.0 if w is None else float(_validate.number(w, "loss_weights", owner, low=0.0)) for w in weights]
     spec = metric_spec(metrics, names, owner)
+    if weighted_metrics is not None and not isinstance(weighted_metrics, (list, tuple, dict)):
+        raise TypeError(f"{owner}: Expected `weighted_metrics` argument to be a list, tuple, or dict. Received "
+                        f"instead: weighted_metrics={weighted_metrics!r} of type {type(weighted_metrics)}")
+    weighted_spec = metric_spec(weighted_metrics, names, owner) if weighted_metrics else [[] for _ in names]
     optimizer = optimizers_module.get(optimizer)
     resolved = [NoLoss() if no_loss else None if entry is None else losses_module.get(entry)
                 for entry in loss_list]
     output_metrics = [[_metric(m) for m in group] for group in spec]
+    plain_counts = [len(group) for group in output_metrics]
+    for group, wgroup in zip(output_metrics, weighted_spec):
+        taken = {m.name for m in group}
+        for identifier in wgroup:
+            m = _metric(identifier)
+            if any(m is other for other in group):  # the same object in both lists: a second one for the weights
+                m = (metrics_module.MeanMetricWrapper(m._fn, name=m.name, **m._fn_kwargs)
+                     if type(m) is metrics_module.MeanMetricWrapper else metrics_module.get(metrics_module.serialize(m)))
+            m._weighted = True
+            if m.name in taken:
+                m.name = f"weighted_{m.name}"
+            taken.add(m.name)
+            group.append(m)
     if multi:
         # one object per output: a metric instance given once is copied for the other outputs
         seen: set = set()
@@ -149,7 +170,9 @@ def resolve(optimizer: Any, loss: Any, metrics: Any, loss_weights: Any, names: l
     config = {
         "optimizer": optimizers_module.serialize(optimizer),
         "loss": _serialize_losses(loss, resolved, names),
-        "metrics": _serialize_metrics(metrics, spec, output_metrics, names),
+        "metrics": _serialize_metrics(metrics, spec, [g[:n] for g, n in zip(output_metrics, plain_counts)], names),
+        "weighted_metrics": None if not weighted_metrics else _serialize_metrics(
+            weighted_metrics, weighted_spec, [g[n:] for g, n in zip(output_metrics, plain_counts)], names),
         "loss_weights": loss_weights if loss_weights is None or isinstance(loss_weights, (dict, list))
         else float(loss_weights),
     }
@@ -166,14 +189,19 @@ def compile_arguments(config: dict) -> dict:
     loss = ({k: None if v is None else losses_module.get(v) for k, v in loss.items()} if keyed
             else [None if v is None else losses_module.get(v) for v in loss] if isinstance(loss, list)
             else losses_module.get(loss))
-    metrics = config.get("metrics") or []
-    metrics = ({k: [metrics_module.compile_metric(m) for m in v] for k, v in metrics.items()}
-               if isinstance(metrics, dict) else [metrics_module.compile_metric(m) for m in metrics])
-    if isinstance(metrics, dict):
-        # saved names carry the output prefix; compile adds it again
-        for key, group in metrics.items():
+    def read_metrics(metrics: Any, weighted: bool) -> Any:
+        metrics = ({k: [metrics_module.compile_metric(m) for m in v] for k, v in metrics.items()}
+                   if isinstance(metrics, dict) else [metrics_module.compile_metric(m) for m in metrics])
+        for key, group in (metrics.items() if isinstance(metrics, dict) else [(None, metrics)]):
             for m in group:
-                if m.name.startswith(f"{key}_"):
+                if key is not None and m.name.startswith(f"{key}_"):  # saved names carry the output prefix
                     m.name = m.name[len(key) + 1:]
+                if weighted and m.name.startswith("weighted_"):  # and the weighted_ compile gave them
+                    m.name = m.name[len("weighted_"):]
+        return metrics
+
+    metrics = read_metrics(config.get("metrics") or [], False)
+    weighted = config.get("weighted_metrics")
     return {"optimizer": optimizers_module.get(config["optimizer"]), "loss": loss, "metrics": metrics,
-            "loss_weights": config.get("loss_weights")}
+            "loss_weights": config.get("loss_weights"),
+            "weighted_metrics": None if not weighted else read_metrics(weighted, True)}

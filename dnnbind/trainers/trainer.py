@@ -60,12 +60,16 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
 
-def _as_float(value: Any) -> float:
-    """A log value (a tensor, a raw 0-d array, a number) as a Python float (a host read)."""
+def _as_float(value: Any) -> Any:
+    """A log value (a tensor, a raw array, a number) as a Python float (a host read); a result of several
+    values (``F1Score(average=None)``, ``Precision(thresholds=[...])``) stays a NumPy array, as Keras 3's
+    ``pythonify_logs`` leaves what ``float`` cannot take."""
     if isinstance(value, Tensor):
         value = value.data
     if backend.is_device_array(value):
         value = backend.to_numpy(value)
+    if np.size(value) > 1:
+        return np.array(value)
     return float(np.asarray(value).reshape(-1)[0]) if np.size(value) else 0.0
 
 
@@ -126,7 +130,9 @@ class Trainer:
         dict keyed by output name (None: that output has no loss); ``loss_weights`` likewise (floats,
         default 1); the total loss is the weighted sum. ``metrics`` is a list applied to every output,
         a list of lists (one per output) or a dict by output name; their logs are named
-        ``<output>_<metric>``, and each output's loss ``<output>_loss``.
+        ``<output>_<metric>``, and each output's loss ``<output>_loss``. ``weighted_metrics`` (the same
+        forms) are updated with the batch's ``sample_weight`` (Keras 3); one whose name a plain metric
+        already has is logged as ``weighted_<name>``.
 
         ``jit_compile`` (Keras's argument): on CUDA, ``"auto"`` (default) or ``True`` run the train,
         test and predict steps as CUDA graphs (the first step of each batch shape runs eagerly, the
@@ -143,11 +149,9 @@ class Trainer:
         run_eagerly = _validate.boolean(run_eagerly, "run_eagerly", owner)
         _validate.positive_int(steps_per_execution, "steps_per_execution", owner)
         auto_scale_loss = _validate.boolean(auto_scale_loss, "auto_scale_loss", owner)
-        if weighted_metrics is not None:
-            raise NotImplementedError("compile: weighted_metrics is not supported")
         self._guess_output_structure(loss)
         names = list(self.output_names)
-        args = compile_utils.resolve(optimizer, loss, metrics, loss_weights, names, owner)
+        args = compile_utils.resolve(optimizer, loss, metrics, loss_weights, names, owner, weighted_metrics)
         policy = global_policy()
         loss_scale = LossScale(self.device) if (auto_scale_loss and policy.needs_loss_scaling
                                                 and self.device.is_cuda) else None
@@ -403,7 +407,7 @@ class Trainer:
 
         ``ys``: the targets of the outputs with a loss, then, for a weighted batch, one ``(N,)``
         float32 sample-weight array per such output (:func:`.feeds.step_targets`). The loss tracker is
-        weighted by the batch size (Keras 3); metrics are not weighted."""
+        weighted by the batch size (Keras 3); metrics are not weighted, the ``weighted_metrics`` are."""
         fused = self._fused_outputs()
         outs = self._run_forward(xs, training=training, logits=fused)
         n = int(xs[0].shape[0])
@@ -438,8 +442,17 @@ class Trainer:
             weight = self._loss_weights[i]
             weighted = value if weight == 1.0 else ops.multiply(value, weight)
             total = weighted if total is None else ops.add(total, weighted)
+            probs = None
             for m in self._output_metrics[i]:
-                self._update_metric(m, y, out32)
+                if fused[i] and getattr(m, "label_kind", None) not in ("sparse", "categorical") and not (
+                        isinstance(m, metrics_module._AutoAccuracy)):
+                    # the output holds the logits of a fused softmax: a metric other than an arg-max accuracy
+                    # reads the probabilities (computed once, off the tape)
+                    if probs is None:
+                        probs = ops.softmax(Tensor(out32.data), axis=-1)
+                    self._update_metric(m, y, probs, sw)
+                else:
+                    self._update_metric(m, y, out32, sw)
         extra = self.losses if self._may_have_losses() else ()
         if extra:
             more = extra[0] if len(extra) == 1 else ops.sum(ops.stack([ops.cast(e, _F32) for e in extra]))
@@ -481,13 +494,16 @@ class Trainer:
         return regularized, holders
 
     @staticmethod
-    def _update_metric(m: Any, y: Any, out: Tensor) -> None:
-        """dnnbind's own metrics accumulate raw arrays with kernels; a user's metric gets tensors."""
-        if type(m).update_state.__module__ == metrics_module.__name__:
-            m.update_state(y, out.data)
+    def _update_metric(m: Any, y: Any, out: Tensor, sample_weight: Any = None) -> None:
+        """dnnbind's own metrics accumulate raw arrays with kernels; a user's metric gets tensors. A metric of
+        ``weighted_metrics`` gets the batch's sample weights too (when there are any)."""
+        weights = {"sample_weight": sample_weight} if sample_weight is not None and getattr(m, "_weighted", False) \
+            else {}
+        if type(m).update_state.__module__.startswith(metrics_module.__name__):
+            m.update_state(y, out.data, **weights)
         else:
             m.update_state(y if not isinstance(y, np.ndarray) and not backend.is_device_array(y)
-                           else Tensor(y), out)
+                           else Tensor(y), out, **weights)
 
     def _trainable_slots(self) -> list:
         """``(layer, weight)`` of every trainable weight, in parameter (model) order (kept while the model's
@@ -721,8 +737,9 @@ class Trainer:
             if i < len(outs) and i < len(targets):
                 out = outs[i] if isinstance(outs[i], Tensor) else ops.convert_to_tensor(outs[i])
                 y_i = targets[i].data if isinstance(targets[i], Tensor) else targets[i]
+                w_i = sample_weight[i] if isinstance(sample_weight, (list, tuple)) else sample_weight
                 for m in group:
-                    self._update_metric(m, y_i, out)
+                    self._update_metric(m, y_i, out, w_i)
         return self.get_metrics_result()
 
     def get_metrics_result(self) -> dict:
@@ -794,7 +811,7 @@ class Trainer:
         into per-sample weights from the labels (cannot be combined with ``sample_weight``). A
         weighted loss is ``sum_i w_i l_i / batch_size`` (Keras 3's ``sum_over_batch_size``: divided
         by the batch size, not by the sum of the weights); the logged ``loss`` is that value averaged
-        over batches; ``metrics`` are not weighted (Keras 3 weights only ``weighted_metrics``).
+        over batches; ``metrics`` are not weighted, ``weighted_metrics`` are (Keras 3).
 
         ``validation_data``: ``(x_val, y_val)``, ``(x_val, y_val, sample_weight_val)``, a generator or
         a PyDataset, read ``validation_steps`` batches per validation (None: all).

@@ -1,4 +1,5 @@
-"""Metrics with Keras 3 names, accumulated on the device.
+"""The Metric base and dnnbind's device-accumulated metrics (Keras 3's ``keras/src/metrics/metric.py``,
+``reduction_metrics.py`` and the accuracies and confusion counts that have kernels).
 
 A metric keeps a running total in a 0-d float32 array on the predictions' device (updated in
 place by ``kernels.axpy``) and a host-side sample count (known without asking the device). Nothing
@@ -14,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _validate, backend, kernels
-from . import losses as _losses
-from . import ops as _ops
-from .autodiff.tensor import Tensor
-from .autodiff.variable import Variable
+from .. import _validate, backend, kernels
+from ..losses import core as _losses
+from ..losses import loss as _loss_base
+from .. import ops as _ops
+from ..autodiff.tensor import Tensor
+from ..autodiff.variable import Variable
+from . import accuracy as _acc
 
 __all__ = [
     "Metric",
@@ -42,8 +45,7 @@ __all__ = [
     "KLDivergence",
     "kl_divergence",
     "AUC",
-    "get",
-    "known_names",
+    "Sum",
 ]
 
 _F32 = np.dtype(np.float32)
@@ -80,6 +82,7 @@ class Metric:
         self._count_wanted = False
         self._one = None
         self._device = None
+        self._weight_count = None  # the weights a weighted update counted, on the device (0-d float32)
         self._dtype = dtype
         self._variables: list = []
         self._initial: list = []
@@ -89,7 +92,8 @@ class Metric:
                      name: "str | None" = None) -> Any:
         """A state variable of the metric (Keras 3's ``Metric.add_variable``), on the default device."""
         v = Variable(initializer, shape=tuple(shape) if shape is not None else (), dtype=dtype or "float32",
-                     trainable=False, name=name or f"{self.name}_variable_{len(self._variables)}")
+                     trainable=False, aggregation=aggregation,
+                     name=name or f"{self.name}_variable_{len(self._variables)}")
         self._variables.append(v)
         self._initial.append(np.asarray(v.numpy()))
         return v
@@ -133,6 +137,7 @@ class Metric:
             self._total = backend.asarray(np.zeros((), _F32), device=dev)
             self._device = dev
             self._count_dev = None
+            self._weight_count = None
             if self._count_wanted and backend.is_device_array(self._total):
                 self._make_device_count(dev)
         return self._total
@@ -147,9 +152,52 @@ class Metric:
             value = value.reshape()
         kernels.axpy(float(weight), value, acc)
 
+    def _add_weighted(self, values_sum: Any, weights_sum: Any) -> None:
+        """total += ``values_sum`` and the weighted count += ``weights_sum`` (0-d arrays), both on the device:
+        the count of a weighted update is never read back to the host."""
+        values_sum, weights_sum = _raw(values_sum), _raw(weights_sum)
+        self._add(values_sum, values_sum)
+        if self._weight_count is None:
+            self._weight_count = backend.asarray(np.zeros((), _F32), device=backend.device_of(self._total))
+        if weights_sum.dtype != _F32:
+            weights_sum = kernels.cast(weights_sum, _F32)
+        kernels.axpy(1.0, weights_sum.reshape(()) if tuple(weights_sum.shape) != () else weights_sum,
+                     self._weight_count)
+
+    def _weighted_update(self, values: Any, sample_weight: Any) -> None:
+        """Keras 3's ``Mean.update_state`` of per-sample ``values`` (``reduce_to_samplewise_values``): the values
+        reduced to one mean per sample (over the axes past the weights' rank, then past the batch axis); with
+        weights, the total gains ``sum(per-sample mean of values * weights)`` and the (device) count the
+        per-sample means of the weights, else the count gains the number of samples."""
+        mask = getattr(values, "_keras_mask", None)  # e.g. an ignore_class cross-entropy's
+        values = _ops.cast(_ops.convert_to_tensor(values), "float32")
+        if sample_weight is None:  # Keras applies the values' mask to weights only
+            if values.ndim > 1:
+                values = _ops.mean(values, axis=tuple(range(1, values.ndim)))
+            self._add(_ops.sum(values), values)
+            self._count += float(values.shape[0]) if values.ndim >= 1 else 1.0
+            return
+        w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
+        if mask is not None:
+            m = _ops.cast(mask, "float32")
+            m, w = _loss_base.squeeze_or_expand_to_same_rank(m, w)
+            w = _ops.multiply(w, m)
+        values, w = _loss_base.squeeze_or_expand_to_same_rank(values, w)
+        if values.ndim > w.ndim:
+            values = _ops.mean(values, axis=tuple(range(w.ndim, values.ndim)))
+        w = _ops.broadcast_to(w, tuple(values.shape))
+        values = values * w
+        if w.ndim > 1:
+            w = _ops.mean(w, axis=tuple(range(1, w.ndim)))
+        if values.ndim > 1:
+            values = _ops.mean(values, axis=tuple(range(1, values.ndim)))
+        self._add_weighted(_ops.sum(values), _ops.sum(w))
+
     def reset_state(self) -> None:
         if self._total is not None:
             kernels.fill(self._total, 0.0)
+        if self._weight_count is not None:
+            kernels.fill(self._weight_count, 0.0)
         if self._count_dev is not None:
             kernels.fill(self._count_dev, 0.0)
         self._host_count = 0.0
@@ -159,8 +207,17 @@ class Metric:
     def result(self) -> Any:
         """The metric so far: a 0-d float32 tensor, computed on the device (no host read until one is asked
         for: ``float(m.result())``)."""
+        if self._weight_count is not None:  # weighted updates: total / (weights + unweighted samples)
+            from .. import ops
+
+            count = Tensor(self._weight_count)
+            if self._count_dev is not None:
+                count = ops.add(count, Tensor(self._count_dev))
+            elif self._count:
+                count = ops.add(count, float(self._count))
+            return ops.divide_no_nan(Tensor(self._total), count)
         if self._count_dev is not None:  # total / count on the device (0 while the count is 0)
-            from . import ops
+            from .. import ops
 
             return ops.divide_no_nan(Tensor(self._total), Tensor(self._count_dev))
         if self._count == 0 or self._total is None:
@@ -177,12 +234,26 @@ class Metric:
         return f"<{type(self).__name__} name={self.name}>"
 
 
+def _float_labels(y_true: Any) -> bool:
+    """Integer class labels given as floats (Keras takes them): the kernels read float labels as one-hot, so
+    these take the function path."""
+    return getattr(y_true, "dtype", None) is not None and np.dtype(y_true.dtype).kind == "f"
+
+
 class Mean(Metric):
     """Weighted running mean of values (the model uses it for the loss: value = batch mean loss)."""
 
-    def update_state(self, value: Any, sample_weight: float = 1.0) -> None:  # type: ignore[override]
-        self._add(value, value, sample_weight)
-        self._count += float(sample_weight)
+    def update_state(self, value: Any, sample_weight: Any = None) -> None:  # type: ignore[override]
+        """A 0-d value (the trainer's batch loss) counted ``sample_weight`` times (a host number, default 1),
+        or per-sample values, unweighted or with per-sample weights (Keras's ``Mean``; weights are counted
+        on the device)."""
+        scalar_weight = sample_weight is None or isinstance(sample_weight, (int, float, np.integer, np.floating))
+        if scalar_weight and tuple(np.shape(_raw(value))) == ():
+            weight = 1.0 if sample_weight is None else float(sample_weight)
+            self._add(value, value, weight)
+            self._count += weight
+        else:
+            self._weighted_update(value, sample_weight)
 
 
 class SparseCategoricalAccuracy(Metric):
@@ -190,7 +261,9 @@ class SparseCategoricalAccuracy(Metric):
 
     label_kind = "sparse"
 
-    def update_state(self, y_true, y_pred):
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None or _float_labels(y_true):
+            return self._weighted_update(_acc.sparse_categorical_accuracy(y_true, y_pred), sample_weight)
         self._add(kernels.accuracy_count(y_pred, y_true), y_pred)
         self._count += int(y_pred.shape[0])
 
@@ -200,7 +273,9 @@ class CategoricalAccuracy(Metric):
 
     label_kind = "categorical"
 
-    def update_state(self, y_true, y_pred):
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:
+            return self._weighted_update(_acc.categorical_accuracy(y_true, y_pred), sample_weight)
         self._add(kernels.accuracy_count(y_pred, y_true), y_pred)
         self._count += int(y_pred.shape[0])
 
@@ -210,8 +285,8 @@ class BinaryAccuracy(Metric):
 
     label_kind = "binary"
 
-    def __init__(self, name: str | None = None, threshold: float = 0.5) -> None:
-        super().__init__(name)
+    def __init__(self, name: str | None = None, dtype: Any = None, threshold: float = 0.5) -> None:
+        super().__init__(name, dtype)
         self.threshold = float(threshold)
 
     def _two_column(self, v: Any, threshold: float) -> Any:
@@ -227,7 +302,9 @@ class BinaryAccuracy(Metric):
             consts = self._consts[key] = (w, b)
         return kernels.dense_forward(v, consts[0], consts[1])
 
-    def update_state(self, y_true, y_pred):
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:
+            return self._weighted_update(_acc.binary_accuracy(y_true, y_pred, self.threshold), sample_weight)
         m = int(np.prod(y_pred.shape))
         if y_true.dtype != y_pred.dtype:
             y_true = kernels.cast(y_true, y_pred.dtype)
@@ -245,11 +322,13 @@ class TopKCategoricalAccuracy(Metric):
 
     label_kind = "categorical"
 
-    def __init__(self, k: int = 5, name: str | None = None) -> None:
-        super().__init__(name)
+    def __init__(self, k: int = 5, name: str | None = None, dtype: Any = None) -> None:
+        super().__init__(name, dtype)
         self.k = int(k)
 
-    def update_state(self, y_true, y_pred):
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:
+            return self._weighted_update(_acc.top_k_categorical_accuracy(y_true, y_pred, self.k), sample_weight)
         self._add(kernels.top_k_count(y_pred, y_true, self.k), y_pred)
         self._count += int(y_pred.shape[0])
 
@@ -262,7 +341,14 @@ class SparseTopKCategoricalAccuracy(TopKCategoricalAccuracy):
 
     label_kind = "sparse"
 
-    def update_state(self, y_true, y_pred):
+    def __init__(self, k: int = 5, name: str | None = None, dtype: Any = None, from_sorted_ids: bool = False) -> None:
+        super().__init__(k, name, dtype)
+        self.from_sorted_ids = bool(from_sorted_ids)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None or self.from_sorted_ids or _float_labels(y_true):
+            return self._weighted_update(_acc.sparse_top_k_categorical_accuracy(
+                y_true, y_pred, self.k, self.from_sorted_ids), sample_weight)
         self._add(kernels.top_k_count(y_pred, y_true, self.k), y_pred)
         self._count += int(y_pred.shape[0])
 
@@ -287,29 +373,19 @@ class MeanMetricWrapper(Metric):
         self._fn_kwargs = dict(kwargs)
 
     def update_state(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> None:
-        """Keras 3's ``Mean`` of ``reduce_to_samplewise_values``: the values reduced to one mean per sample
-        (over the axes past the weights' rank, then past the batch axis); with weights, the total gains
-        ``sum(per-sample mean of values * weights)`` and the count the per-sample means of the weights,
-        else the count gains the number of samples."""
+        """The function's values averaged as Keras 3's ``Mean`` (:meth:`Metric._weighted_update`)."""
         y_true = y_true if isinstance(y_true, Tensor) else _ops.convert_to_tensor(y_true)
         y_pred = y_pred if isinstance(y_pred, Tensor) else _ops.convert_to_tensor(y_pred)
-        values = _ops.cast(_ops.convert_to_tensor(self._fn(y_true, y_pred, **self._fn_kwargs)), "float32")
-        if sample_weight is not None:
-            w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
-            values, w = _losses.squeeze_or_expand_to_same_rank(values, w)
-            if values.ndim > w.ndim:
-                values = _ops.mean(values, axis=tuple(range(w.ndim, values.ndim)))
-            w = _ops.broadcast_to(w, tuple(values.shape))
-            values = values * w
-            if w.ndim > 1:
-                w = _ops.mean(w, axis=tuple(range(1, w.ndim)))
-            count = float(np.sum(_ops.convert_to_numpy(w)))
-        else:
-            count = float(values.shape[0]) if values.ndim >= 1 else 1.0
-        if values.ndim > 1:
-            values = _ops.mean(values, axis=tuple(range(1, values.ndim)))
-        self._add(_ops.sum(values), values)
-        self._count += count
+        mask = y_pred._keras_mask  # Keras: the predictions' mask weights the samples
+        if mask is not None:
+            m = _ops.cast(mask, "float32")
+            if sample_weight is None:
+                sample_weight = m
+            else:
+                m, w = _loss_base.squeeze_or_expand_to_same_rank(m, _ops.cast(_ops.convert_to_tensor(sample_weight),
+                                                                             "float32"))
+                sample_weight = _ops.multiply(w, m)
+        self._weighted_update(self._fn(y_true, y_pred, **self._fn_kwargs), sample_weight)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -345,13 +421,7 @@ class KLDivergence(MeanMetricWrapper):
         super().__init__(name=name, dtype=dtype)
 
 
-def accuracy(y_true: Any, y_pred: Any) -> Tensor:
-    """``keras.metrics.accuracy``: 1.0 where ``y_true == y_pred`` (``y_true`` cast to ``y_pred``'s dtype), else
-    0.0, elementwise, after Keras 3's ``squeeze_or_expand_to_same_rank``."""
-    y_pred = _ops.convert_to_tensor(y_pred)
-    y_true = _ops.cast(_ops.convert_to_tensor(y_true), y_pred.dtype)
-    y_true, y_pred = _losses.squeeze_or_expand_to_same_rank(y_true, y_pred)
-    return _ops.cast(_ops.equal(y_true, y_pred), "float32")
+accuracy = _acc.accuracy
 
 
 class Accuracy(_MeanMetricWrapper):
@@ -389,10 +459,13 @@ class _AutoAccuracy(Metric):
         self._impl = impl
         return impl
 
-    def update_state(self, y_true, y_pred):
+    def update_state(self, y_true, y_pred, sample_weight=None):
         if self._impl is None:
             self.resolve(tuple(y_true.shape[1:]), tuple(y_pred.shape[1:]))
-        self._impl.update_state(y_true, y_pred)
+        if sample_weight is None:
+            self._impl.update_state(y_true, y_pred)
+        else:
+            self._impl.update_state(y_true, y_pred, sample_weight=sample_weight)
 
     def result(self):
         return super().result() if self._impl is None else self._impl.result()
@@ -598,28 +671,9 @@ for _cls in (Mean, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccurac
     if "update_state" in _cls.__dict__:
         _cls.update_state = _takes_tensors(_cls.__dict__["update_state"])
 
-_BY_NAME: dict[str, type] = {
-    "accuracy": Accuracy,
-    "sparse_categorical_accuracy": SparseCategoricalAccuracy,
-    "categorical_accuracy": CategoricalAccuracy,
-    "binary_accuracy": BinaryAccuracy,
-    "top_k_categorical_accuracy": TopKCategoricalAccuracy,
-    "sparse_top_k_categorical_accuracy": SparseTopKCategoricalAccuracy,
-    "true_positives": TruePositives,
-    "false_positives": FalsePositives,
-    "true_negatives": TrueNegatives,
-    "false_negatives": FalseNegatives,
-    "precision": Precision,
-    "recall": Recall,
-    "mean_squared_error": MeanSquaredError,
-    "mean_absolute_error": MeanAbsoluteError,
-    "kl_divergence": KLDivergence,
-    "auc": AUC,
-}
-_ALIASES = {"acc": "accuracy", "mse": "mean_squared_error", "mae": "mean_absolute_error", "kld": "kl_divergence"}
-kl_divergence = _losses.kl_divergence
-_CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
-_CLASS_TO_NAME["Mean"] = "mean"
+
+#: class name -> registered name, filled by the package (``Metric(name=None)`` takes it)
+_CLASS_TO_NAME: dict = {"Mean": "mean"}
 
 
 def _snake(name: str) -> str:
@@ -627,44 +681,29 @@ def _snake(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
-def known_names() -> list[str]:
-    return sorted([*_BY_NAME, *_ALIASES])
+kl_divergence = _losses.kl_divergence
 
 
-def compile_metric(identifier: Any) -> Metric:
-    """A metric for ``compile``: as :func:`get`, except that the strings ``"accuracy"`` and ``"acc"`` give the
-    accuracy that picks binary, categorical or sparse from the shapes (Keras 3's ``compile_utils``), named
-    as given."""
-    if isinstance(identifier, str) and identifier.strip().lower() in ("accuracy", "acc"):
-        return _AutoAccuracy(name=identifier.strip())
-    return get(identifier)
+class Sum(Metric):
+    """The (weighted) sum of values (Keras 3's ``keras.metrics.Sum``): per-sample values are summed over their
+    trailing axes, times ``sample_weight``, into one device variable."""
 
+    def __init__(self, name: str = "sum", dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.total = self.add_variable((), "zeros", dtype="float32", name="total")
 
-def get(identifier: Any) -> Metric:
-    """A metric from a name (``"accuracy"``: :class:`Accuracy`, exact equality, as Keras 3's
-    ``metrics.get``; ``"acc"``, ``"top_k_categorical_accuracy"``...), a config dict, a class or an
-    instance. ``"acc"`` keeps the name ``"acc"`` in logs, as Keras. ``compile`` reads its metrics with
-    :func:`compile_metric`."""
-    if isinstance(identifier, Metric):
-        return identifier
-    if isinstance(identifier, type) and issubclass(identifier, Metric):
-        return identifier()
-    if isinstance(identifier, str):
-        key = identifier.strip()
-        name = _CLASS_TO_NAME.get(key) or _ALIASES.get(key.lower(), key.lower())
-        if name not in _BY_NAME:
-            raise ValueError(f"unknown metric {identifier!r}; known metrics: {', '.join(known_names())}")
-        cls = _BY_NAME[name]
-        return cls(name=key) if key.lower() in _ALIASES else cls()
-    if isinstance(identifier, dict):
-        if identifier.get("class_name") == "_AutoAccuracy":  # compile's "accuracy", copied per output
-            return _AutoAccuracy(**identifier.get("config", {}))
-        name = _CLASS_TO_NAME.get(identifier.get("class_name"))
-        if name is None:
-            raise ValueError(f"unknown metric class {identifier.get('class_name')!r}")
-        return _BY_NAME[name](**identifier.get("config", {}))
-    raise TypeError(f"cannot interpret {identifier!r} as a metric; use a name such as 'accuracy'")
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:  # type: ignore[override]
+        values = _ops.cast(_ops.convert_to_tensor(values), "float32")
+        if sample_weight is not None:
+            w = _ops.cast(_ops.convert_to_tensor(sample_weight), "float32")
+            values, w = _loss_base.squeeze_or_expand_to_same_rank(values, w)
+            if values.ndim > w.ndim:
+                values = _ops.sum(values, axis=tuple(range(w.ndim, values.ndim)))
+            values = values * _ops.broadcast_to(w, tuple(values.shape))
+        self.total.assign_add(_ops.sum(values))
 
+    def result(self) -> Any:
+        return _ops.convert_to_tensor(self.total)
 
-def serialize(metric: Metric) -> dict:
-    return {"class_name": type(metric).__name__, "config": metric.get_config()}
+    def get_config(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype}
