@@ -432,7 +432,9 @@ def _config_of(path):
     (lambda c: c["layers"][1].update(class_name="ConvLSTM2D"),
      r"layers\[1\]: Keras layer 'ConvLSTM2D' is not supported by dnnbind"),
     (lambda c: c["layers"][1].update(module="my_package", registered_name="Custom>Dense"),
-     r"layers\[1\]: 'Dense' \(module 'my_package', registered_name 'Custom>Dense'\) is a custom object"),
+     r"layers\[1\]: 'Dense' \(module 'my_package', registered_name 'Custom>Dense'\) is a custom layer that is "
+     r"not registered: decorate its class with @keras.saving.register_keras_serializable\(\), or load with "
+     r"custom_objects=\{'Custom>Dense': Dense\}"),
     (lambda c: c["layers"][1]["config"].update(dtype={"module": "keras", "class_name": "DTypePolicy",
                                                       "config": {"name": "int8_from_float32"}}),
      r"Dense 'd'\): dtype policy 'int8_from_float32' is not supported"),

@@ -26,12 +26,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import _validate, backend
+from .. import _keras_objects, _validate, backend
 from .. import quantizers as Q
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
 from ..backend import Device
-from ..layers.base import Layer, _snake_case, is_symbolic, structure_version, unique_name
+from ..layers.base import Layer, _snake_case, deserialize, is_symbolic, structure_version, unique_name
 from ..layers.core import _QuantizableMixin, check_calibration
 from ..layers.graph import InputLayer, KerasTensor
 from ..trainers.precision import LossScale
@@ -39,6 +39,26 @@ from ..trainers.trainer import Trainer
 from . import _summary
 
 __all__ = ["Model"]
+
+
+def deserialize_layer(entry: dict, custom_objects: "dict | None" = None) -> Layer:
+    """A layer from a model config's entry ``{"class_name", "config"[, "registered_name"]}``: the user's class
+    when the ``CustomObjectScope``, the registry (``register_keras_serializable``) or ``custom_objects``
+    knows its registered or class name, else dnnbind's own."""
+    user_class = _keras_objects.find_custom_class(entry["class_name"], entry.get("registered_name"), custom_objects)
+    if user_class is not None:
+        if not (isinstance(user_class, type) and issubclass(user_class, Layer)):
+            raise TypeError(f"layer '{entry['class_name']}': the custom object registered for it is "
+                            f"{user_class!r}, not a Layer class")
+        return user_class.from_config(entry["config"])
+    try:
+        return deserialize(entry)
+    except ValueError:
+        # dnnbind's own files name a user's class by its class name only: a registered class of that name
+        for obj in list(_keras_objects._scope_objects().values()) + list(_keras_objects.GLOBAL_CUSTOM_OBJECTS.values()):
+            if isinstance(obj, type) and issubclass(obj, Layer) and obj.__name__ == entry["class_name"]:
+                return obj.from_config(entry["config"])
+        raise
 
 
 def _is_functional_call(args: tuple, kwargs: dict) -> bool:
