@@ -34,9 +34,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _validate, backend, kernels
+from . import _keras_objects, _validate, backend, kernels
+from .kernels import numeric as _numeric
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "get", "serialize", "schedules"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Lion", "Lamb",
+           "Ftrl", "get", "serialize", "deserialize", "schedules", "legacy"]
 
 
 # ----- learning-rate schedules (keras.optimizers.schedules) ------------------------------------
@@ -588,7 +590,361 @@ class RMSprop(Optimizer):
                 "centered": self.centered}
 
 
-_BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+# ----- optimizers written in the numeric engine ----------------------------------------------------
+class _Rules:
+    """Element-wise steps of an update rule on one parameter's arrays, through :mod:`dnnbind.kernels.numeric`
+    (NumPy arrays or device arrays; on the device each step is one NVRTC kernel on the current stream, never
+    a host read, so a captured training step replays them). Every result has the parameter's dtype."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
+
+    def add(self, a, b):
+        return _numeric.binary("add", a, b, dtype=self.dtype)
+
+    def sub(self, a, b):
+        return _numeric.binary("subtract", a, b, dtype=self.dtype)
+
+    def mul(self, a, b):
+        return _numeric.binary("multiply", a, b, dtype=self.dtype)
+
+    def div(self, a, b):
+        return _numeric.binary("divide", a, b, dtype=self.dtype)
+
+    def pow(self, a, b):
+        return _numeric.binary("power", a, b, dtype=self.dtype)
+
+    def maximum(self, a, b):
+        return _numeric.binary("maximum", a, b, dtype=self.dtype)
+
+    def greater(self, a, b):
+        return _numeric.binary("greater", a, b)
+
+    def sqrt(self, x):
+        return _numeric.unary("sqrt", x, dtype=self.dtype)
+
+    def square(self, x):
+        return _numeric.unary("square", x, dtype=self.dtype)
+
+    def abs(self, x):
+        return _numeric.unary("abs", x, dtype=self.dtype)
+
+    def sign(self, x):
+        return _numeric.unary("sign", x, dtype=self.dtype)
+
+    def clip(self, x, low: float, high: float):
+        return _numeric.unary("clip", x, p0=low, p1=high, dtype=self.dtype)
+
+    def where(self, condition, a, b):
+        return _numeric.where(condition, a, b, dtype=self.dtype)
+
+    def sum(self, x):
+        return _numeric.reduce("sum", x, dtype=self.dtype)
+
+    def isfinite(self, x):
+        return _numeric.unary("isfinite", x)
+
+
+class _ComposedOptimizer(Optimizer):
+    """Base of the optimizers whose update is written in :mod:`dnnbind.kernels.numeric` (Adagrad, Adadelta,
+    Adamax, Nadam, Lion, Ftrl, Lamb, Adafactor) rather than one fused kernel: per parameter, the gradient is
+    cast to the parameter's dtype, divided by the loss scale, clipped (Keras 3's ``clipnorm`` /
+    ``global_clipnorm`` / ``clipvalue``, norms reduced on the device), the decoupled weight decay applied,
+    then :meth:`_rule` computes the new parameter and slots, which are written in place; with a ``skip``
+    flag every write is ``where(skip, old, new)``, so a skipped step changes nothing and the flag is never
+    read on the host. The learning rate and the 1-based step count are the base's 0-d device arrays.
+
+    A subclass sets ``_slot_names`` (and ``_slot_init`` for slots that do not start at zero) and writes
+    ``_rule(r, p, g, slots, lr, step) -> (new_p, {slot: new value})`` with ``r`` a :class:`_Rules`; it may
+    override ``_before_rules`` for per-step state shared by all parameters (Nadam's ``u_product``)."""
+
+    _slot_init: dict = {}
+
+    def build(self, params: Sequence[Any]) -> None:
+        super().build(params)
+        for slots in self._slots:
+            for name, value in self._slot_init.items():
+                if name in slots:
+                    _numeric.binary("add", slots[name], float(value(self)), dtype=slots[name].dtype,
+                                    out=slots[name])
+
+    def _grads(self, params, grads, grad_scale) -> list:
+        out = []
+        for p, g in zip(params, grads):
+            r = _Rules(p.dtype)
+            g = r.mul(g, 1.0) if g.dtype != p.dtype else g
+            if grad_scale is not None:
+                g = r.div(g, grad_scale)
+            out.append(g)
+        if self._clipnorm is not None:  # each tensor to at most clipnorm: g * c / max(||g||, c)
+            c = self._clipnorm
+            clipped = []
+            for g in out:
+                r = _Rules(g.dtype)
+                clipped.append(r.mul(g, r.div(c, r.maximum(r.sqrt(r.sum(r.square(g))), c))))
+            out = clipped
+        elif self._global_clipnorm is not None:
+            c = self._global_clipnorm
+            r = _Rules(np.dtype(np.float64) if any(g.dtype == np.float64 for g in out) else np.dtype(np.float32))
+            total = None
+            for g in out:
+                part = r.sum(r.square(g))
+                total = part if total is None else r.add(total, part)
+            norm = r.sqrt(total)
+            # a non-finite global norm poisons every gradient (Keras's clip_by_global_norm)
+            factor = r.where(r.isfinite(norm), r.div(c, r.maximum(norm, c)), float("nan"))
+            out = [_Rules(g.dtype).mul(g, factor) for g in out]
+        elif self._clipvalue is not None:
+            v = self._clipvalue
+            out = [_Rules(g.dtype).clip(g, -v, v) for g in out]
+        return out
+
+    @staticmethod
+    def _write(target, value, skip) -> None:
+        if skip is None:
+            _numeric.binary("add", value, 0.0, dtype=target.dtype, out=target)
+        else:
+            _numeric.where(skip, target, value, dtype=target.dtype, out=target)
+
+    def _before_rules(self, skip) -> None:
+        """Per-step state shared by the parameters, updated before them (under ``skip``)."""
+
+    def _update(self, params, grads, *, grad_scale, skip):
+        if skip is not None and not hasattr(skip, "shape"):
+            if int(skip):
+                return
+            skip = None
+        grads = self._grads(params, grads, grad_scale)
+        self._before_rules(skip)
+        lr, step, wd = self._lr_array, self._step_array, self._wd()
+        for p, g, slots in zip(params, grads, self._slots):
+            r = _Rules(p.dtype)
+            base = r.sub(p, r.mul(r.mul(p, lr), wd)) if wd else p
+            new_p, new_slots = self._rule(r, base, g, slots, lr, step)
+            for name, value in new_slots.items():
+                self._write(slots[name], value, skip)
+            self._write(p, new_p, skip)
+
+    def _rule(self, r: _Rules, p, g, slots: dict, lr, step) -> tuple:
+        raise NotImplementedError
+
+
+def _beta(owner: str, name: str, value: Any, *, low_open: bool = False, high_open: bool = True) -> float:
+    return _validate.number(value, name, owner, low=0.0, high=1.0, low_open=low_open, high_open=high_open)
+
+
+class Adagrad(_ComposedOptimizer):
+    """Keras 3 Adagrad: ``acc += g^2; p -= lr * g / sqrt(acc + epsilon)`` (``acc`` starts at
+    ``initial_accumulator_value``)."""
+
+    _slot_names = ("accumulator",)
+    _slot_init = {"accumulator": lambda self: self.initial_accumulator_value}
+
+    def __init__(self, learning_rate=0.001, initial_accumulator_value: float = 0.1, epsilon: float = 1e-7,
+                 weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        self.initial_accumulator_value = _validate.number(initial_accumulator_value, "initial_accumulator_value",
+                                                          "Adagrad", low=0.0)
+        self.epsilon = _validate.number(epsilon, "epsilon", "Adagrad", low=0.0)
+
+    def _rule(self, r, p, g, slots, lr, step):
+        acc = r.add(slots["accumulator"], r.square(g))
+        return r.sub(p, r.div(r.mul(g, lr), r.sqrt(r.add(acc, self.epsilon)))), {"accumulator": acc}
+
+    def get_config(self):
+        return {**super().get_config(), "initial_accumulator_value": self.initial_accumulator_value,
+                "epsilon": self.epsilon}
+
+
+class Adadelta(_ComposedOptimizer):
+    """Keras 3 Adadelta: ``Eg = rho Eg + (1-rho) g^2``, ``d = -sqrt(Ed + eps) g / sqrt(Eg + eps)``,
+    ``Ed = rho Ed + (1-rho) d^2``, ``p += lr * d``."""
+
+    _slot_names = ("accumulated_grad", "accumulated_delta_var")
+
+    def __init__(self, learning_rate=0.001, rho: float = 0.95, epsilon: float = 1e-7,
+                 weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        self.rho = _beta("Adadelta", "rho", rho, high_open=False)
+        self.epsilon = _validate.number(epsilon, "epsilon", "Adadelta", low=0.0)
+
+    def _rule(self, r, p, g, slots, lr, step):
+        rho, eps = self.rho, self.epsilon
+        acc_g = r.add(r.mul(slots["accumulated_grad"], rho), r.mul(r.square(g), 1 - rho))
+        delta = r.div(r.mul(r.sqrt(r.add(slots["accumulated_delta_var"], eps)), g), r.sqrt(r.add(acc_g, eps)))
+        acc_d = r.add(r.mul(slots["accumulated_delta_var"], rho), r.mul(r.square(delta), 1 - rho))
+        return r.sub(p, r.mul(delta, lr)), {"accumulated_grad": acc_g, "accumulated_delta_var": acc_d}
+
+    def get_config(self):
+        return {**super().get_config(), "rho": self.rho, "epsilon": self.epsilon}
+
+
+class _TwoBetas(_ComposedOptimizer):
+    def __init__(self, learning_rate=0.001, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
+                 weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        owner = type(self).__name__
+        self.beta_1, self.beta_2 = _beta(owner, "beta_1", beta_1), _beta(owner, "beta_2", beta_2)
+        self.epsilon = _validate.number(epsilon, "epsilon", owner, low=0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+class Adamax(_TwoBetas):
+    """Keras 3 Adamax: ``m += (g - m)(1 - b1)``, ``u = max(b2 u, |g|)``, ``p -= lr m / ((1 - b1^t)(u + eps))``."""
+
+    _slot_names = ("momentum", "norm")
+
+    def _rule(self, r, p, g, slots, lr, step):
+        m = r.add(slots["momentum"], r.mul(r.sub(g, slots["momentum"]), 1 - self.beta_1))
+        u = r.maximum(r.mul(slots["norm"], self.beta_2), r.abs(g))
+        correction = r.sub(1.0, r.pow(self.beta_1, step))
+        return r.sub(p, r.div(r.mul(m, lr), r.mul(r.add(u, self.epsilon), correction))), {"momentum": m, "norm": u}
+
+
+class Nadam(_TwoBetas):
+    """Keras 3 Nadam (Dozat's momentum schedule ``u_t = b1 (1 - 0.5 * 0.96^t)``; ``u_product`` is the running
+    product of the ``u_t``, one 0-d array on the parameters' device)."""
+
+    _slot_names = ("momentum", "velocity")
+
+    def build(self, params: Sequence[Any]) -> None:
+        super().build(params)
+        dtype = params[0].dtype if params else np.float32
+        self._u_product = backend.asarray(np.array(1.0, dtype), device=self._device)
+
+    def _u(self, r, step, offset: int):
+        return r.mul(r.sub(1.0, r.mul(r.pow(0.96, r.add(step, float(offset))), 0.5)), self.beta_1)
+
+    def _before_rules(self, skip) -> None:
+        r = _Rules(self._u_product.dtype)
+        self._write(self._u_product, r.mul(self._u_product, self._u(r, self._step_array, 0)), skip)
+
+    def _rule(self, r, p, g, slots, lr, step):
+        b1, b2 = self.beta_1, self.beta_2
+        u_t, u_t_1 = self._u(r, step, 0), self._u(r, step, 1)
+        u_product_t = r.mul(self._u_product, 1.0)
+        u_product_t_1 = r.mul(u_product_t, u_t_1)
+        m = r.add(slots["momentum"], r.mul(r.sub(g, slots["momentum"]), 1 - b1))
+        v = r.add(slots["velocity"], r.mul(r.sub(r.square(g), slots["velocity"]), 1 - b2))
+        m_hat = r.add(r.div(r.mul(m, u_t_1), r.sub(1.0, u_product_t_1)),
+                      r.div(r.mul(g, r.sub(1.0, u_t)), r.sub(1.0, u_product_t)))
+        v_hat = r.div(v, r.sub(1.0, r.pow(b2, step)))
+        return r.sub(p, r.div(r.mul(m_hat, lr), r.add(r.sqrt(v_hat), self.epsilon))), {"momentum": m, "velocity": v}
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        state = super().get_state()
+        if self.built:
+            state["u_product"] = backend.to_numpy(self._u_product)
+        return state
+
+    def set_state(self, state: dict[str, np.ndarray], params: Sequence[Any]) -> None:
+        super().set_state(state, params)
+        if "u_product" in state:
+            value = np.asarray(state["u_product"]).astype(self._u_product.dtype).reshape(())
+            self._u_product = backend.asarray(value, device=self._device)
+
+    def to(self, device) -> None:
+        if self.built:
+            u = backend.to_numpy(self._u_product)
+        super().to(device)
+        if self.built:
+            self._u_product = backend.asarray(u, device=self._device)
+
+
+class Lion(_ComposedOptimizer):
+    """Keras 3 Lion: ``p -= lr sign(b1 m + (1 - b1) g)``, then ``m = b2 m + (1 - b2) g``."""
+
+    _slot_names = ("momentum",)
+
+    def __init__(self, learning_rate=0.001, beta_1: float = 0.9, beta_2: float = 0.99,
+                 weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        if not 0.0 < float(beta_1) <= 1.0:
+            raise ValueError(f"Argument `beta_1` must be in the [0, 1] range. Otherwise, the optimizer degenerates "
+                             f"to SignSGD. Received: beta_1={beta_1}.")
+        self.beta_1, self.beta_2 = float(beta_1), _beta("Lion", "beta_2", beta_2, high_open=False)
+
+    def _rule(self, r, p, g, slots, lr, step):
+        m = slots["momentum"]
+        direction = r.sign(r.add(r.mul(m, self.beta_1), r.mul(g, 1.0 - self.beta_1)))
+        new_m = r.add(r.mul(m, self.beta_2), r.mul(g, 1.0 - self.beta_2))
+        return r.sub(p, r.mul(direction, lr)), {"momentum": new_m}
+
+    def get_config(self):
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2}
+
+
+class Lamb(_TwoBetas):
+    """Keras 3 Lamb: Adam's bias-corrected ``m / (sqrt(v) + eps)`` scaled by the trust ratio
+    ``||p|| / ||update||`` (1 where either norm is 0)."""
+
+    _slot_names = ("momentum", "velocity")
+
+    def _rule(self, r, p, g, slots, lr, step):
+        m = r.add(slots["momentum"], r.mul(r.sub(g, slots["momentum"]), 1 - self.beta_1))
+        v = r.add(slots["velocity"], r.mul(r.sub(r.square(g), slots["velocity"]), 1 - self.beta_2))
+        m_hat = r.div(m, r.sub(1.0, r.pow(self.beta_1, step)))
+        v_sqrt = r.add(r.sqrt(r.div(v, r.sub(1.0, r.pow(self.beta_2, step)))), self.epsilon)
+        update = r.div(m_hat, v_sqrt)
+        w_norm, g_norm = r.sqrt(r.sum(r.square(p))), r.sqrt(r.sum(r.square(update)))
+        ratio = r.where(r.greater(w_norm, 0.0), r.where(r.greater(g_norm, 0.0), r.div(w_norm, g_norm), 1.0), 1.0)
+        return r.sub(p, r.mul(r.mul(update, ratio), lr)), {"momentum": m, "velocity": v}
+
+
+class Ftrl(_ComposedOptimizer):
+    """Keras 3 FTRL-proximal (McMahan et al.), with its L1, L2 and L2-shrinkage strengths and ``beta``."""
+
+    _slot_names = ("accumulator", "linear")
+    _slot_init = {"accumulator": lambda self: self.initial_accumulator_value}
+
+    def __init__(self, learning_rate=0.001, learning_rate_power: float = -0.5, initial_accumulator_value: float = 0.1,
+                 l1_regularization_strength: float = 0.0, l2_regularization_strength: float = 0.0,
+                 l2_shrinkage_regularization_strength: float = 0.0, beta: float = 0.0,
+                 weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        checks = (("initial_accumulator_value", initial_accumulator_value, "a non-negative"),
+                  ("l1_regularization_strength", l1_regularization_strength, "a non-negative"),
+                  ("l2_regularization_strength", l2_regularization_strength, "a non-negative"),
+                  ("l2_shrinkage_regularization_strength", l2_shrinkage_regularization_strength, "a non-negative"))
+        for label, value, what in checks:
+            if float(value) < 0.0:
+                raise ValueError(f"`{label}` needs to be {what} float. Received: {label}={value}.")
+        if float(learning_rate_power) > 0.0:
+            raise ValueError(f"`learning_rate_power` needs to be negative or zero. Received: "
+                             f"learning_rate_power={learning_rate_power}.")
+        self.learning_rate_power = float(learning_rate_power)
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.l1_regularization_strength = float(l1_regularization_strength)
+        self.l2_regularization_strength = float(l2_regularization_strength)
+        self.l2_shrinkage_regularization_strength = float(l2_shrinkage_regularization_strength)
+        self.beta = float(beta)
+
+    def _rule(self, r, p, g, slots, lr, step):
+        power = -self.learning_rate_power
+        l2_reg = r.add(r.div(self.beta, r.mul(lr, 2.0)), self.l2_regularization_strength)
+        grad = r.add(g, r.mul(p, 2 * self.l2_shrinkage_regularization_strength))
+        accum = slots["accumulator"]
+        new_accum = r.add(accum, r.square(g))
+        linear = r.add(slots["linear"], r.sub(grad, r.mul(r.div(r.sub(r.pow(new_accum, power), r.pow(accum, power)),
+                                                                lr), p)))
+        quadratic = r.add(r.div(r.pow(new_accum, power), lr), r.mul(l2_reg, 2.0))
+        l1 = self.l1_regularization_strength
+        new_p = r.div(r.sub(r.clip(linear, -l1, l1), linear), quadratic)
+        return new_p, {"accumulator": new_accum, "linear": linear}
+
+    def get_config(self):
+        return {**super().get_config(), "learning_rate_power": self.learning_rate_power,
+                "initial_accumulator_value": self.initial_accumulator_value,
+                "l1_regularization_strength": self.l1_regularization_strength,
+                "l2_regularization_strength": self.l2_regularization_strength,
+                "l2_shrinkage_regularization_strength": self.l2_shrinkage_regularization_strength,
+                "beta": self.beta}
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad, "adadelta": Adadelta,
+            "adamax": Adamax, "nadam": Nadam, "lion": Lion, "lamb": Lamb, "ftrl": Ftrl}
 # the updates that hand their gradients straight to the fused ops (see _reads_compute_grads)
 _FUSED_UPDATES = frozenset([SGD._update, Adam._update, RMSprop._update])
 
@@ -615,3 +971,15 @@ def get(identifier: Any) -> Optimizer:
 
 def serialize(optimizer: Optimizer) -> dict:
     return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+
+
+def deserialize(config: dict, custom_objects: "dict | None" = None) -> Optimizer:
+    """An optimizer from :func:`serialize`'s dict or Keras 3's (``{"module", "class_name", "config", ...}``);
+    the user's classes through ``custom_objects`` and the registry (``register_keras_serializable``)."""
+    if not isinstance(config, dict) or not isinstance(config.get("class_name"), str):
+        raise TypeError(f"optimizers.deserialize: expected {{'class_name': str, 'config': dict}}, got "
+                        f"{str(config)[:120]}")
+    cls = _keras_objects.find_custom_class(config["class_name"], config.get("registered_name"), custom_objects)
+    if cls is not None:
+        return cls.from_config(config.get("config") or {})
+    return get(config)
