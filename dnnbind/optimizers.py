@@ -38,7 +38,7 @@ from . import _keras_objects, _validate, backend, kernels
 from .kernels import numeric as _numeric
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Lion", "Lamb",
-           "Ftrl", "get", "serialize", "deserialize", "schedules", "legacy"]
+           "Ftrl", "LossScaleOptimizer", "get", "serialize", "deserialize", "schedules", "legacy"]
 
 
 # ----- learning-rate schedules (keras.optimizers.schedules) ------------------------------------
@@ -132,6 +132,99 @@ class PiecewiseConstantDecay(LearningRateSchedule):
         return {"boundaries": self.boundaries, "values": self.values, "name": self.name}
 
 
+class PolynomialDecay(LearningRateSchedule):
+    """Keras ``PolynomialDecay``: ``(initial - end) * (1 - step / decay_steps) ** power + end``; the step stops at
+    ``decay_steps``, or with ``cycle`` the horizon grows to the next multiple of ``decay_steps``."""
+
+    def __init__(self, initial_learning_rate: float, decay_steps: int, end_learning_rate: float = 0.0001,
+                 power: float = 1.0, cycle: bool = False, name: str = "PolynomialDecay") -> None:
+        if decay_steps <= 0:
+            raise ValueError(f"Argument `decay_steps` must be > 0. Received: decay_steps={decay_steps}")
+        self.initial_learning_rate = float(initial_learning_rate)
+        self.decay_steps = decay_steps
+        self.end_learning_rate = float(end_learning_rate)
+        self.power = float(power)
+        self.cycle = bool(cycle)
+        self.name = name
+
+    def __call__(self, step):
+        step = float(step)
+        decay_steps = float(self.decay_steps)
+        if self.cycle:
+            decay_steps *= 1.0 if step == 0 else math.ceil(step / self.decay_steps)
+        else:
+            step = min(step, decay_steps)
+        p = step / decay_steps
+        return (self.initial_learning_rate - self.end_learning_rate) * (1 - p) ** self.power + self.end_learning_rate
+
+    def get_config(self):
+        return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
+                "end_learning_rate": self.end_learning_rate, "power": self.power, "cycle": self.cycle,
+                "name": self.name}
+
+
+class InverseTimeDecay(LearningRateSchedule):
+    """Keras ``InverseTimeDecay``: ``initial / (1 + decay_rate * step / decay_steps)`` (floored ratio with
+    ``staircase``)."""
+
+    def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float, staircase: bool = False,
+                 name: str = "InverseTimeDecay") -> None:
+        if decay_steps <= 0:
+            raise ValueError(f"Argument `decay_steps` must be > 0. Received: decay_steps={decay_steps}")
+        self.initial_learning_rate = float(initial_learning_rate)
+        self.decay_steps = decay_steps
+        self.decay_rate = float(decay_rate)
+        self.staircase = bool(staircase)
+        self.name = name
+
+    def __call__(self, step):
+        p = step / self.decay_steps
+        if self.staircase:
+            p = math.floor(p)
+        return self.initial_learning_rate / (1.0 + self.decay_rate * p)
+
+    def get_config(self):
+        return {"initial_learning_rate": self.initial_learning_rate, "decay_steps": self.decay_steps,
+                "decay_rate": self.decay_rate, "staircase": self.staircase, "name": self.name}
+
+
+class CosineDecayRestarts(LearningRateSchedule):
+    """Keras ``CosineDecayRestarts`` (SGDR): cosine decay to ``alpha`` over ``first_decay_steps``, restarting
+    with periods ``t_mul`` times longer and peaks ``m_mul`` times lower each time."""
+
+    def __init__(self, initial_learning_rate: float, first_decay_steps: int, t_mul: float = 2.0, m_mul: float = 1.0,
+                 alpha: float = 0.0, name: str = "SGDRDecay") -> None:
+        if first_decay_steps <= 0:
+            raise ValueError(f"Argument `first_decay_steps` must be > 0. Received: "
+                             f"first_decay_steps={first_decay_steps}")
+        self.initial_learning_rate = float(initial_learning_rate)
+        self.first_decay_steps = first_decay_steps
+        self._t_mul, self._m_mul = float(t_mul), float(m_mul)
+        self.alpha = float(alpha)
+        self.name = name
+
+    def __call__(self, step):
+        fraction = step / self.first_decay_steps
+        t_mul = self._t_mul
+        if t_mul == 1.0:
+            i_restart = math.floor(fraction)
+            fraction -= i_restart
+        else:
+            i_restart = math.floor(math.log(1.0 - fraction * (1.0 - t_mul)) / math.log(t_mul))
+            sum_r = (1.0 - t_mul ** i_restart) / (1.0 - t_mul)
+            fraction = (fraction - sum_r) / t_mul ** i_restart
+        cosine = 0.5 * self._m_mul ** i_restart * (1.0 + math.cos(math.pi * fraction))
+        return self.initial_learning_rate * ((1 - self.alpha) * cosine + self.alpha)
+
+    def get_config(self):
+        return {"initial_learning_rate": self.initial_learning_rate, "first_decay_steps": self.first_decay_steps,
+                "t_mul": self._t_mul, "m_mul": self._m_mul, "alpha": self.alpha, "name": self.name}
+
+
+_SCHEDULES = (ExponentialDecay, CosineDecay, PiecewiseConstantDecay, PolynomialDecay, InverseTimeDecay,
+              CosineDecayRestarts)
+
+
 class _SchedulesNamespace:
     """``dnnbind.optimizers.schedules.ExponentialDecay`` etc., as in Keras."""
 
@@ -139,14 +232,18 @@ class _SchedulesNamespace:
     ExponentialDecay = ExponentialDecay
     CosineDecay = CosineDecay
     PiecewiseConstantDecay = PiecewiseConstantDecay
+    PolynomialDecay = PolynomialDecay
+    InverseTimeDecay = InverseTimeDecay
+    CosineDecayRestarts = CosineDecayRestarts
 
     @staticmethod
     def serialize(schedule: LearningRateSchedule) -> dict:
         return {"class_name": type(schedule).__name__, "config": schedule.get_config()}
 
     @staticmethod
-    def deserialize(config: dict) -> LearningRateSchedule:
-        cls = {c.__name__: c for c in (ExponentialDecay, CosineDecay, PiecewiseConstantDecay)}.get(config["class_name"])
+    def deserialize(config: dict, custom_objects: "dict | None" = None) -> LearningRateSchedule:
+        cls = _keras_objects.find_custom_class(config["class_name"], config.get("registered_name"), custom_objects) \
+            or {c.__name__: c for c in _SCHEDULES}.get(config["class_name"])
         if cls is None:
             raise ValueError(f"unknown learning-rate schedule {config['class_name']!r}")
         return cls.from_config(config["config"])
@@ -943,8 +1040,168 @@ class Ftrl(_ComposedOptimizer):
                 "beta": self.beta}
 
 
+class LossScaleOptimizer(Optimizer):
+    """Keras 3's ``LossScaleOptimizer(inner_optimizer, initial_scale=2**15, dynamic_growth_steps=2000)``: dynamic
+    loss scaling around another optimizer.
+
+    In a custom training step, ``loss = optimizer.scale_loss(loss)`` multiplies the loss by the current scale;
+    the next ``apply`` divides the gradients by it, skips the update when any gradient is not finite
+    (on the device: the flag is never read on the host) and halves the scale, and doubles it after
+    ``dynamic_growth_steps`` finite steps in a row (one read of a device counter every that many steps).
+    Without a ``scale_loss`` call since the last update the gradients are taken as unscaled (dnnbind's
+    ``fit`` does not call it: under ``mixed_float16`` on a GPU it scales the loss itself and hands the
+    scaled gradients here with their scale, which passes them on to the inner optimizer).
+    ``iterations``, ``learning_rate`` and the state are the inner optimizer's."""
+
+    def __init__(self, inner_optimizer: Optimizer, initial_scale: float = 2.0**15, dynamic_growth_steps: int = 2000,
+                 name: str | None = None, **kwargs: Any) -> None:
+        if not isinstance(inner_optimizer, Optimizer):
+            raise TypeError(f"LossScaleOptimizer: inner_optimizer must be a dnnbind optimizer, got "
+                            f"{type(inner_optimizer).__name__}")
+        if isinstance(inner_optimizer, LossScaleOptimizer):
+            raise TypeError("LossScaleOptimizer: inner_optimizer is already a LossScaleOptimizer")
+        if kwargs:
+            raise TypeError(f"LossScaleOptimizer: unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
+        # no Optimizer.__init__: the state (slots, learning rate, step count) is the inner optimizer's, and
+        # every private attribute not set here is read from it (__getattr__)
+        self.name = name or "loss_scale_optimizer"
+        self.built = False
+        self.inner_optimizer = inner_optimizer
+        self.initial_scale = _validate.number(initial_scale, "initial_scale", "LossScaleOptimizer", low=0.0,
+                                              low_open=True)
+        self.dynamic_growth_steps = _validate.positive_int(dynamic_growth_steps, "dynamic_growth_steps",
+                                                           "LossScaleOptimizer")
+        self._scale = None  # a trainers.precision.LossScale, made on the parameters' device at the first update
+        self._loss_scaled = False
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self.__dict__.get("inner_optimizer")
+        if inner is None or not name.startswith("_"):
+            raise AttributeError(f"'LossScaleOptimizer' object has no attribute {name!r}")
+        return getattr(inner, name)
+
+    def _sync_lr(self, stream: Any = None) -> None:
+        self.inner_optimizer._sync_lr(stream)
+
+    def _confirm_iterations(self) -> None:
+        self.inner_optimizer._confirm_iterations()
+
+    def _slot_names_for(self, p) -> tuple[str, ...]:
+        return self.inner_optimizer._slot_names_for(p)
+
+    @property
+    def weight_decay(self):
+        return self.inner_optimizer.weight_decay
+
+    @property
+    def scale(self):
+        """The current loss scale (a 0-d array on the parameters' device; ``initial_scale`` before the first update)."""
+        return self.initial_scale if self._scale is None else self._scale.scale
+
+    dynamic_scale = scale
+
+    def _loss_scale(self, device):
+        if self._scale is None:
+            from .trainers.precision import LossScale  # (deferred: the trainers sit above the optimizers)
+            self._scale = LossScale(device, initial=self.initial_scale, growth_steps=self.dynamic_growth_steps)
+        return self._scale
+
+    def scale_loss(self, loss: Any) -> Any:
+        """``loss`` times the current scale (a Tensor stays on the tape); the next update unscales."""
+        self._loss_scaled = True
+        if self._scale is None:
+            return loss * self.initial_scale
+        from . import ops  # (deferred: ops sit above the optimizers)
+        return ops.multiply(loss, ops.convert_to_tensor(backend.to_numpy(self._scale.scale)))
+
+    def _apply_raw(self, params, grads, *, grad_scale: Any = None, skip: Any = None) -> None:
+        if grad_scale is not None or not params:  # the trainer's own loss scaling: pass it on
+            self.inner_optimizer._apply_raw(params, grads, grad_scale=grad_scale, skip=skip)
+            return
+        scale = self._loss_scale(backend.device_of(params[0]))
+        own_skip, finite = scale.check(list(grads))
+        if skip is not None:
+            own_skip = _numeric.binary("maximum", own_skip, skip if hasattr(skip, "shape") else int(skip),
+                                       dtype=np.int32)
+        self.inner_optimizer._apply_raw(params, grads, grad_scale=scale.scale if self._loss_scaled else None,
+                                        skip=own_skip)
+        scale.update(finite)
+        scale.maybe_grow()
+        self._loss_scaled = False
+
+    def build(self, params: Sequence[Any]) -> None:
+        self.inner_optimizer.build(params)
+        self.built = True
+
+    @property
+    def iterations(self) -> int:
+        return self.inner_optimizer.iterations
+
+    @iterations.setter
+    def iterations(self, value: int) -> None:
+        if hasattr(self, "inner_optimizer"):
+            self.inner_optimizer.iterations = value
+
+    @property
+    def learning_rate(self) -> float:
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value) -> None:
+        if hasattr(self, "inner_optimizer"):
+            self.inner_optimizer.learning_rate = value
+
+    def _lr_at(self, step: int) -> float:
+        return self.inner_optimizer._lr_at(step)
+
+    @property
+    def variables(self) -> list[Any]:
+        return self.inner_optimizer.variables
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        return self.inner_optimizer.get_state()
+
+    def set_state(self, state: dict[str, np.ndarray], params: Sequence[Any]) -> None:
+        self.inner_optimizer.set_state(state, params)
+
+    def to(self, device) -> None:
+        self.inner_optimizer.to(device)
+        self._scale = None
+
+    def _reads_compute_grads(self) -> bool:
+        return False
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "inner_optimizer": serialize(self.inner_optimizer),
+                "initial_scale": self.initial_scale, "dynamic_growth_steps": self.dynamic_growth_steps}
+
+    @classmethod
+    def from_config(cls, config: dict, custom_objects: "dict | None" = None) -> "LossScaleOptimizer":
+        config = dict(config)
+        inner = config.pop("inner_optimizer")
+        return cls(deserialize(inner, custom_objects) if isinstance(inner, dict) else get(inner), **config)
+
+
+class _LegacyOptimizer:
+    """``keras.optimizers.legacy.*``: Keras 3 refuses them, and so does dnnbind."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise ImportError("`keras.optimizers.legacy` is not supported in Keras 3 (nor in dnnbind): use "
+                          "dnnbind.optimizers.<Name> (SGD, Adam, RMSprop, Adagrad, Ftrl, ...) instead")
+
+
+class _LegacyNamespace:
+    """``dnnbind.optimizers.legacy``: the Keras 2 names, each refusing as Keras 3 does."""
+
+    Adagrad = Adam = Ftrl = Optimizer = RMSprop = SGD = _LegacyOptimizer
+
+
+legacy = _LegacyNamespace()
+
+
 _BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad, "adadelta": Adadelta,
-            "adamax": Adamax, "nadam": Nadam, "lion": Lion, "lamb": Lamb, "ftrl": Ftrl}
+            "adamax": Adamax, "nadam": Nadam, "lion": Lion, "lamb": Lamb, "ftrl": Ftrl,
+            "lossscaleoptimizer": LossScaleOptimizer}
 # the updates that hand their gradients straight to the fused ops (see _reads_compute_grads)
 _FUSED_UPDATES = frozenset([SGD._update, Adam._update, RMSprop._update])
 

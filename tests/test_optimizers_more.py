@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -158,10 +159,90 @@ def test_a_model_trains_with_each_new_optimizer():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 3)).astype("float32")
     y = (x @ np.array([[1.0], [-2.0], [0.5]], "float32")).astype("float32")
-    for opt in (optimizers.Adagrad(0.3), optimizers.Nadam(0.05), optimizers.Lion(0.05), optimizers.Lamb(0.05)):
+    for opt in (optimizers.Adagrad(0.3), optimizers.Nadam(0.05), optimizers.Lion(0.05), optimizers.Lamb(0.05),
+                optimizers.LossScaleOptimizer(optimizers.Adam(0.05))):
         keras.utils.set_random_seed(1)
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile(optimizer=opt, loss="mse")
         first = model.evaluate(x, y, verbose=0)
         model.fit(x, y, epochs=5, batch_size=16, verbose=0)
         assert model.evaluate(x, y, verbose=0) < 0.7 * first, type(opt).__name__
+
+
+def test_schedules_match_keras_formulas():
+    s = optimizers.schedules
+    p = s.PolynomialDecay(0.1, 10, end_learning_rate=0.01, power=2.0)
+    assert p(0) == pytest.approx(0.1) and p(5) == pytest.approx(0.09 * 0.25 + 0.01) and p(20) == pytest.approx(0.01)
+    c = s.PolynomialDecay(0.1, 10, end_learning_rate=0.0, cycle=True)
+    assert c(15) == pytest.approx(0.1 * (1 - 15 / 20)) and c(0) == pytest.approx(0.1)
+    i = s.InverseTimeDecay(1.0, 10, 0.5)
+    assert i(10) == pytest.approx(1 / 1.5) and s.InverseTimeDecay(1.0, 10, 0.5, staircase=True)(15) == pytest.approx(1 / 1.5)
+    r = s.CosineDecayRestarts(1.0, 10, t_mul=2.0, m_mul=0.5, alpha=0.1)
+    assert r(0) == pytest.approx(1.0) and r(5) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert r(10) == pytest.approx(0.1 + 0.9 * 0.5)  # the first restart: peak times m_mul
+    assert r(20) == pytest.approx(0.1 + 0.9 * 0.5 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    flat = s.CosineDecayRestarts(1.0, 4, t_mul=1.0)
+    assert flat(2) == pytest.approx(0.5) and flat(6) == pytest.approx(0.5)
+    for sched in (p, c, i, r):
+        again = s.deserialize(s.serialize(sched))
+        assert type(again) is type(sched) and again.get_config() == sched.get_config()
+    with pytest.raises(ValueError, match="decay_steps"):
+        s.PolynomialDecay(0.1, 0)
+    with pytest.raises(ValueError, match="first_decay_steps"):
+        s.CosineDecayRestarts(0.1, 0)
+
+
+_KERAS_SCHEDULES = """
+import json, keras
+s = keras.optimizers.schedules
+cases = [s.PolynomialDecay(0.1, 10, 0.01, 2.0), s.PolynomialDecay(0.1, 7, 0.0, 0.5, cycle=True),
+         s.InverseTimeDecay(0.3, 4, 0.7), s.InverseTimeDecay(0.3, 4, 0.7, staircase=True),
+         s.CosineDecayRestarts(0.2, 5, 2.0, 0.7, 0.05), s.CosineDecayRestarts(0.2, 3, 1.0, 0.9)]
+print(json.dumps([[float(c(t)) for t in range(0, 40, 3)] for c in cases]))
+"""
+
+
+def test_schedules_match_keras_numbers(tmp_path):
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("needs Keras installed (test extra)")
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_HOME", "KERAS_BACKEND")}
+    env.update(KERAS_HOME=str(tmp_path), KERAS_BACKEND="numpy")
+    proc = subprocess.run([sys.executable, "-c", _KERAS_SCHEDULES], capture_output=True, text=True, timeout=180,
+                          env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = json.loads(proc.stdout.strip().splitlines()[-1])
+    s = optimizers.schedules
+    mine = [s.PolynomialDecay(0.1, 10, 0.01, 2.0), s.PolynomialDecay(0.1, 7, 0.0, 0.5, cycle=True),
+            s.InverseTimeDecay(0.3, 4, 0.7), s.InverseTimeDecay(0.3, 4, 0.7, staircase=True),
+            s.CosineDecayRestarts(0.2, 5, 2.0, 0.7, 0.05), s.CosineDecayRestarts(0.2, 3, 1.0, 0.9)]
+    got = [[m(t) for t in range(0, 40, 3)] for m in mine]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_loss_scale_optimizer_in_a_custom_step():
+    weights, grads = _weights_and_grads()
+    inner = optimizers.SGD(0.1)
+    lso = optimizers.LossScaleOptimizer(inner, initial_scale=8.0, dynamic_growth_steps=2)
+    variables = [keras.Variable(w.astype("float32")) for w in weights]
+    reference = [w.astype("float32") for w in weights]
+    for step in grads[:3]:
+        lso.scale_loss(keras.ops.convert_to_tensor(np.float32(1.0)))
+        scale = float(keras.ops.convert_to_numpy(lso.scale))
+        lso.apply([(g * scale).astype("float32") for g in step], variables)
+        reference = [r - np.float32(0.1) * g.astype("float32") for r, g in zip(reference, step)]
+    for v, r in zip(variables, reference):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(v), r, rtol=1e-5, atol=1e-6)
+    assert lso.iterations == inner.iterations == 3
+    assert float(keras.ops.convert_to_numpy(lso.scale)) == 16.0  # doubled after two finite steps
+    before = [keras.ops.convert_to_numpy(v).copy() for v in variables]
+    bad = [np.full(w.shape, np.inf, "float32") for w in weights]
+    lso.apply(bad, variables)  # skipped: nothing moves, the count stays, the scale halves
+    assert all(np.array_equal(keras.ops.convert_to_numpy(v), b) for v, b in zip(variables, before))
+    assert lso.iterations == 3 and float(keras.ops.convert_to_numpy(lso.scale)) == 8.0
+    assert lso.learning_rate == pytest.approx(0.1)
+    again = optimizers.LossScaleOptimizer.from_config(lso.get_config())
+    assert isinstance(again.inner_optimizer, optimizers.SGD) and again.initial_scale == 8.0
+    with pytest.raises(TypeError, match="inner_optimizer must be a dnnbind optimizer"):
+        optimizers.LossScaleOptimizer("adam")
+    with pytest.raises(ImportError, match="not supported in Keras 3"):
+        optimizers.legacy.Adam()
