@@ -40,6 +40,19 @@ _LAZY = {
     "enable_interactive_logging": ("dnnbind.config", "enable_interactive_logging"),
     "is_interactive_logging_enabled": ("dnnbind.config", "is_interactive_logging_enabled"),
     "Progbar": ("dnnbind.callbacks", "Progbar"),
+    "pad_sequences": ("dnnbind.data_utils", "pad_sequences"),
+    "normalize": ("dnnbind.data_utils", "normalize"),
+    "pack_x_y_sample_weight": ("dnnbind.data_utils", "pack_x_y_sample_weight"),
+    "unpack_x_y_sample_weight": ("dnnbind.data_utils", "unpack_x_y_sample_weight"),
+    "split_dataset": ("dnnbind.data_utils", "split_dataset"),
+    "timeseries_dataset_from_array": ("dnnbind.data_utils", "timeseries_dataset_from_array"),
+    "Config": ("dnnbind.data_utils", "Config"),
+    "get_file": ("dnnbind.file_utils", "get_file"),
+    "img_to_array": ("dnnbind.image_utils", "img_to_array"),
+    "array_to_img": ("dnnbind.image_utils", "array_to_img"),
+    "load_img": ("dnnbind.image_utils", "load_img"),
+    "save_img": ("dnnbind.image_utils", "save_img"),
+    "get_source_inputs": ("dnnbind.layer_utils", "get_source_inputs"),
 }
 
 __all__ = ["to_categorical", "set_random_seed", "draw_seed", "PyDataset", "Sequence", *sorted(_LAZY)]
