@@ -53,6 +53,7 @@ _LAZY = {
     "load_img": ("dnnbind.image_utils", "load_img"),
     "save_img": ("dnnbind.image_utils", "save_img"),
     "get_source_inputs": ("dnnbind.layer_utils", "get_source_inputs"),
+    "legacy": ("dnnbind.legacy", "saving"),
 }
 
 __all__ = ["to_categorical", "set_random_seed", "draw_seed", "PyDataset", "Sequence", *sorted(_LAZY)]

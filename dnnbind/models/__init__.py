@@ -9,10 +9,11 @@ and the data feeding :mod:`dnnbind.trainers.data_adapters`.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
-from .. import _keras_objects, saving_lib
+from .. import _keras_objects, keras_format, saving_lib
 from ..saving_lib import save_model
 from ..trainers.precision import LossScale as _LossScale
 from .cloning import clone_model
@@ -20,7 +21,8 @@ from .functional import Functional
 from .model import Model
 from .sequential import Sequential
 
-__all__ = ["Model", "Functional", "Sequential", "load_model", "save_model", "model_from_config", "clone_model"]
+__all__ = ["Model", "Functional", "Sequential", "load_model", "save_model", "model_from_config", "model_from_json",
+           "clone_model"]
 
 _MODEL_CLASSES = {"Sequential": Sequential, "Functional": Functional, "Model": Functional}
 
@@ -44,6 +46,26 @@ def model_from_config(config: dict, custom_objects: "dict | None" = None, *,
                          f"{', '.join(sorted(_MODEL_CLASSES))} (a subclassed model is rebuilt by its own code, then "
                          "load_weights)")
     return cls.from_config(config.get("config"), max_weight_bytes=max_weight_bytes)
+
+
+def model_from_json(json_string: str, custom_objects: "dict | None" = None) -> Model:
+    """A model (unbuilt weights: fresh ones) from ``Model.to_json``'s string or a Keras 3 model's JSON config
+    (``config.json``); ``custom_objects`` for the user's layer classes, as a ``CustomObjectScope``."""
+    if not isinstance(json_string, (str, bytes)):
+        raise TypeError(f"model_from_json: expected a JSON string, got {type(json_string).__name__}")
+    try:
+        config = json.loads(json_string)
+    except ValueError as exc:
+        raise ValueError(f"model_from_json: not valid JSON ({exc})") from None
+    if custom_objects is not None and not isinstance(custom_objects, dict):
+        raise TypeError(f"model_from_json: custom_objects must be a dict, got {type(custom_objects).__name__}")
+    with _keras_objects.CustomObjectScope({**_keras_objects._scope_objects(), **(custom_objects or {})}):
+        class_name, model_config = keras_format.model_from_keras(config)
+        model = model_from_config({"class_name": class_name, "config": model_config})
+        compile_config = config.get("compile_config") if isinstance(config, dict) else None
+        if compile_config:
+            model.compile_from_config(keras_format.compile_config_from_keras(compile_config))
+    return model
 
 
 def load_model(filepath: "str | os.PathLike", custom_objects: "dict | None" = None, compile: bool = True,

@@ -19,6 +19,7 @@ and the subclassed forward.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import warnings
@@ -26,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import _keras_objects, _validate, backend
+from .. import _keras_objects, _validate, backend, keras_format
 from .. import quantizers as Q
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
@@ -664,6 +665,17 @@ class Model(Trainer, Layer):
 
             return Functional.from_config(config, custom_objects=custom_objects, **kwargs)
         return cls(**config)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The model's architecture as JSON, as Keras 3 writes it (the ``config.json`` of a ``.keras`` file, with
+        the compile config when compiled); ``kwargs`` go to ``json.dumps``. Rebuild it with
+        ``keras.models.model_from_json``. A subclassed model has no such config: ValueError."""
+        config = keras_format.model_to_keras(self)
+        compiled = keras_format.compile_config_to_keras(
+            getattr(self, "_compile_config", None) if getattr(self, "compiled", False) else None)
+        if compiled is not None:
+            config["compile_config"] = compiled
+        return json.dumps(config, **kwargs)
 
     def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
         """The weights to a file (see :func:`dnnbind.saving.save_weights`)."""
