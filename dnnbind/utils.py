@@ -54,6 +54,9 @@ _LAZY = {
     "save_img": ("dnnbind.image_utils", "save_img"),
     "get_source_inputs": ("dnnbind.layer_utils", "get_source_inputs"),
     "legacy": ("dnnbind.legacy", "saving"),
+    "image_dataset_from_directory": ("dnnbind.directory_datasets", "image_dataset_from_directory"),
+    "text_dataset_from_directory": ("dnnbind.directory_datasets", "text_dataset_from_directory"),
+    "audio_dataset_from_directory": ("dnnbind.directory_datasets", "audio_dataset_from_directory"),
 }
 
 __all__ = ["to_categorical", "set_random_seed", "draw_seed", "PyDataset", "Sequence", *sorted(_LAZY)]

@@ -267,7 +267,83 @@ def test_every_keras_utils_name_is_reachable():
              "get_registered_object", "get_source_inputs", "img_to_array", "is_interactive_logging_enabled",
              "is_keras_tensor", "load_img", "normalize", "pack_x_y_sample_weight", "pad_sequences",
              "register_keras_serializable", "save_img", "serialize_keras_object", "set_random_seed", "split_dataset",
-             "standardize_dtype", "timeseries_dataset_from_array", "to_categorical", "unpack_x_y_sample_weight"]
+             "standardize_dtype", "timeseries_dataset_from_array", "to_categorical", "unpack_x_y_sample_weight",
+             "image_dataset_from_directory", "text_dataset_from_directory", "audio_dataset_from_directory"]
     assert [n for n in names if not hasattr(keras.utils, n)] == []
     assert utils.clear_session is keras.backend.clear_session
     assert [n for n in ("image", "sequence", "timeseries_dataset_from_array") if not hasattr(keras.preprocessing, n)] == []
+
+
+# ----- *_dataset_from_directory ------------------------------------------------------------------------------
+def _tree(root, files):
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def test_text_dataset_from_directory_indexes_as_keras(tmp_path):
+    _tree(tmp_path, {"pos/b.txt": "good movie", "pos/a.txt": "great", "neg/z.txt": "bad", "neg/sub/y.txt": "awful",
+                     "neg/ignored.md": "not a text file"})
+    ds = utils.text_dataset_from_directory(tmp_path, batch_size=2, shuffle=False, verbose=False)
+    assert ds.class_names == ["neg", "pos"] and len(ds) == 2
+    assert [os.path.relpath(p, tmp_path) for p in ds.file_paths] == ["neg/sub/y.txt", "neg/z.txt", "pos/a.txt",
+                                                                     "pos/b.txt"]
+    texts, labels = ds[0]
+    assert list(texts) == ["awful", "bad"] and labels.dtype == np.int32 and list(labels) == [0, 0]
+    cat = utils.text_dataset_from_directory(tmp_path, label_mode="categorical", max_length=4, shuffle=False,
+                                            verbose=False)
+    texts, labels = cat[0]
+    assert list(texts) == ["awfu", "bad", "grea", "good"] and labels.tolist() == [[1, 0], [1, 0], [0, 1], [0, 1]]
+    train, val = utils.text_dataset_from_directory(tmp_path, validation_split=0.25, subset="both", seed=3,
+                                                   verbose=False)
+    assert len(train.file_paths) == 3 and len(val.file_paths) == 1
+    assert sorted(train.file_paths + val.file_paths) == sorted(ds.file_paths)
+    shuffled = utils.text_dataset_from_directory(tmp_path, seed=3, validation_split=0.25, subset="training",
+                                                 verbose=False)
+    assert shuffled.file_paths == train.file_paths  # one shuffle for both subsets, fixed by the seed
+    with pytest.raises(ValueError, match="class_names"):
+        utils.text_dataset_from_directory(tmp_path, class_names=["pos"], verbose=False)
+    with pytest.raises(ValueError, match="`subset` must be"):
+        utils.text_dataset_from_directory(tmp_path, validation_split=0.2, verbose=False)
+    with pytest.raises(ValueError, match="exactly 2 class_names"):
+        _tree(tmp_path, {"third/c.txt": "x"})
+        utils.text_dataset_from_directory(tmp_path, label_mode="binary", verbose=False)
+
+
+def _wav(samples: np.ndarray, rate: int = 8000) -> bytes:
+    import wave
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(samples.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((samples * 32767).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def test_audio_dataset_from_directory_reads_wav(tmp_path):
+    a = np.linspace(-0.5, 0.5, 10).reshape(10, 1)
+    b = np.linspace(0.25, -0.25, 6).reshape(6, 1)
+    _tree(tmp_path, {"cat/a.wav": _wav(a), "dog/b.wav": _wav(b)})
+    ds = utils.audio_dataset_from_directory(tmp_path, batch_size=2, shuffle=False, verbose=False)
+    audio, labels = ds[0]
+    assert audio.shape == (2, 10, 1) and list(labels) == [0, 1]
+    np.testing.assert_allclose(audio[0, :, 0], a[:, 0], atol=1e-4)
+    np.testing.assert_allclose(audio[1, :6, 0], b[:, 0], atol=1e-4)
+    assert np.all(audio[1, 6:] == 0)
+    cut = utils.audio_dataset_from_directory(tmp_path, output_sequence_length=4, shuffle=False, verbose=False)
+    assert cut[0][0].shape == (2, 4, 1)
+    with pytest.raises(ValueError, match="not sampling_rate=16000"):
+        utils.audio_dataset_from_directory(tmp_path, sampling_rate=16000, verbose=False)[0]
+    with pytest.raises(ValueError, match="ragged=True is not supported"):
+        utils.audio_dataset_from_directory(tmp_path, ragged=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("PIL") is not None, reason="Pillow is installed")
+def test_image_dataset_without_pillow_says_what_to_install(tmp_path):
+    with pytest.raises(ImportError, match="image_dataset_from_directory needs Pillow"):
+        keras.preprocessing.image_dataset_from_directory(tmp_path)
