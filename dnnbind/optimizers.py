@@ -38,7 +38,7 @@ from . import _keras_objects, _validate, backend, kernels
 from .kernels import numeric as _numeric
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Lion", "Lamb",
-           "Ftrl", "LossScaleOptimizer", "get", "serialize", "deserialize", "schedules", "legacy"]
+           "Ftrl", "Adafactor", "LossScaleOptimizer", "get", "serialize", "deserialize", "schedules", "legacy"]
 
 
 # ----- learning-rate schedules (keras.optimizers.schedules) ------------------------------------
@@ -1040,6 +1040,62 @@ class Ftrl(_ComposedOptimizer):
                 "beta": self.beta}
 
 
+class Adafactor(_ComposedOptimizer):
+    """Keras 3 Adafactor (Shazeer & Stern): for a parameter of 2 or more dimensions the second moment is kept
+    factored, as row means ``r`` and column means ``c`` of ``g^2 + epsilon_1`` (stored here with kept axes,
+    ``(..., rows, 1)`` and ``(..., 1, cols)``), and ``v = (r / mean(r)) * c``; a vector keeps ``v`` whole.
+    ``beta_2_t = 1 - t^beta_2_decay``; the step is ``max(epsilon_2, rms(p)) * min(lr, 1/sqrt(t))`` times
+    ``u / max(1, rms(u) / clip_threshold)`` with ``u = g / sqrt(v)``."""
+
+    def __init__(self, learning_rate=0.001, beta_2_decay: float = -0.8, epsilon_1: float = 1e-30,
+                 epsilon_2: float = 1e-3, clip_threshold: float = 1.0, relative_step: bool = True,
+                 weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        self.beta_2_decay = _validate.number(beta_2_decay, "beta_2_decay", "Adafactor")
+        self.epsilon_1 = _validate.number(epsilon_1, "epsilon_1", "Adafactor", low=0.0)
+        self.epsilon_2 = _validate.number(epsilon_2, "epsilon_2", "Adafactor", low=0.0)
+        self.clip_threshold = _validate.number(clip_threshold, "clip_threshold", "Adafactor", low=0.0, low_open=True)
+        self.relative_step = bool(relative_step)
+
+    def _slot_names_for(self, p):
+        return ("r", "c", "velocity") if len(p.shape) >= 2 else ("velocity",)
+
+    def build(self, params: Sequence[Any]) -> None:
+        super().build(params)
+        for p, slots in zip(params, self._slots):
+            if "r" in slots:
+                shape = tuple(p.shape)
+                slots["r"] = _numeric.full(shape[:-1] + (1,), 0.0, p.dtype, device=self._device)
+                slots["c"] = _numeric.full(shape[:-2] + (1, shape[-1]), 0.0, p.dtype, device=self._device)
+
+    def _rms(self, r, x):
+        return r.sqrt(_numeric.reduce("mean", r.square(x), dtype=r.dtype))
+
+    def _rule(self, r, p, g, slots, lr, step):
+        inv_sqrt_t = r.div(1.0, r.sqrt(step))
+        # min(lr, 1/sqrt(t)) whatever relative_step says: Keras 3.15's update takes that minimum twice
+        rho_t = r.where(r.greater(lr, inv_sqrt_t), inv_sqrt_t, lr)
+        alpha_t = r.mul(r.maximum(self._rms(r, p), self.epsilon_2), rho_t)
+        grad_sq = r.add(r.square(g), self.epsilon_1)
+        beta_2_t = r.sub(1.0, r.pow(step, self.beta_2_decay))
+        new = {}
+        if "r" in slots:
+            mean = lambda x, axis: _numeric.reduce("mean", x, axis=axis, keepdims=True, dtype=r.dtype)  # noqa: E731
+            new["r"] = r.add(r.mul(slots["r"], beta_2_t), r.mul(mean(grad_sq, -1), r.sub(1.0, beta_2_t)))
+            new["c"] = r.add(r.mul(slots["c"], beta_2_t), r.mul(mean(grad_sq, -2), r.sub(1.0, beta_2_t)))
+            new["velocity"] = r.mul(r.div(new["r"], mean(new["r"], -2)), new["c"])
+        else:
+            new["velocity"] = r.add(r.mul(slots["velocity"], beta_2_t), r.mul(grad_sq, r.sub(1.0, beta_2_t)))
+        u_t = r.div(g, r.sqrt(new["velocity"]))
+        u_hat = r.div(u_t, r.maximum(r.div(self._rms(r, u_t), self.clip_threshold), 1.0))
+        return r.sub(p, r.mul(u_hat, alpha_t)), new
+
+    def get_config(self):
+        return {**super().get_config(), "beta_2_decay": self.beta_2_decay, "epsilon_1": self.epsilon_1,
+                "epsilon_2": self.epsilon_2, "clip_threshold": self.clip_threshold,
+                "relative_step": self.relative_step}
+
+
 class LossScaleOptimizer(Optimizer):
     """Keras 3's ``LossScaleOptimizer(inner_optimizer, initial_scale=2**15, dynamic_growth_steps=2000)``: dynamic
     loss scaling around another optimizer.
@@ -1201,7 +1257,7 @@ legacy = _LegacyNamespace()
 
 _BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad, "adadelta": Adadelta,
             "adamax": Adamax, "nadam": Nadam, "lion": Lion, "lamb": Lamb, "ftrl": Ftrl,
-            "lossscaleoptimizer": LossScaleOptimizer}
+            "adafactor": Adafactor, "lossscaleoptimizer": LossScaleOptimizer}
 # the updates that hand their gradients straight to the fused ops (see _reads_compute_grads)
 _FUSED_UPDATES = frozenset([SGD._update, Adam._update, RMSprop._update])
 
