@@ -54,6 +54,8 @@ _LAZY = {
     "save_img": ("dnnbind.image_utils", "save_img"),
     "get_source_inputs": ("dnnbind.layer_utils", "get_source_inputs"),
     "legacy": ("dnnbind.legacy", "saving"),
+    "model_to_dot": ("dnnbind.model_visualization", "model_to_dot"),
+    "plot_model": ("dnnbind.model_visualization", "plot_model"),
     "image_dataset_from_directory": ("dnnbind.directory_datasets", "image_dataset_from_directory"),
     "text_dataset_from_directory": ("dnnbind.directory_datasets", "text_dataset_from_directory"),
     "audio_dataset_from_directory": ("dnnbind.directory_datasets", "audio_dataset_from_directory"),

@@ -107,3 +107,56 @@ def test_legacy_saving_namespaces():
     for ns in (keras.legacy.saving, keras.utils.legacy):
         assert ns.serialize_keras_object is keras.saving.serialize_keras_object
         assert ns.deserialize_keras_object is keras.saving.deserialize_keras_object
+
+
+class _FakePydot:
+    """Just enough of pydot's API to record what model_to_dot builds (pydot is not a dependency)."""
+
+    class Dot:
+        def __init__(self):
+            self.nodes, self.edges, self.attrs, self.written = [], [], {}, None
+
+        def set(self, key, value):
+            self.attrs[key] = value
+
+        def set_node_defaults(self, **kwargs):
+            self.attrs["node"] = kwargs
+
+        def add_node(self, node):
+            self.nodes.append(node)
+
+        def add_edge(self, edge):
+            self.edges.append(edge)
+
+        def write(self, path, format):
+            self.written = (path, format)
+            _FakePydot.last = self
+
+    class Node:
+        def __init__(self, name, label):
+            self.name, self.label = name, label
+
+    class Edge:
+        def __init__(self, src, dst):
+            self.src, self.dst = src, dst
+
+
+def test_model_to_dot_and_plot_model(monkeypatch, tmp_path):
+    inputs = keras.Input((4,), name="x")
+    a = layers.Dense(3, name="a", activation="relu")(inputs)
+    b = layers.Dense(3, name="b")(inputs)
+    model = keras.Model(inputs, layers.Add(name="sum")([a, b]))
+    monkeypatch.setitem(sys.modules, "pydot", None)
+    with pytest.raises(ImportError, match=r"install pydot \(`pip install pydot`\)"):
+        keras.utils.model_to_dot(model)
+    monkeypatch.setitem(sys.modules, "pydot", _FakePydot)
+    dot = keras.utils.model_to_dot(model, show_shapes=True, show_layer_activations=True)
+    by_id = {n.name: n.label for n in dot.nodes}
+    names = {id(l): l.name for l in model.layers}
+    edges = sorted((names[int(e.src)], names[int(e.dst)]) for e in dot.edges)
+    assert edges == [("a", "sum"), ("b", "sum"), ("x", "a"), ("x", "b")]
+    assert "a (Dense)\nActivation: relu\nOutput shape: (None, 3)" == by_id[str(id(model.layers[1]))]
+    seq = keras.Sequential([keras.Input((2,)), layers.Dense(3), layers.Dense(1)])
+    keras.utils.plot_model(seq, to_file=tmp_path / "m.svg")
+    assert _FakePydot.last.written == (str(tmp_path / "m.svg"), "svg")
+    assert len(_FakePydot.last.nodes) == len(seq.layers) and len(_FakePydot.last.edges) == len(seq.layers) - 1

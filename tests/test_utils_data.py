@@ -268,7 +268,8 @@ def test_every_keras_utils_name_is_reachable():
              "is_keras_tensor", "load_img", "normalize", "pack_x_y_sample_weight", "pad_sequences",
              "register_keras_serializable", "save_img", "serialize_keras_object", "set_random_seed", "split_dataset",
              "standardize_dtype", "timeseries_dataset_from_array", "to_categorical", "unpack_x_y_sample_weight",
-             "image_dataset_from_directory", "text_dataset_from_directory", "audio_dataset_from_directory"]
+             "image_dataset_from_directory", "text_dataset_from_directory", "audio_dataset_from_directory",
+             "model_to_dot", "plot_model"]
     assert [n for n in names if not hasattr(keras.utils, n)] == []
     assert utils.clear_session is keras.backend.clear_session
     assert [n for n in ("image", "sequence", "timeseries_dataset_from_array") if not hasattr(keras.preprocessing, n)] == []
