@@ -31,6 +31,7 @@ from .layers.base import Layer, Weight, _snake_case, get_layer_class
 from .mixed_precision import Policy
 
 __all__ = ["KERAS_FORMAT_VERSION", "keras_snake_case", "variable_paths", "keras_weight_order", "model_to_keras",
+           "model_config_with_compile",
            "model_from_keras", "compile_config_to_keras", "compile_config_from_keras"]
 
 # The Keras version whose .keras layout this module writes (metadata.json's "keras_version"): 3.x keeps
@@ -183,6 +184,17 @@ def model_to_keras(model: Any) -> dict:
         raise ValueError(f"model '{model.name}' ({type(model).__name__}) is subclassed: its layers are made by its "
                          "own code, so no config can rebuild it; save its weights (.weights.h5) instead")
     return _sequential_to_keras(model, config, custom)
+
+
+def model_config_with_compile(model: Any) -> dict:
+    """:func:`model_to_keras` plus, for a compiled model, its ``compile_config`` (what ``Model.to_json`` and
+    ``serialize_keras_object`` write, as Keras does)."""
+    config = model_to_keras(model)
+    compiled = compile_config_to_keras(
+        getattr(model, "_compile_config", None) if getattr(model, "compiled", False) else None)
+    if compiled is not None:
+        config["compile_config"] = compiled
+    return config
 
 
 def _sequential_to_keras(model: Any, config: dict, custom: "dict[str, type] | None" = None) -> dict:

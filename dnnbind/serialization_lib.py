@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _keras_objects, keras_format
+from . import _keras_objects, keras_format, optimizers
 from .layers.base import Layer
 
 __all__ = ["serialize_keras_object", "deserialize_keras_object"]
@@ -50,9 +50,8 @@ def _public_module(cls: type) -> "str | None":
     module = cls.__module__
     for prefix, public in _PUBLIC_MODULES:
         if module == prefix or module.startswith(prefix + "."):
-            if prefix == "dnnbind.optimizers" and cls.__name__ != "Optimizer" and \
-                    hasattr(cls, "__call__") and not hasattr(cls, "apply"):
-                return "keras.optimizers.schedules"  # a learning-rate schedule
+            if issubclass(cls, optimizers.LearningRateSchedule):
+                return "keras.optimizers.schedules"
             return public
     return None
 
@@ -107,12 +106,7 @@ def serialize_keras_object(obj: Any) -> Any:
         name = _keras_objects.get_registered_name(obj)
         return {"module": obj.__module__, "class_name": "function", "config": name, "registered_name": name}
     if _is_model(obj) and type(obj).__module__.startswith("dnnbind."):
-        config = keras_format.model_to_keras(obj)
-        compiled = keras_format.compile_config_to_keras(
-            getattr(obj, "_compile_config", None) if getattr(obj, "compiled", False) else None)
-        if compiled is not None:
-            config["compile_config"] = compiled
-        return config
+        return keras_format.model_config_with_compile(obj)
     if not hasattr(obj, "get_config"):
         raise TypeError(f"Cannot serialize object {obj!r} of type {type(obj)}. To be serializable, a class must "
                         "implement the `get_config()` method.")
@@ -150,7 +144,6 @@ def _builtin_class(module: "str | None", class_name: str) -> Any:
         candidates = list(dict.fromkeys(_NAMESPACES.values()))
     for name in candidates:
         if name == "dnnbind.optimizers.schedules":
-            from . import optimizers  # (deferred: the namespaces are imported only when a config names them)
             found = getattr(optimizers.schedules, class_name, None)
         else:
             found = getattr(importlib.import_module(name), class_name, None)

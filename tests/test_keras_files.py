@@ -455,12 +455,12 @@ def test_a_compile_config_dnnbind_lacks_loads_the_model_uncompiled(tmp_path):
     model = keras.Sequential([keras.Input((4,)), layers.Dense(3, name="d")])
     model.save(tmp_path / "m.keras")
     config = _config_of(tmp_path / "m.keras")
-    config["compile_config"] = {"optimizer": {"module": "keras.optimizers", "class_name": "Nadam",
+    config["compile_config"] = {"optimizer": {"module": "keras.optimizers", "class_name": "Muon",
                                               "config": {"learning_rate": 0.01}, "registered_name": None},
                                 "loss": "mse", "metrics": None}
-    _keras_zip(tmp_path / "nadam.keras", config, tmp_path / "m.keras")
+    _keras_zip(tmp_path / "muon.keras", config, tmp_path / "m.keras")
     with pytest.warns(UserWarning, match="loaded uncompiled; its Keras compile config cannot be reproduced"):
-        loaded = keras.load_model(tmp_path / "nadam.keras")
+        loaded = keras.load_model(tmp_path / "muon.keras")
     assert not loaded.compiled
     np.testing.assert_array_equal(loaded.get_weights()[0], model.get_weights()[0])
 

@@ -670,12 +670,7 @@ class Model(Trainer, Layer):
         """The model's architecture as JSON, as Keras 3 writes it (the ``config.json`` of a ``.keras`` file, with
         the compile config when compiled); ``kwargs`` go to ``json.dumps``. Rebuild it with
         ``keras.models.model_from_json``. A subclassed model has no such config: ValueError."""
-        config = keras_format.model_to_keras(self)
-        compiled = keras_format.compile_config_to_keras(
-            getattr(self, "_compile_config", None) if getattr(self, "compiled", False) else None)
-        if compiled is not None:
-            config["compile_config"] = compiled
-        return json.dumps(config, **kwargs)
+        return json.dumps(keras_format.model_config_with_compile(self), **kwargs)
 
     def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
         """The weights to a file (see :func:`dnnbind.saving.save_weights`)."""
