@@ -38,7 +38,7 @@ from . import _keras_objects, _validate, backend, kernels
 from .kernels import numeric as _numeric
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Lion", "Lamb",
-           "Ftrl", "Adafactor", "LossScaleOptimizer", "get", "serialize", "deserialize", "schedules", "legacy"]
+           "Ftrl", "Adafactor", "ScheduleFreeAdamW", "LossScaleOptimizer", "get", "serialize", "deserialize", "schedules", "legacy"]
 
 
 # ----- learning-rate schedules (keras.optimizers.schedules) ------------------------------------
@@ -744,8 +744,8 @@ class _Rules:
 
 class _ComposedOptimizer(Optimizer):
     """Base of the optimizers whose update is written in :mod:`dnnbind.kernels.numeric` (Adagrad, Adadelta,
-    Adamax, Nadam, Lion, Ftrl, Lamb, Adafactor) rather than one fused kernel: per parameter, the gradient is
-    cast to the parameter's dtype, divided by the loss scale, clipped (Keras 3's ``clipnorm`` /
+    Adamax, Nadam, Lion, Ftrl, Lamb, Adafactor, ScheduleFreeAdamW) rather than one fused kernel: per parameter,
+    the gradient is cast to the parameter's dtype, divided by the loss scale, clipped (Keras 3's ``clipnorm`` /
     ``global_clipnorm`` / ``clipvalue``, norms reduced on the device), the decoupled weight decay applied,
     then :meth:`_rule` computes the new parameter and slots, which are written in place; with a ``skip``
     flag every write is ``where(skip, old, new)``, so a skipped step changes nothing and the flag is never
@@ -1096,6 +1096,47 @@ class Adafactor(_ComposedOptimizer):
                 "relative_step": self.relative_step}
 
 
+class ScheduleFreeAdamW(_ComposedOptimizer):
+    """Keras 3 ScheduleFreeAdamW (Defazio et al.): Adam steps on ``z`` (the "momentum" slot, starting as a copy of
+    the parameter), ``x`` the running average of the ``z`` (weight ``1/t``), and the parameter held at
+    ``y = (1 - b1) z + b1 x``; an optional linear learning-rate warm-up over ``warmup_steps``."""
+
+    _slot_names = ("momentum", "velocity")
+
+    def __init__(self, learning_rate=0.0025, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-8,
+                 warmup_steps: int = 0, weight_decay: float | None = None, name: str | None = None, **kwargs) -> None:
+        super().__init__(learning_rate, weight_decay, name, **kwargs)
+        self.beta_1 = _validate.number(beta_1, "beta_1", "ScheduleFreeAdamW", low=0.0, high=1.0, low_open=True)
+        self.beta_2 = _beta("ScheduleFreeAdamW", "beta_2", beta_2)
+        self.epsilon = _validate.number(epsilon, "epsilon", "ScheduleFreeAdamW", low=0.0)
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"ScheduleFreeAdamW: warmup_steps must be an int >= 0, got {warmup_steps!r}")
+        self.warmup_steps = warmup_steps
+
+    def build(self, params: Sequence[Any]) -> None:
+        super().build(params)
+        for p, slots in zip(params, self._slots):  # z starts at the parameter, as in Keras
+            _numeric.binary("add", p, 0.0, dtype=p.dtype, out=slots["momentum"])
+
+    def _rule(self, r, p, g, slots, lr, step):
+        b1, b2 = self.beta_1, self.beta_2
+        if self.warmup_steps > 0:
+            factor = r.div(step, float(self.warmup_steps))
+            lr = r.mul(r.where(r.greater(factor, 1.0), 1.0, factor), lr)
+        z_old = slots["momentum"]
+        v = r.add(slots["velocity"], r.mul(r.sub(r.square(g), slots["velocity"]), 1 - b2))
+        denom = r.add(r.sqrt(r.div(v, r.sub(1.0, r.pow(b2, step)))), self.epsilon)
+        z = r.sub(z_old, r.div(r.mul(g, lr), denom))
+        weight = r.div(1.0, step)
+        x_old = r.div(r.sub(p, r.mul(z_old, 1 - b1)), b1)
+        x_new = r.add(r.mul(x_old, r.sub(1.0, weight)), r.mul(z, weight))
+        return r.add(r.mul(z, 1 - b1), r.mul(x_new, b1)), {"momentum": z, "velocity": v}
+
+    def get_config(self):
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "warmup_steps": self.warmup_steps}
+
+
 class LossScaleOptimizer(Optimizer):
     """Keras 3's ``LossScaleOptimizer(inner_optimizer, initial_scale=2**15, dynamic_growth_steps=2000)``: dynamic
     loss scaling around another optimizer.
@@ -1257,7 +1298,7 @@ legacy = _LegacyNamespace()
 
 _BY_NAME = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop, "adagrad": Adagrad, "adadelta": Adadelta,
             "adamax": Adamax, "nadam": Nadam, "lion": Lion, "lamb": Lamb, "ftrl": Ftrl,
-            "adafactor": Adafactor, "lossscaleoptimizer": LossScaleOptimizer}
+            "adafactor": Adafactor, "schedulefreeadamw": ScheduleFreeAdamW, "lossscaleoptimizer": LossScaleOptimizer}
 # the updates that hand their gradients straight to the fused ops (see _reads_compute_grads)
 _FUSED_UPDATES = frozenset([SGD._update, Adam._update, RMSprop._update])
 

@@ -1,4 +1,4 @@
-"""The optimizers written in the numeric engine (Adagrad, Adadelta, Adamax, Nadam, Lion, Lamb, Ftrl, Adafactor): several steps
+"""The optimizers written in the numeric engine (Adagrad, Adadelta, Adamax, Nadam, Lion, Lamb, Ftrl, Adafactor, ScheduleFreeAdamW): several steps
 on the same weights and gradients as real Keras 3 (NumPy backend, one subprocess), with weight decay and each
 clipping mode; skipped steps, state, config and bad arguments."""
 
@@ -30,6 +30,8 @@ CASES = [
     ("Lamb", {}), ("Lamb", {"learning_rate": 0.02, "beta_1": 0.8, "clipnorm": 1.0}),
     ("Adafactor", {}), ("Adafactor", {"learning_rate": 0.5, "beta_2_decay": -0.5, "clip_threshold": 0.5,
                                       "relative_step": False, "epsilon_2": 0.01}),
+    ("ScheduleFreeAdamW", {}), ("ScheduleFreeAdamW", {"learning_rate": 0.01, "beta_1": 0.8, "warmup_steps": 3,
+                                                      "weight_decay": 0.05}),
     ("Ftrl", {"learning_rate": 0.05}), ("Ftrl", {"learning_rate": 0.1, "learning_rate_power": -0.7, "l1_regularization_strength": 0.01,
                             "l2_regularization_strength": 0.02, "l2_shrinkage_regularization_strength": 0.03,
                             "beta": 0.1}),
@@ -138,7 +140,7 @@ def test_state_round_trip_continues_identically():
     assert "u_product" in a.get_state() and a.get_state()["0/momentum"].shape == (3, 4)
 
 
-@pytest.mark.parametrize("name", ["adagrad", "adadelta", "adamax", "nadam", "lion", "lamb", "ftrl", "adafactor"])
+@pytest.mark.parametrize("name", ["adagrad", "adadelta", "adamax", "nadam", "lion", "lamb", "ftrl", "adafactor", "schedulefreeadamw"])
 def test_get_config_round_trip(name):
     opt = optimizers.get(name)
     assert type(opt).__name__.lower() == name

@@ -1,4 +1,4 @@
-"""The numeric-engine optimizers (Adagrad, Adadelta, Adamax, Nadam, Lion, Lamb, Ftrl, Adafactor) on device arrays vs the
+"""The numeric-engine optimizers (Adagrad, Adadelta, Adamax, Nadam, Lion, Lamb, Ftrl, Adafactor, ScheduleFreeAdamW) on device arrays vs the
 same optimizer on NumPy arrays: several steps, a device skip flag (read on the device only), clipping and decay."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ CASES = [("Adagrad", {"learning_rate": 0.1, "weight_decay": 0.01}), ("Adadelta",
          ("Adamax", {"learning_rate": 0.05, "clipnorm": 0.5}), ("Nadam", {"learning_rate": 0.02}),
          ("Lion", {"learning_rate": 0.01, "clipvalue": 0.3}), ("Lamb", {"global_clipnorm": 1.0}),
          ("Ftrl", {"learning_rate": 0.1, "l1_regularization_strength": 0.01, "beta": 0.1}),
-         ("Adafactor", {"learning_rate": 0.5, "relative_step": False})]
+         ("Adafactor", {"learning_rate": 0.5, "relative_step": False}),
+         ("ScheduleFreeAdamW", {"learning_rate": 0.01, "warmup_steps": 2})]
 
 
 @pytest.mark.parametrize("name, kwargs", CASES, ids=[c[0] for c in CASES])
