@@ -38,7 +38,8 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {
     "cuda", "cudnn", "cublas", "ops", "layers", "optimizers", "losses", "metrics",
-    "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models",
+    "callbacks", "utils", "datasets", "mixed_precision", "initializers", "models", "tree", "preprocessing",
+    "dtype_policies", "legacy",
     "saving", "backend", "errors", "trainers", "kernels", "autodiff",
     "random", "activations", "regularizers", "constraints", "config", "distribution", "quantizers",
 }

@@ -9,6 +9,7 @@ second on a terminal, once per epoch otherwise).
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from . import event_file
 from ._files import atomic_write
 from .errors import DnnbindError
 
@@ -36,6 +38,10 @@ __all__ = [
     "CSVLogger",
     "TerminateOnNaN",
     "LambdaCallback",
+    "TensorBoard",
+    "RemoteMonitor",
+    "BackupAndRestore",
+    "SwapEMAWeights",
     "LazyLogs",
     "MissingDependencyError",
 ]
@@ -789,3 +795,241 @@ class LambdaCallback(Callback):
         for name, fn in hooks.items():
             if fn is not None:
                 setattr(self, name, fn)
+
+
+def _scalar_logs(logs: Any) -> dict[str, float]:
+    out = {}
+    for key, value in dict(logs or {}).items():
+        number = _as_float(value)
+        if number is not None:
+            out[key] = number
+    return out
+
+
+class TensorBoard(Callback):
+    """Keras's ``TensorBoard`` for scalars: event files TensorBoard reads (written by :mod:`dnnbind.event_file`,
+    no TensorFlow), under ``log_dir/train`` and ``log_dir/validation``.
+
+    Each epoch writes ``epoch_<metric>`` (and ``epoch_learning_rate``) at step ``epoch`` (the ``val_`` metrics,
+    without the prefix, to ``validation``); ``update_freq=N`` also writes ``batch_<metric>`` every ``N``
+    training batches at the global batch count; an evaluation inside ``fit`` writes
+    ``evaluation_<metric>_vs_iterations`` at the optimizer's step. Histograms, images, graphs, embeddings and
+    profiling are not written (a warning says so when they are asked for)."""
+
+    def __init__(self, log_dir: "str | os.PathLike" = "logs", histogram_freq: int = 0, write_graph: bool = True,
+                 write_images: bool = False, write_steps_per_second: bool = False, update_freq: "str | int" = "epoch",
+                 profile_batch: Any = 0, embeddings_freq: int = 0, embeddings_metadata: Any = None) -> None:
+        super().__init__()
+        if update_freq not in ("epoch", "batch") and (isinstance(update_freq, bool) or not isinstance(update_freq, int)
+                                                      or update_freq < 1):
+            raise ValueError(f"TensorBoard: update_freq must be 'epoch', 'batch' or a positive int, got "
+                             f"{update_freq!r}")
+        ignored = [name for name, value in (("histogram_freq", histogram_freq), ("write_images", write_images),
+                                            ("embeddings_freq", embeddings_freq), ("profile_batch", profile_batch))
+                   if value]
+        if ignored:
+            warnings.warn(f"TensorBoard: dnnbind writes scalars only; {', '.join(ignored)} ignored", UserWarning,
+                          stacklevel=2)
+        self.log_dir = os.fspath(log_dir)
+        self.update_freq = 1 if update_freq == "batch" else update_freq
+        self.write_steps_per_second = bool(write_steps_per_second)
+        self._train = event_file.EventFileWriter(os.path.join(self.log_dir, "train"))
+        self._val = event_file.EventFileWriter(os.path.join(self.log_dir, "validation"))
+        self._batches = 0
+        self._epoch_start = 0.0
+        self._in_fit = False
+
+    def on_train_begin(self, logs=None):
+        self._in_fit = True
+        self._batches = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.perf_counter()
+        self._epoch_batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        self._epoch_batches = getattr(self, "_epoch_batches", 0) + 1
+        if self.update_freq != "epoch" and self._batches % self.update_freq == 0:
+            scalars = {f"batch_{k}": v for k, v in _scalar_logs(logs).items()}
+            if scalars:
+                self._train.add_scalars(scalars, self._batches)
+
+    def on_epoch_end(self, epoch, logs=None):
+        values = _scalar_logs(logs)
+        train = {f"epoch_{k}": v for k, v in values.items() if not k.startswith("val_")}
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and "epoch_learning_rate" not in train:
+            train["epoch_learning_rate"] = float(optimizer.learning_rate)
+        if self.write_steps_per_second:
+            seconds = time.perf_counter() - self._epoch_start
+            train["epoch_steps_per_second"] = getattr(self, "_epoch_batches", 0) / seconds if seconds > 0 else 0.0
+        self._train.add_scalars(train, epoch)
+        val = {f"epoch_{k[4:]}": v for k, v in values.items() if k.startswith("val_")}
+        if val:
+            self._val.add_scalars(val, epoch)
+
+    def on_test_end(self, logs=None):
+        optimizer = getattr(self.model, "optimizer", None)
+        if self._in_fit and optimizer is not None:
+            scalars = {f"evaluation_{k}_vs_iterations": v for k, v in _scalar_logs(logs).items()}
+            if scalars:
+                self._val.add_scalars(scalars, int(optimizer.iterations))
+
+    def on_train_end(self, logs=None):
+        self._in_fit = False
+        self._train.close()
+        self._val.close()
+
+
+class RemoteMonitor(Callback):
+    """Keras's ``RemoteMonitor``: POST ``{"epoch": epoch, **logs}`` to ``root + path`` at each epoch end, as JSON
+    (``send_as_json``) or as a form field ``field`` holding the JSON (urllib; no extra dependency). A server that
+    cannot be reached gives a warning, not an error, as in Keras."""
+
+    def __init__(self, root: str = "http://localhost:9000", path: str = "/publish/epoch/end/", field: str = "data",
+                 headers: "dict | None" = None, send_as_json: bool = False, timeout: float = 10.0) -> None:
+        super().__init__()
+        self.root, self.path, self.field = root, path, field
+        self.headers = dict(headers or {})
+        self.send_as_json = bool(send_as_json)
+        self.timeout = float(timeout)
+
+    def on_epoch_end(self, epoch, logs=None):
+        import urllib.error  # (deferred: only this callback talks to the network)
+        import urllib.parse
+        import urllib.request
+
+        send = {"epoch": epoch}
+        for key, value in dict(logs or {}).items():
+            number = _as_float(value)
+            send[key] = number if number is not None else value
+        if self.send_as_json:
+            body, content_type = json.dumps(send).encode("utf-8"), "application/json"
+        else:
+            body = urllib.parse.urlencode({self.field: json.dumps(send)}).encode("utf-8")
+            content_type = "application/x-www-form-urlencoded"
+        request = urllib.request.Request(self.root + self.path, data=body, method="POST",
+                                         headers={"Content-Type": content_type, **self.headers})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+        except (urllib.error.URLError, OSError) as exc:
+            warnings.warn(f"Could not reach RemoteMonitor root server at {self.root} ({exc})", UserWarning,
+                          stacklevel=2)
+
+
+class BackupAndRestore(Callback):
+    """Keras's ``BackupAndRestore``: after every epoch (or every ``save_freq`` batches) the model's weights, its
+    optimizer's state and the position in training are written to ``backup_dir`` (safetensors and JSON, each
+    file replaced atomically; no pickle). When ``fit`` starts and a backup is there, it is restored and training
+    resumes after the last backed-up epoch; a ``fit`` that finishes deletes the backup (unless
+    ``delete_checkpoint=False``). ``double_checkpoint`` keeps the previous backup too, used if the latest one
+    cannot be read."""
+
+    def __init__(self, backup_dir: "str | os.PathLike", save_freq: "str | int" = "epoch",
+                 double_checkpoint: bool = False, delete_checkpoint: bool = True) -> None:
+        super().__init__()
+        if not backup_dir:
+            raise ValueError("BackupAndRestore: backup_dir must be a directory path, got an empty value")
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError(f"Invalid value for argument `save_freq`. Received: save_freq={save_freq}. "
+                             "Expected either 'epoch' or an integer value.")
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = save_freq
+        self.double_checkpoint = bool(double_checkpoint)
+        self.delete_checkpoint = bool(delete_checkpoint)
+        self._batches = 0
+        self._current_epoch = 0
+
+    def _paths(self, which: str = "latest") -> dict[str, str]:
+        d = os.path.join(self.backup_dir, which)
+        return {"dir": d, "weights": os.path.join(d, "model.weights.safetensors"),
+                "optimizer": os.path.join(d, "optimizer.safetensors"), "meta": os.path.join(d, "training.json")}
+
+    def _save(self, epoch: int, batch: "int | None") -> None:
+        from safetensors.numpy import save  # (deferred: safetensors is only needed when a backup is written)
+        latest = self._paths("latest")
+        if self.double_checkpoint and os.path.isfile(latest["meta"]):
+            previous = self._paths("previous")
+            os.makedirs(previous["dir"], exist_ok=True)
+            for key in ("weights", "optimizer", "meta"):
+                if os.path.isfile(latest[key]):
+                    os.replace(latest[key], previous[key])
+        os.makedirs(latest["dir"], exist_ok=True)
+        self.model.save_weights(latest["weights"])
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and optimizer.built:
+            state = {k: np.ascontiguousarray(np.asarray(v)).reshape(np.shape(v)) for k, v in optimizer.get_state().items()}
+            with atomic_write(latest["optimizer"]) as f:
+                f.write(save(state))
+        with atomic_write(latest["meta"], "w") as f:
+            json.dump({"epoch": int(epoch), "batch": batch, "format": "dnnbind.backup", "version": 1}, f)
+
+    def _restore(self, which: str) -> bool:
+        from safetensors.numpy import load  # (deferred: as above)
+        paths = self._paths(which)
+        if not os.path.isfile(paths["meta"]):
+            return False
+        with open(paths["meta"]) as f:
+            meta = json.load(f)
+        self.model.load_weights(paths["weights"])
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and os.path.isfile(paths["optimizer"]):
+            with open(paths["optimizer"], "rb") as f:
+                state = load(f.read())
+            optimizer.set_state(state, [w.value for w in self.model.trainable_weights])
+        epoch, batch = int(meta["epoch"]), meta.get("batch")
+        # a backup taken at an epoch's end resumes with the next epoch; one taken mid-epoch redoes that epoch
+        self.model._initial_epoch = epoch + 1 if batch is None else epoch
+        return True
+
+    def on_train_begin(self, logs=None):
+        if not self.model.built:
+            raise ValueError("To use the BackupAndRestore callback, you model must be built before you call `fit()`. "
+                             f"Model {self.model.name} is unbuilt. You can build it beforehand by calling it on a "
+                             "batch of data.")
+        self._batches = 0
+        try:
+            restored = self._restore("latest")
+        except (OSError, ValueError, KeyError) as exc:
+            if not self.double_checkpoint:
+                raise
+            warnings.warn(f"BackupAndRestore: the latest backup in {self.backup_dir} cannot be read ({exc}); "
+                          "restoring the previous one", UserWarning, stacklevel=2)
+            restored = self._restore("previous")
+        return restored
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._current_epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        if self.save_freq != "epoch" and self._batches % self.save_freq == 0:
+            self._save(self._current_epoch, batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.save_freq == "epoch":
+            self._save(epoch, None)
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint and os.path.isdir(self.backup_dir) and not getattr(self.model, "stop_training", False):
+            import shutil  # (deferred: only a finished fit removes the backup)
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+class SwapEMAWeights(Callback):
+    """Keras's ``SwapEMAWeights``: evaluate (and checkpoint) with the optimizer's exponential moving average of
+    the weights. It needs an optimizer with ``use_ema=True``, which dnnbind's optimizers do not have yet: like
+    Keras with such an optimizer, it raises ``ValueError`` when training starts."""
+
+    def __init__(self, swap_on_epoch: bool = False) -> None:
+        super().__init__()
+        self.swap_on_epoch = bool(swap_on_epoch)
+
+    def on_train_begin(self, logs=None):
+        optimizer = getattr(self.model, "optimizer", None)
+        if not getattr(optimizer, "use_ema", False):
+            raise ValueError("SwapEMAWeights must be used when `use_ema=True` is set on the optimizer. Received: "
+                             f"use_ema={getattr(optimizer, 'use_ema', False)} (dnnbind's optimizers do not keep "
+                             "an EMA of the weights yet)")

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import _keras_objects
 from .utils import draw_seed
 
 __all__ = [
@@ -37,9 +38,18 @@ __all__ = [
     "LecunUniform",
     "OrthogonalInitializer",
     "Orthogonal",
+    "IdentityInitializer",
+    "Identity",
+    "STFTInitializer",
+    "STFT",
     "get",
     "serialize",
+    "deserialize",
     "compute_fans",
+    # Keras 3's function-style names: the classes themselves under snake-case names
+    "constant", "glorot_normal", "glorot_uniform", "he_normal", "he_uniform", "identity", "lecun_normal",
+    "lecun_uniform", "ones", "orthogonal", "random_normal", "random_uniform", "stft", "truncated_normal",
+    "variance_scaling", "zeros",
 ]
 
 
@@ -292,6 +302,88 @@ class OrthogonalInitializer(_Seeded):
 Orthogonal = OrthogonalInitializer
 
 
+class IdentityInitializer(Initializer):
+    """Keras 3's ``Identity``: ``gain * eye(rows, cols)`` for a 2-D shape (ones on the main diagonal)."""
+
+    def __init__(self, gain: float = 1.0) -> None:
+        self.gain = float(gain)
+
+    def __call__(self, shape, dtype="float32"):
+        shape = tuple(int(s) for s in shape)
+        if len(shape) != 2:
+            raise ValueError("Identity matrix initializer can only be used for 2D matrices. "
+                             f"Received: shape={shape} of rank {len(shape)}.")
+        return (self.gain * np.eye(*shape)).astype(dtype)
+
+    def get_config(self) -> dict:
+        return {"gain": self.gain}
+
+
+Identity = IdentityInitializer
+
+# numpy's symmetric windows; "periodic" windows are the symmetric ones of length n + 1 without their last point
+_WINDOWS = {"hann": np.hanning, "hanning": np.hanning, "hamming": np.hamming, "blackman": np.blackman,
+            "bartlett": np.bartlett, "boxcar": np.ones, "ones": np.ones, "rectangular": np.ones}
+
+
+def _window(name: str, n: int, periodic: bool) -> np.ndarray:
+    fn = _WINDOWS[name]
+    return fn(n + 1)[:-1] if periodic else fn(n)
+
+
+class STFTInitializer(Initializer):
+    """Keras 3's ``STFT``: the real (``side="real"``: cosine) or imaginary (``"imag"``: sine) part of the DFT
+    kernel, of shape ``(frame_length, input_channels, fft_length // 2 + 1)``, times a window (a name:
+    ``hann``, ``hamming``, ``blackman``, ``bartlett``, ``boxcar``; an array of ``frame_length`` values; or
+    None) divided by its ``scaling`` (``"density"``: the window's L2 norm, ``"spectrum"``: its L1 norm, None).
+    ``periodic`` windows as scipy's ``get_window(..., fftbins=True)``."""
+
+    def __init__(self, side: str = "real", window: Any = "hann", scaling: "str | None" = "density",
+                 periodic: bool = False) -> None:
+        if side not in ("real", "imag"):
+            raise ValueError(f"side should be 'real' or 'imag', not {side}")
+        if isinstance(window, str) and window not in _WINDOWS:
+            raise ValueError(f"STFTInitializer: window {window!r} is not supported; known: "
+                             f"{', '.join(sorted(_WINDOWS))}, an array of frame_length values, or None")
+        if scaling is not None and scaling not in ("density", "spectrum"):
+            raise ValueError(f"Scaling is invalid, it must be `None`, 'density' or 'spectrum'. Received "
+                             f"scaling={scaling}")
+        self.side, self.window, self.scaling, self.periodic = side, window, scaling, bool(periodic)
+
+    def __call__(self, shape, dtype="float32"):
+        shape = tuple(int(s) for s in shape)
+        if len(shape) != 3:
+            raise ValueError(f"STFTInitializer: the shape must be (frame_length, input_channels, fft_bins), got "
+                             f"{shape}")
+        frame_length, _, fft_length = shape
+        win, scaling = None, 1.0
+        if self.window is not None:
+            win = _window(self.window, frame_length, self.periodic) if isinstance(self.window, str) \
+                else np.asarray(self.window, dtype=np.float64)
+            if win.ndim != 1 or win.shape[-1] != frame_length:
+                raise ValueError(f"The shape of `window` must be equal to [frame_length]. Received: window "
+                                 f"shape={win.shape}")
+            win = win.reshape(frame_length, 1, 1)
+            if self.scaling == "density":
+                scaling = np.sqrt(np.sum(np.square(win)))
+            elif self.scaling == "spectrum":
+                scaling = np.sum(np.abs(win))
+        freq = np.arange(fft_length, dtype=np.float64).reshape(1, 1, fft_length) / ((fft_length - 1) * 2)
+        time = np.arange(frame_length, dtype=np.float64).reshape(frame_length, 1, 1)
+        args = -2 * time * freq * np.pi
+        kernel = np.cos(args) if self.side == "real" else np.sin(args)
+        if win is not None:
+            kernel = kernel * win / scaling
+        return np.broadcast_to(kernel, shape).astype(dtype)
+
+    def get_config(self) -> dict:
+        window = self.window.tolist() if isinstance(self.window, np.ndarray) else self.window
+        return {"side": self.side, "window": window, "periodic": self.periodic, "scaling": self.scaling}
+
+
+STFT = STFTInitializer
+
+
 _BY_NAME: dict[str, type] = {
     "zeros": Zeros,
     "ones": Ones,
@@ -307,11 +399,21 @@ _BY_NAME: dict[str, type] = {
     "lecun_normal": LecunNormal,
     "lecun_uniform": LecunUniform,
     "orthogonal": OrthogonalInitializer,
+    "identity": IdentityInitializer,
+    "stft": STFTInitializer,
 }
 _CLASS_TO_NAME = {cls.__name__: name for name, cls in _BY_NAME.items()}
 # Keras 3's short aliases (Embedding's default is "uniform"); kept apart so serialize keeps the full names
 _ALIASES = {"uniform": "random_uniform", "normal": "random_normal", "one": "ones", "zero": "zeros"}
 _CLASS_TO_NAME["Orthogonal"] = "orthogonal"  # Keras 3's legacy class name
+_CLASS_TO_NAME["Identity"] = "identity"
+_CLASS_TO_NAME["STFT"] = "stft"
+
+constant, zeros, ones, identity, stft = Constant, Zeros, Ones, IdentityInitializer, STFTInitializer
+random_normal, random_uniform, truncated_normal = RandomNormal, RandomUniform, TruncatedNormal
+variance_scaling, glorot_normal, glorot_uniform = VarianceScaling, GlorotNormal, GlorotUniform
+he_normal, he_uniform, lecun_normal, lecun_uniform = HeNormal, HeUniform, LecunNormal, LecunUniform
+orthogonal = OrthogonalInitializer
 
 
 def get(identifier: "str | Initializer | dict | Callable | None") -> Initializer:
@@ -345,3 +447,20 @@ def get(identifier: "str | Initializer | dict | Callable | None") -> Initializer
 def serialize(init: Initializer) -> dict:
     """``{"class_name": ..., "config": ...}`` (JSON-safe)."""
     return {"class_name": type(init).__name__, "config": init.get_config()}
+
+
+def deserialize(config: "dict | str", custom_objects: "dict | None" = None) -> Initializer:
+    """An initializer from :func:`serialize`'s dict, Keras 3's (``{"module", "class_name", "config", ...}``) or a
+    name; ``custom_objects`` (and the registry, ``keras.saving.register_keras_serializable``) for the user's."""
+    if isinstance(config, dict):
+        cls = _keras_objects.find_custom_class(str(config.get("class_name")), config.get("registered_name"),
+                                               custom_objects)
+        if cls is not None:
+            return cls.from_config(config.get("config") or {})
+    elif isinstance(config, str):
+        cls = _keras_objects.get_registered_object(config, custom_objects)
+        if cls is not None:
+            return cls() if isinstance(cls, type) else cls
+    else:
+        raise TypeError(f"initializers.deserialize: expected a dict or a name, got {type(config).__name__}")
+    return get(config)

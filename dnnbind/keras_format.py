@@ -10,8 +10,10 @@
 * :func:`model_to_keras` / :func:`model_from_keras`: a model's ``config.json`` as Keras 3 writes it
   (``{"module", "class_name", "config", "registered_name", "build_config", "compile_config"}``, dtype
   policies and initializers as such dicts) to and from the configs that dnnbind's Sequential and
-  Functional ``from_config`` take. Anything dnnbind cannot honour (a regularizer, a constraint, a
-  custom class, a quantized policy, call arguments a layer's ``call`` does not take) raises ``ValueError`` naming the layer and the key.
+  Functional ``from_config`` take. A user's layer class is written as Keras writes it (its module and
+  registered name, :func:`dnnbind.saving.register_keras_serializable`) and read back through the registry
+  or a ``CustomObjectScope``. Anything dnnbind cannot honour (a regularizer, a constraint, an
+  unregistered custom class, a quantized policy, call arguments a layer's ``call`` does not take) raises ``ValueError`` naming the layer and the key.
 
 Keras config values are untrusted input here: every one goes through the layers' constructors,
 which check their arguments; this module only checks the structure and refuses what it cannot map.
@@ -22,12 +24,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, Iterator
 
+from . import _keras_objects
 from . import initializers as _init
 from . import activations as _activations
 from .layers.base import Layer, Weight, _snake_case, get_layer_class
 from .mixed_precision import Policy
 
 __all__ = ["KERAS_FORMAT_VERSION", "keras_snake_case", "variable_paths", "keras_weight_order", "model_to_keras",
+           "model_config_with_compile",
            "model_from_keras", "compile_config_to_keras", "compile_config_from_keras"]
 
 # The Keras version whose .keras layout this module writes (metadata.json's "keras_version"): 3.x keeps
@@ -126,9 +130,20 @@ def _initializer_to_keras(config: Any, where: str) -> Any:
     return _keras_object("keras.initializers", cls_name, dict(config.get("config") or {}))
 
 
-def _layer_to_keras(entry: dict, where: str) -> dict:
+def _custom_layer_classes(model: Any) -> dict[str, type]:
+    """The user's layer classes in ``model`` (at any depth), by class name."""
+    found = {}
+    for _, layer, _ in variable_paths(model):
+        cls = type(layer)
+        if isinstance(layer, Layer) and not cls.__module__.startswith("dnnbind."):
+            found[cls.__name__] = cls
+    return found
+
+
+def _layer_to_keras(entry: dict, where: str, custom: "dict[str, type] | None" = None) -> dict:
     class_name = entry["class_name"]
     config = dict(entry["config"])
+    user_class = (custom or {}).get(class_name)
     if class_name == "InputLayer":
         shape = list(config["shape"])
         return _keras_object("keras.layers", "InputLayer", {
@@ -149,9 +164,12 @@ def _layer_to_keras(entry: dict, where: str) -> dict:
         config["data_format"] = "channels_last"  # what Keras resolves None to (its image_data_format default)
     for key in _NESTED_LAYER_KEYS:  # a wrapper's layer, an RNN's cell: layer objects inside the config
         if isinstance(config.get(key), dict):
-            config[key] = _layer_to_keras(config[key], where)
+            config[key] = _layer_to_keras(config[key], where, custom)
     if isinstance(config.get("cells"), list):
-        config["cells"] = [_layer_to_keras(c, where) for c in config["cells"]]
+        config["cells"] = [_layer_to_keras(c, where, custom) for c in config["cells"]]
+    if user_class is not None:  # as Keras writes a user's class: its module and registered name
+        return {"module": user_class.__module__, "class_name": class_name, "config": config,
+                "registered_name": _keras_objects.get_registered_name(user_class)}
     return _keras_object("keras.layers", _KERAS_EXPORT_NAMES.get(class_name, class_name), config)
 
 
@@ -159,15 +177,27 @@ def model_to_keras(model: Any) -> dict:
     """``config.json`` of a ``.keras`` file for ``model`` (a built Sequential or functional model), without
     its compile config. A subclassed model has no config Keras could rebuild: ValueError."""
     config = model.get_config()
+    custom = _custom_layer_classes(model)
     if isinstance(config, dict) and "input_layers" in config:
-        return _functional_to_keras(config)
+        return _functional_to_keras(config, custom)
     if not isinstance(config, dict) or "layers" not in config:
         raise ValueError(f"model '{model.name}' ({type(model).__name__}) is subclassed: its layers are made by its "
                          "own code, so no config can rebuild it; save its weights (.weights.h5) instead")
-    return _sequential_to_keras(model, config)
+    return _sequential_to_keras(model, config, custom)
 
 
-def _sequential_to_keras(model: Any, config: dict) -> dict:
+def model_config_with_compile(model: Any) -> dict:
+    """:func:`model_to_keras` plus, for a compiled model, its ``compile_config`` (what ``Model.to_json`` and
+    ``serialize_keras_object`` write, as Keras does)."""
+    config = model_to_keras(model)
+    compiled = compile_config_to_keras(
+        getattr(model, "_compile_config", None) if getattr(model, "compiled", False) else None)
+    if compiled is not None:
+        config["compile_config"] = compiled
+    return config
+
+
+def _sequential_to_keras(model: Any, config: dict, custom: "dict[str, type] | None" = None) -> dict:
     where = f"Sequential '{config.get('name')}'"
     entries = list(config["layers"])
     build_shape = config.get("build_input_shape")
@@ -178,7 +208,7 @@ def _sequential_to_keras(model: Any, config: dict) -> dict:
             # Keras 3 starts a Sequential with its InputLayer rather than an input_shape argument
             entries.insert(0, {"class_name": "InputLayer", "config": {
                 "shape": list(shape), "batch_size": None, "dtype": "float32", "name": "input_layer"}})
-    layers = [_layer_to_keras(entry, where) for entry in entries]
+    layers = [_layer_to_keras(entry, where, custom) for entry in entries]
     for keras_entry, layer in zip(layers[1:] if layers and layers[0]["class_name"] == "InputLayer" else layers,
                                   model.layers):
         if getattr(layer, "built", False) and layer.input_shape is not None:
@@ -200,11 +230,11 @@ def _refs_to_keras(refs: list, names: list | None) -> Any:
     return refs[0] if len(refs) == 1 else refs
 
 
-def _functional_to_keras(config: dict) -> dict:
+def _functional_to_keras(config: dict, custom: "dict[str, type] | None" = None) -> dict:
     where = f"Functional '{config.get('name')}'"
     layers = []
     for entry in config["layers"]:
-        keras_entry = _layer_to_keras(entry, where)
+        keras_entry = _layer_to_keras(entry, where, custom)
         keras_entry["name"] = entry.get("name", entry["config"].get("name"))
         keras_entry["inbound_nodes"] = entry.get("inbound_nodes", [])
         layers.append(keras_entry)
@@ -314,12 +344,39 @@ def _drop_keras_only(config: dict, table: dict, where: str) -> dict:
     return out
 
 
+def _is_custom_entry(entry: Any) -> bool:
+    """Whether a serialized object names one of the user's classes (a module outside Keras, or a registered
+    name other than its class name), as Keras writes them."""
+    if not isinstance(entry, dict):
+        return False
+    module, registered = entry.get("module"), entry.get("registered_name")
+    return (isinstance(module, str) and not module.startswith("keras")) or \
+        (registered is not None and registered != entry.get("class_name"))
+
+
+def _entry_class(entry: dict) -> type:
+    """The class a converted layer entry makes (the user's, through the registry, or dnnbind's)."""
+    user_class = _keras_objects.find_custom_class(entry["class_name"], entry.get("registered_name"))
+    return user_class if isinstance(user_class, type) else get_layer_class(entry["class_name"])
+
+
 def _layer_from_keras(entry: Any, where: str) -> dict:
-    class_name, config = _check_keras_object(entry, where, ("keras",))
-    try:
-        get_layer_class(class_name)
-    except ValueError as exc:
-        raise ValueError(f"{where}: Keras layer {class_name!r} is not supported by dnnbind ({exc})") from None
+    registered = None
+    if _is_custom_entry(entry) and isinstance(entry.get("class_name"), str) and "config" in entry:
+        class_name, config, registered = entry["class_name"], entry["config"], entry.get("registered_name")
+        user_class = _keras_objects.find_custom_class(class_name, registered)
+        if not (isinstance(user_class, type) and issubclass(user_class, Layer)):
+            key = registered or class_name
+            raise ValueError(f"{where}: {class_name!r} (module {entry.get('module')!r}, registered_name "
+                             f"{registered!r}) is a custom layer that is not registered: decorate its class with "
+                             f"@keras.saving.register_keras_serializable(), or load with custom_objects="
+                             f"{{'{key}': {class_name}}}")
+    else:
+        class_name, config = _check_keras_object(entry, where, ("keras",))
+        try:
+            get_layer_class(class_name)
+        except ValueError as exc:
+            raise ValueError(f"{where}: Keras layer {class_name!r} is not supported by dnnbind ({exc})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{where}: config of {class_name!r} must be a dict, got {type(config).__name__}")
     where = f"{where} ({class_name} '{config.get('name')}')"
@@ -348,6 +405,8 @@ def _layer_from_keras(entry: Any, where: str) -> dict:
             config[key] = _layer_from_keras(config[key], f"{where}: {key}")
     if isinstance(config.get("cells"), list):
         config["cells"] = [_layer_from_keras(c, f"{where}: cells") for c in config["cells"]]
+    if registered is not None:
+        return {"class_name": class_name, "registered_name": registered, "config": config}
     return {"class_name": class_name, "config": config}
 
 
@@ -393,10 +452,10 @@ def _refs_from_keras(value: Any, key: str) -> tuple[list, list | None]:
                      f"{str(value)[:200]}")
 
 
-def _call_default(class_name: str, argument: str) -> Any:
-    """The default of ``argument`` in the dnnbind layer class's ``call`` (None when it has none)."""
+def _call_default(entry: dict, argument: str) -> Any:
+    """The default of ``argument`` in the layer class's ``call`` (None when it has none)."""
     try:
-        parameter = inspect.signature(get_layer_class(class_name).call).parameters.get(argument)
+        parameter = inspect.signature(_entry_class(entry).call).parameters.get(argument)
     except (ValueError, TypeError):
         return None
     return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
@@ -410,7 +469,7 @@ def _functional_from_keras(model_config: dict) -> dict:
         nodes = entry.get("inbound_nodes", [])
         if not isinstance(nodes, list):
             raise ValueError(f"{where} layers[{i}]: inbound_nodes must be a list, got {str(nodes)[:200]}")
-        default_training = _call_default(converted["class_name"], "training")
+        default_training = _call_default(converted, "training")
         for node in nodes:
             kwargs = node.get("kwargs") if isinstance(node, dict) else None
             if kwargs and default_training is not None and kwargs.get("training", None) == default_training:
@@ -419,7 +478,7 @@ def _functional_from_keras(model_config: dict) -> dict:
                 kwargs = {k: v for k, v in kwargs.items() if k != "training"}
                 node["kwargs"] = kwargs
             if kwargs and any(v is not None for v in kwargs.values()) and not _takes_call_kwargs(
-                    converted["class_name"], kwargs):
+                    converted, kwargs):
                 raise ValueError(f"{where} layers[{i}] ('{entry.get('name')}'): call arguments {kwargs} are not "
                                  "supported by dnnbind")
         converted["name"] = entry.get("name", converted["config"].get("name"))
@@ -436,11 +495,11 @@ def _functional_from_keras(model_config: dict) -> dict:
     return out
 
 
-def _takes_call_kwargs(class_name: str, kwargs: dict) -> bool:
+def _takes_call_kwargs(entry: dict, kwargs: dict) -> bool:
     """Whether a layer of ``class_name`` is called in ``keras.ops`` (not one of dnnbind's forward/backward
     layers) and its ``call`` names every key of ``kwargs`` (``MultiHeadAttention``'s ``use_causal_mask``):
     then the functional graph passes them on, as Keras does."""
-    cls = get_layer_class(class_name)
+    cls = _entry_class(entry)
     if cls._is_legacy():
         return False
     params = inspect.signature(cls.call).parameters

@@ -12,7 +12,8 @@ float32 whatever the policy says (NumPy has no fast 16-bit math).
 
 from __future__ import annotations
 
-__all__ = ["Policy", "set_global_policy", "global_policy", "DTypePolicy"]
+__all__ = ["Policy", "set_global_policy", "global_policy", "DTypePolicy", "dtype_policy", "set_dtype_policy",
+           "LossScaleOptimizer"]
 
 _KNOWN = {
     "float32": ("float32", "float32"),
@@ -69,3 +70,26 @@ def set_global_policy(policy: "str | Policy") -> None:
 
 def global_policy() -> Policy:
     return _global
+
+
+def dtype_policy() -> Policy:
+    """The global dtype policy (Keras's ``mixed_precision.dtype_policy``, also ``keras.config.dtype_policy``)."""
+    return _global
+
+
+def set_dtype_policy(policy: "str | Policy") -> None:
+    """Set the global dtype policy (Keras's ``mixed_precision.set_dtype_policy``)."""
+    if not isinstance(policy, (str, Policy)):
+        raise ValueError("Invalid `policy` argument. Expected the string name of a policy (such as 'mixed_float16') "
+                         f"or a `DTypePolicy` instance. Received: policy={policy!r} (of type {type(policy)})")
+    set_global_policy(policy)
+
+
+def __getattr__(name: str):
+    # keras.mixed_precision.LossScaleOptimizer is dnnbind.optimizers.LossScaleOptimizer. This module is a leaf
+    # that the layers import, so the optimizers (above it) are looked up by name on first use, not imported
+    # here; dnnbind.optimizers never imports this module back.
+    if name == "LossScaleOptimizer":
+        import importlib
+        return importlib.import_module("dnnbind.optimizers").LossScaleOptimizer
+    raise AttributeError(f"module 'dnnbind.mixed_precision' has no attribute {name!r}")

@@ -11,7 +11,9 @@ identical weights when the same draws happen in the same order (with
 Until :func:`set_random_seed` is called the generator starts from fresh OS entropy.
 
 This module is a shared leaf (it imports only the standard library and NumPy), so that ``ops``,
-``initializers``, ``layers`` and ``models`` can all draw from the one generator.
+``initializers``, ``layers`` and ``models`` can all draw from the one generator. The rest of Keras's
+``keras.utils`` names live in the rooms that own them and are looked up on first use (module
+``__getattr__``, :data:`_LAZY`), so importing this module imports nothing above it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,59 @@ import threading
 
 import numpy as np
 
-__all__ = ["to_categorical", "set_random_seed", "draw_seed", "PyDataset", "Sequence"]
+# keras.utils names that other rooms own: name -> (module, attribute), imported on first use
+_LAZY = {
+    "CustomObjectScope": ("dnnbind._keras_objects", "CustomObjectScope"),
+    "custom_object_scope": ("dnnbind._keras_objects", "custom_object_scope"),
+    "get_custom_objects": ("dnnbind._keras_objects", "get_custom_objects"),
+    "get_registered_name": ("dnnbind._keras_objects", "get_registered_name"),
+    "get_registered_object": ("dnnbind._keras_objects", "get_registered_object"),
+    "register_keras_serializable": ("dnnbind._keras_objects", "register_keras_serializable"),
+    "serialize_keras_object": ("dnnbind.serialization_lib", "serialize_keras_object"),
+    "deserialize_keras_object": ("dnnbind.serialization_lib", "deserialize_keras_object"),
+    "clear_session": ("dnnbind.backend", "clear_session"),
+    "is_keras_tensor": ("dnnbind.backend", "is_keras_tensor"),
+    "standardize_dtype": ("dnnbind.backend", "standardize_dtype"),
+    "disable_interactive_logging": ("dnnbind.config", "disable_interactive_logging"),
+    "enable_interactive_logging": ("dnnbind.config", "enable_interactive_logging"),
+    "is_interactive_logging_enabled": ("dnnbind.config", "is_interactive_logging_enabled"),
+    "Progbar": ("dnnbind.callbacks", "Progbar"),
+    "pad_sequences": ("dnnbind.data_utils", "pad_sequences"),
+    "normalize": ("dnnbind.data_utils", "normalize"),
+    "pack_x_y_sample_weight": ("dnnbind.data_utils", "pack_x_y_sample_weight"),
+    "unpack_x_y_sample_weight": ("dnnbind.data_utils", "unpack_x_y_sample_weight"),
+    "split_dataset": ("dnnbind.data_utils", "split_dataset"),
+    "timeseries_dataset_from_array": ("dnnbind.data_utils", "timeseries_dataset_from_array"),
+    "Config": ("dnnbind.data_utils", "Config"),
+    "get_file": ("dnnbind.file_utils", "get_file"),
+    "img_to_array": ("dnnbind.image_utils", "img_to_array"),
+    "array_to_img": ("dnnbind.image_utils", "array_to_img"),
+    "load_img": ("dnnbind.image_utils", "load_img"),
+    "save_img": ("dnnbind.image_utils", "save_img"),
+    "get_source_inputs": ("dnnbind.layer_utils", "get_source_inputs"),
+    "legacy": ("dnnbind.legacy", "saving"),
+    "model_to_dot": ("dnnbind.model_visualization", "model_to_dot"),
+    "plot_model": ("dnnbind.model_visualization", "plot_model"),
+    "image_dataset_from_directory": ("dnnbind.directory_datasets", "image_dataset_from_directory"),
+    "text_dataset_from_directory": ("dnnbind.directory_datasets", "text_dataset_from_directory"),
+    "audio_dataset_from_directory": ("dnnbind.directory_datasets", "audio_dataset_from_directory"),
+}
+
+__all__ = ["to_categorical", "set_random_seed", "draw_seed", "PyDataset", "Sequence", *sorted(_LAZY)]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib  # (deferred: only the lazy names need it)
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dnnbind.utils' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 _SEED_LIMIT = 2**32  # what np.random.seed accepts
 _seed_lock = threading.Lock()

@@ -432,7 +432,9 @@ def _config_of(path):
     (lambda c: c["layers"][1].update(class_name="MelSpectrogram"),
      r"layers\[1\]: Keras layer 'MelSpectrogram' is not supported by dnnbind"),
     (lambda c: c["layers"][1].update(module="my_package", registered_name="Custom>Dense"),
-     r"layers\[1\]: 'Dense' \(module 'my_package', registered_name 'Custom>Dense'\) is a custom object"),
+     r"layers\[1\]: 'Dense' \(module 'my_package', registered_name 'Custom>Dense'\) is a custom layer that is "
+     r"not registered: decorate its class with @keras.saving.register_keras_serializable\(\), or load with "
+     r"custom_objects=\{'Custom>Dense': Dense\}"),
     (lambda c: c["layers"][1]["config"].update(dtype={"module": "keras", "class_name": "DTypePolicy",
                                                       "config": {"name": "int8_from_float32"}}),
      r"Dense 'd'\): dtype policy 'int8_from_float32' is not supported"),
@@ -453,12 +455,12 @@ def test_a_compile_config_dnnbind_lacks_loads_the_model_uncompiled(tmp_path):
     model = keras.Sequential([keras.Input((4,)), layers.Dense(3, name="d")])
     model.save(tmp_path / "m.keras")
     config = _config_of(tmp_path / "m.keras")
-    config["compile_config"] = {"optimizer": {"module": "keras.optimizers", "class_name": "Nadam",
+    config["compile_config"] = {"optimizer": {"module": "keras.optimizers", "class_name": "Muon",
                                               "config": {"learning_rate": 0.01}, "registered_name": None},
                                 "loss": "mse", "metrics": None}
-    _keras_zip(tmp_path / "nadam.keras", config, tmp_path / "m.keras")
+    _keras_zip(tmp_path / "muon.keras", config, tmp_path / "m.keras")
     with pytest.warns(UserWarning, match="loaded uncompiled; its Keras compile config cannot be reproduced"):
-        loaded = keras.load_model(tmp_path / "nadam.keras")
+        loaded = keras.load_model(tmp_path / "muon.keras")
     assert not loaded.compiled
     np.testing.assert_array_equal(loaded.get_weights()[0], model.get_weights()[0])
 

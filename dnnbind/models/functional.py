@@ -25,10 +25,10 @@ import numpy as np
 from .. import _validate
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
-from ..layers.base import Layer, deserialize, unique_name
+from ..layers.base import Layer, unique_name
 from ..layers.graph import InputLayer, KerasTensor, Node, substitute
 from .chain import LayerChain, chainable
-from .model import Model
+from .model import Model, deserialize_layer
 
 __all__ = ["Functional"]
 
@@ -481,9 +481,7 @@ class Functional(Model):
         custom = custom_objects or {}
         layers = {}
         for entry in entries:
-            user_class = custom.get(entry["class_name"])
-            # constructors allocate nothing
-            layer = user_class.from_config(entry["config"]) if user_class is not None else deserialize(entry)
+            layer = deserialize_layer(entry, custom)  # constructors allocate nothing
             key = entry["config"].get("name", entry.get("name", layer.name))
             if key in layers:
                 raise ValueError(f"{owner}: two layers are named '{key}'")

@@ -19,6 +19,7 @@ and the subclassed forward.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import warnings
@@ -26,12 +27,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import _validate, backend
+from .. import _keras_objects, _validate, backend, keras_format
 from .. import quantizers as Q
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
 from ..backend import Device
-from ..layers.base import Layer, _snake_case, is_symbolic, structure_version, unique_name
+from ..layers.base import Layer, _snake_case, deserialize, is_symbolic, structure_version, unique_name
 from ..layers.core import _QuantizableMixin, check_calibration
 from ..layers.graph import InputLayer, KerasTensor
 from ..trainers.precision import LossScale
@@ -39,6 +40,26 @@ from ..trainers.trainer import Trainer
 from . import _summary
 
 __all__ = ["Model"]
+
+
+def deserialize_layer(entry: dict, custom_objects: "dict | None" = None) -> Layer:
+    """A layer from a model config's entry ``{"class_name", "config"[, "registered_name"]}``: the user's class
+    when the ``CustomObjectScope``, the registry (``register_keras_serializable``) or ``custom_objects``
+    knows its registered or class name, else dnnbind's own."""
+    user_class = _keras_objects.find_custom_class(entry["class_name"], entry.get("registered_name"), custom_objects)
+    if user_class is not None:
+        if not (isinstance(user_class, type) and issubclass(user_class, Layer)):
+            raise TypeError(f"layer '{entry['class_name']}': the custom object registered for it is "
+                            f"{user_class!r}, not a Layer class")
+        return user_class.from_config(entry["config"])
+    try:
+        return deserialize(entry)
+    except ValueError:
+        # dnnbind's own files name a user's class by its class name only: a registered class of that name
+        for obj in list(_keras_objects._scope_objects().values()) + list(_keras_objects.GLOBAL_CUSTOM_OBJECTS.values()):
+            if isinstance(obj, type) and issubclass(obj, Layer) and obj.__name__ == entry["class_name"]:
+                return obj.from_config(entry["config"])
+        raise
 
 
 def _is_functional_call(args: tuple, kwargs: dict) -> bool:
@@ -644,6 +665,12 @@ class Model(Trainer, Layer):
 
             return Functional.from_config(config, custom_objects=custom_objects, **kwargs)
         return cls(**config)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The model's architecture as JSON, as Keras 3 writes it (the ``config.json`` of a ``.keras`` file, with
+        the compile config when compiled); ``kwargs`` go to ``json.dumps``. Rebuild it with
+        ``keras.models.model_from_json``. A subclassed model has no such config: ValueError."""
+        return json.dumps(keras_format.model_config_with_compile(self), **kwargs)
 
     def save_weights(self, filepath: "str | os.PathLike", overwrite: bool = True) -> None:
         """The weights to a file (see :func:`dnnbind.saving.save_weights`)."""

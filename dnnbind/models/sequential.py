@@ -17,10 +17,10 @@ import numpy as np
 from .. import _validate, kernels
 from .. import saving_lib
 from ..autodiff.tensor import Tensor
-from ..layers.base import Layer, _bump_structure, deserialize, unique_name
+from ..layers.base import Layer, _bump_structure, unique_name
 from ..layers.graph import Input, InputLayer, KerasTensor
 from .chain import LayerChain, chainable, conv_bn_candidates, fusion_candidates
-from .model import Model
+from .model import Model, deserialize_layer
 
 __all__ = ["Sequential", "fusion_candidates", "conv_bn_candidates"]
 
@@ -332,7 +332,7 @@ class Sequential(Model):
         if build_shape is not None:
             build_shape = _validate.shape(build_shape[1:] if isinstance(build_shape, list) and build_shape
                                           and build_shape[0] is None else build_shape, "build_input_shape", owner)
-        layers = [deserialize(entry) for entry in layer_configs]  # constructors allocate nothing
+        layers = [deserialize_layer(entry) for entry in layer_configs]  # constructors allocate nothing
         model = cls(name=config.get("name"), trainable=config.get("trainable", True))
         input_shape = layers[0].input_shape if layers and isinstance(layers[0], InputLayer) else None
         if input_shape is None and layers:

@@ -164,7 +164,11 @@ def fit(model: Any, x: Any, y: Any, batch_size: "int | None", epochs: int, verbo
     rng = np.random.default_rng(draw_seed() if seed is None else seed)
     joined = False
     try:
+        model._initial_epoch = None
         cbs.on_train_begin()
+        # a callback may move the start (BackupAndRestore resuming after its last backed-up epoch), as in Keras
+        initial_epoch = model._initial_epoch if model._initial_epoch is not None else initial_epoch
+        model._initial_epoch = None
         for epoch in range(initial_epoch, epochs):
             model.reset_metrics()
             cbs.on_epoch_begin(epoch)
