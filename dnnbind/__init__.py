@@ -63,10 +63,24 @@ _LAZY = {
     "save_model": ("dnnbind.models", "save_model"),
     "doctor": ("dnnbind.doctor", "doctor"),
     "Regularizer": ("dnnbind.regularizers", "Regularizer"),
+    "Loss": ("dnnbind.losses", "Loss"),
+    "Metric": ("dnnbind.metrics", "Metric"),
+    "Optimizer": ("dnnbind.optimizers", "Optimizer"),
+    "Initializer": ("dnnbind.initializers", "Initializer"),
+    "InputSpec": ("dnnbind.layers", "InputSpec"),
+    "DTypePolicy": ("dnnbind.dtype_policies", "DTypePolicy"),
+    "FloatDTypePolicy": ("dnnbind.dtype_policies", "FloatDTypePolicy"),
+    "device": ("dnnbind.backend", "device_scope"),
 }
+
+
+def version() -> str:
+    """``keras.version()``: dnnbind's version string."""
+    return __version__
 
 __all__ = [
     "__version__",
+    "version",
     "Device",
     "default_device",
     "set_default_device",

@@ -155,6 +155,28 @@ def default_device() -> Device:
     return _default
 
 
+class device_scope:
+    """``keras.device(device_name)``: a context manager under which arrays and models are made on
+    ``device_name`` (``"cpu"``, ``"cuda"``, ``"gpu:0"``, ...): the default device is set on entry and
+    restored on exit (also on an exception), so scopes nest."""
+
+    def __init__(self, device_name: "str | Device") -> None:
+        name = device_name
+        if isinstance(name, str) and name.lower().startswith("gpu"):
+            name = "cuda" + name[3:]
+        self.device = resolve_device(name)
+        self._saved: "list[Device | None]" = []
+
+    def __enter__(self) -> Device:
+        self._saved.append(_default)
+        set_default_device(self.device)
+        return self.device
+
+    def __exit__(self, *exc: Any) -> None:
+        global _default
+        _default = self._saved.pop()
+
+
 def set_default_device(device: "str | Device | None") -> Device | None:
     """Set the default device (``None`` forgets the choice and re-detects)."""
     global _default
