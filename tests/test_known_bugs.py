@@ -53,3 +53,30 @@ def test_convert_to_tensor_with_a_dtype_of_a_strided_view(rng):
     x = rng.normal(size=(3, 4)).astype("float32")
     t = ops.convert_to_tensor(x[:, ::2], dtype="float32")
     np.testing.assert_array_equal(np.asarray(ops.repeat(t, 2, axis=0)), np.repeat(x[:, ::2], 2, axis=0))
+
+
+# ------------------------------------------------- 2. a one-output Functional rebuilt from its config
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_one_output_model_from_its_config_returns_a_tensor(rng, listed, tmp_path):
+    x = rng.normal(size=(3, 4)).astype("float32")
+    i = keras.Input((4,))
+    o = layers.Dense(2, name="d")(i)
+    model = keras.Model(i, [o] if listed else o)
+    config = model.get_config()
+    # Keras's forms: a bare tensor's ref bare, a list of one as a list
+    assert config["output_layers"] == ([["d", 0, 0]] if listed else ["d", 0, 0])
+    assert config["input_layers"] == [config["layers"][0]["name"], 0, 0]
+    rebuilt = keras.Model.from_config(config)
+    rebuilt.set_weights(model.get_weights())
+    y = rebuilt(x)
+    assert not isinstance(y, (list, tuple, dict)) and tuple(y.shape) == (3, 2)
+    assert isinstance(rebuilt.outputs, list) and len(rebuilt.outputs) == 1
+    np.testing.assert_allclose(np.asarray(y), np.asarray(model(x)), rtol=1e-6)
+    assert rebuilt.get_config()["output_layers"] == config["output_layers"]
+    assert not isinstance(model(x), (list, tuple))  # Keras's unpack_singleton, also for outputs=[o]
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    y = loaded(x)
+    assert not isinstance(y, (list, tuple)) and len(loaded.outputs) == 1
+    np.testing.assert_allclose(np.asarray(y), np.asarray(model(x)), rtol=1e-6)
+    assert loaded.get_config()["output_layers"] == config["output_layers"]
