@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import dnnbind as keras
 from dnnbind import layers, ops
+
+
+def _run_keras(script: str, work, backend: str = "numpy") -> None:
+    """Run ``script`` (argv[1]: ``work``) under real Keras 3 in a subprocess; skip when Keras is not installed."""
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("real Keras is not installed")
+    proc = subprocess.run([sys.executable, "-c", script, str(work)], capture_output=True, text=True,
+                          env={**os.environ, "KERAS_BACKEND": backend}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.fixture
@@ -80,3 +94,39 @@ def test_a_one_output_model_from_its_config_returns_a_tensor(rng, listed, tmp_pa
     assert not isinstance(y, (list, tuple)) and len(loaded.outputs) == 1
     np.testing.assert_allclose(np.asarray(y), np.asarray(model(x)), rtol=1e-6)
     assert loaded.get_config()["output_layers"] == config["output_layers"]
+
+
+# ------------------------------------------ 3. load_model of a Sequential with layers written in ops
+@pytest.mark.parametrize("make, shape", [
+    (lambda: layers.Conv2DTranspose(4, 3, strides=2, padding="same"), (8, 8, 3)),
+    (lambda: layers.Conv1DTranspose(2, 3, strides=2), (7, 3)),
+    (lambda: layers.Conv3D(2, 2), (4, 4, 4, 2)),
+    (lambda: layers.SeparableConv1D(3, 3, depth_multiplier=2), (6, 2)),
+])
+def test_load_model_of_a_sequential_with_an_ops_layer(rng, tmp_path, make, shape):
+    model = keras.Sequential([keras.Input(shape), make(), layers.Flatten(), layers.Dense(2)])
+    x = rng.normal(size=(2, *shape)).astype("float32")
+    want = np.asarray(model(x))
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert [w.shape for w in loaded.weights] == [w.shape for w in model.weights]
+    np.testing.assert_allclose(np.asarray(loaded(x)), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(Exception, match="max_weight_bytes"):  # still sized before anything is allocated
+        keras.saving.load_model(tmp_path / "m.keras", max_weight_bytes=8)
+
+
+_KERAS_CONV_T = r"""
+import sys, numpy as np, keras
+work = sys.argv[1]
+m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2DTranspose(4, 3, strides=2, padding="same")])
+x = np.random.default_rng(3).normal(size=(2, 8, 8, 3)).astype("float32")
+m.save(f"{work}/k.keras")
+np.savez(f"{work}/k.npz", x=x, y=np.asarray(m(x)))
+"""
+
+
+def test_load_model_of_a_keras_written_conv2d_transpose(tmp_path):
+    _run_keras(_KERAS_CONV_T, tmp_path)
+    ref = np.load(tmp_path / "k.npz")
+    loaded = keras.saving.load_model(tmp_path / "k.keras")
+    np.testing.assert_allclose(np.asarray(loaded(ref["x"])), ref["y"], rtol=1e-5, atol=1e-5)
