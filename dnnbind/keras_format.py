@@ -224,10 +224,11 @@ def _sequential_to_keras(model: Any, config: dict, custom: "dict[str, type] | No
 
 
 def _refs_to_keras(refs: list, names: list | None) -> Any:
-    """dnnbind's list of ``[layer, node, tensor]`` refs as Keras writes them: one ref bare, named ones as a dict."""
+    """dnnbind's ``[layer, node, tensor]`` refs as Keras writes them: named ones as a dict, a bare ref (a model
+    of one bare tensor) bare, a list (also of one) as a list."""
     if names is not None:
-        return dict(zip(names, refs))
-    return refs[0] if len(refs) == 1 else refs
+        return dict(zip(names, [refs] if _is_ref(refs) else refs))
+    return refs
 
 
 def _functional_to_keras(config: dict, custom: "dict[str, type] | None" = None) -> dict:
@@ -441,9 +442,10 @@ def _is_ref(value: Any) -> bool:
 
 
 def _refs_from_keras(value: Any, key: str) -> tuple[list, list | None]:
-    """Keras's ``input_layers``/``output_layers`` (a ref, a list or a dict of refs) as ``(refs, names)``."""
+    """Keras's ``input_layers``/``output_layers`` (a ref, a list or a dict of refs) as ``(refs, names)``; a bare
+    ref stays bare (the model takes or gives one bare tensor)."""
     if _is_ref(value):
-        return [value], None
+        return value, None
     if isinstance(value, dict) and all(_is_ref(v) for v in value.values()):
         return list(value.values()), list(value)
     if isinstance(value, list) and value and all(_is_ref(v) for v in value):

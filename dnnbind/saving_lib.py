@@ -85,7 +85,7 @@ from ._files import (atomic_write, create_exclusive, directory_lock, existing_mo
 from ._validate import normalize_dtype
 from .errors import AllocationTooLargeError, DnnbindError, ReadLimitError
 from .layers.base import Layer, Weight
-from .layers.graph import InputLayer
+from .layers.graph import InputLayer, KerasTensor
 
 __all__ = ["save_weights", "load_weights", "save_model", "load_model", "SavingError", "ReadLimits", "ReadLimitError",
            "check_weight_budget"]
@@ -920,8 +920,12 @@ def check_weight_budget(layers: Sequence[Layer], input_shape: Sequence[int], own
             current = stack.pop()
             current._add_weight = sized(current)
             stack.extend(current._sublayers())
-        probe._ensure_built(shape)
-        out = probe.output_shape
+        if probe._is_legacy():
+            probe._ensure_built(shape)
+            out = probe.output_shape
+        else:  # a layer with a call of its own builds from Keras shapes (the batch axis too), as Sequential.build
+            probe._build_from_call((KerasTensor((None, *shape), probe._effective_compute_dtype_name()),), {})
+            out = None
         if out is None:  # a layer written on keras.ops (Embedding, the recurrent layers): ask it
             out = tuple(probe.compute_output_shape((None, *shape)))[1:]
         shape = tuple(out)

@@ -1101,9 +1101,12 @@ class Layer:
             return {k: self._convert_inputs(v) for k, v in value.items()}
         if isinstance(value, Tensor):
             t = value
-        elif isinstance(value, np.ndarray) or backend.is_device_array(value):
-            t = Tensor(backend.asarray(value, device=self.device) if isinstance(value, np.ndarray) and
-                       self.device.is_cuda else value)
+        elif isinstance(value, np.ndarray):
+            if not value.flags.c_contiguous:  # a strided view (x[:, 0]): the kernels take C-contiguous arrays
+                value = np.array(value, order="C")
+            t = Tensor(backend.asarray(value, device=self.device) if self.device.is_cuda else value)
+        elif backend.is_device_array(value):
+            t = Tensor(value)
         else:
             return value
         if self.autocast and _ops_core.is_float(t.dtype):

@@ -514,11 +514,14 @@ def _as_view(flat: np.ndarray, shape: tuple, strides: tuple, offset: int) -> np.
 
 def strided_copy(x: Any, shape: Sequence[int], strides: Sequence[int], offset: int = 0, *, out: Any = None,
                  stream: Any = None) -> Any:
-    """A contiguous copy of the view of C-contiguous ``x``'s elements at ``offset + sum(i_k * strides[k])``
-    for every index of ``shape`` (element strides, possibly 0 or negative): basic slicing, transposes,
-    ``broadcast_to``, flips and diagonals are all such views. ``IndexError`` when the view leaves ``x``."""
+    """A contiguous copy of the view of ``x``'s elements at ``offset + sum(i_k * strides[k])`` (positions in
+    ``x``'s C order) for every index of ``shape`` (element strides, possibly 0 or negative): basic slicing,
+    transposes, ``broadcast_to``, flips and diagonals are all such views. A DeviceArray must be contiguous; a
+    strided NumPy array is read in its C order (one copy). ``IndexError`` when the view leaves ``x``."""
     op = "strided_copy"
     x = as_array(x)
+    if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
+        x = np.array(x, order="C")
     shape, strides, offset = _check_view(op, x, shape, strides, offset)
     check_out(op, out, shape, x.dtype)
     impl = route(op, "numeric", x=x, out=out)

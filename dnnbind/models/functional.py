@@ -82,7 +82,10 @@ class Functional(Model):
         self.__dict__["outputs"] = out_tensors
         self._input_keys = in_keys
         self._output_keys = out_keys
-        self._single_output = not isinstance(outputs, (list, tuple, dict))
+        # Keras's unpack_singleton: one output (bare, or a list of one) is returned as a tensor; a dict stays
+        self._single_output = len(out_tensors) == 1 and out_keys is None
+        # how the config writes the refs: a bare [layer, node, tensor] for a bare tensor, as Keras
+        self._bare_refs = (not isinstance(inputs, (list, tuple, dict)), not isinstance(outputs, (list, tuple, dict)))
         self._nodes = nodes
         self._graph_layers = layers
         consumers: dict[int, int] = {}
@@ -418,11 +421,13 @@ class Functional(Model):
             layers.append({"class_name": type(layer).__name__, "name": layer.name, "config": layer.get_config(),
                            "inbound_nodes": nodes})
 
-        def refs(tensors: list[KerasTensor]) -> list:
-            return [[t._keras_history[0].name, self._node_position(t), t._keras_history[2]] for t in tensors]
+        def refs(tensors: list[KerasTensor], bare: bool) -> list:
+            out = [[t._keras_history[0].name, self._node_position(t), t._keras_history[2]] for t in tensors]
+            return out[0] if bare and len(out) == 1 else out  # Keras writes a bare tensor's ref bare
 
+        bare_in, bare_out = getattr(self, "_bare_refs", (False, False))
         config: dict = {"name": self.name, "trainable": self.trainable, "layers": layers,
-                        "input_layers": refs(self.inputs), "output_layers": refs(self.outputs)}
+                        "input_layers": refs(self.inputs, bare_in), "output_layers": refs(self.outputs, bare_out)}
         if self._input_keys is not None:
             config["input_names"] = list(self._input_keys)
         if self._output_keys is not None:
@@ -551,13 +556,16 @@ class Functional(Model):
                 pending = left
             return made
 
+        bare: dict[str, bool] = {}
+
         def check_refs(key: str) -> list[tuple]:
             refs = config.get(key)
             if isinstance(refs, dict):  # Keras writes named inputs/outputs as a dict of refs
                 config.setdefault(key.replace("_layers", "_names"), list(refs))
                 refs = list(refs.values())
-            if isinstance(refs, list) and len(refs) == 3 and isinstance(refs[0], str):
-                refs = [refs]  # Keras writes a single ref bare
+            bare[key] = isinstance(refs, list) and len(refs) == 3 and isinstance(refs[0], str)
+            if bare[key]:
+                refs = [refs]  # Keras writes a single ref bare (a model of one bare input/output tensor)
             if not isinstance(refs, list) or not refs or not all(
                     isinstance(r, list) and len(r) == 3 and r[0] in layers for r in refs):
                 raise TypeError(f"{owner}: '{key}' must be a list of [layer name, node, tensor], got {str(refs)[:120]}")
@@ -603,8 +611,10 @@ class Functional(Model):
         ins = [made[r] for r in in_refs]
         outs = [_flat_values(made[r[:2]])[r[2]] for r in out_refs]
         in_names, out_names = config.get("input_names"), config.get("output_names")
-        inputs = dict(zip(in_names, ins)) if isinstance(in_names, list) and len(in_names) == len(ins) else ins
-        outputs = dict(zip(out_names, outs)) if isinstance(out_names, list) and len(out_names) == len(outs) else outs
+        inputs = dict(zip(in_names, ins)) if isinstance(in_names, list) and len(in_names) == len(ins) else \
+            ins[0] if bare["input_layers"] else ins
+        outputs = dict(zip(out_names, outs)) if isinstance(out_names, list) and len(out_names) == len(outs) else \
+            outs[0] if bare["output_layers"] else outs
         return cls(inputs, outputs, name=config.get("name"), trainable=config.get("trainable", True))
 
 

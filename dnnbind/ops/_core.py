@@ -201,7 +201,8 @@ def _host_array(x: Any, dtype: "np.dtype | None") -> np.ndarray:
         elif arr.dtype == np.int64:
             arr = arr.astype(np.int32)
         return arr
-    arr = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+    # order="C": the kernels take C-contiguous arrays (a strided view of the caller's array: one copy)
+    arr = np.asarray(x, order="C") if dtype is None else np.asarray(x, dtype=dtype, order="C")
     return arr
 
 
@@ -296,7 +297,8 @@ def convert_to_tensor(x: Any, dtype: Any = None, sparse: Any = None, ragged: Any
             and not hasattr(x, "_keras_history"):
         if isinstance(x, (list, tuple)) and any(isinstance(v, (Tensor, Variable)) for v in _flat_items(x)):
             return _cast_op(tensor(x), np_dtype(dtype))
-        return Tensor(_place(np.asarray(x, dtype=np_dtype(dtype))))
+        # order="C": a strided NumPy view (x[:, 0]) is copied once here, the kernels take contiguous arrays
+        return Tensor(_place(np.asarray(x, dtype=np_dtype(dtype), order="C")))
     t = tensor(x)
     if dtype is not None and t.dtype != np_dtype(dtype):
         t = _cast_op(t, np_dtype(dtype))
