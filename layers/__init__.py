@@ -73,6 +73,7 @@ from .preprocessing import Normalization, Rescaling
 from .image_augmentation import (AutoContrast, CutMix, Equalization, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
                                  RandomErasing, RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
                                  RandomPerspective, RandomSharpness, RandomShear, Solarization)
+from .audio_preprocessing import MelSpectrogram, STFTSpectrogram
 from .image_augmentation2 import RandomElasticTransform, RandomPosterization
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
@@ -119,4 +120,5 @@ __all__ = [
     "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
     "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
     "RandomShear", "RandomPerspective", "CutMix", "Equalization", "RandomErasing", "RandomPosterization", "RandomElasticTransform",
+    "STFTSpectrogram", "MelSpectrogram",
 ]

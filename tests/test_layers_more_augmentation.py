@@ -280,3 +280,76 @@ def test_keras_quirks_kept():
         layers.RandomElasticTransform(interpolation="bicubic")
     with pytest.raises(NotImplementedError, match="RandomElasticTransform .*fill_mode"):
         layers.RandomElasticTransform(fill_mode="edge")
+
+
+@pytest.mark.parametrize("label,cls,kwargs,x", AUDIO_CASES, ids=[c[0] for c in AUDIO_CASES])
+def test_audio_layers_match_keras(label, cls, kwargs, x):
+    theirs = _theirs()
+    layer = getattr(layers, cls)(**kwargs)
+    y = np.asarray(layer(x))
+    want = theirs[f"{label}/y"]
+    assert y.shape == want.shape and y.dtype == want.dtype == np.float32, label
+    assert tuple(layer.compute_output_shape(x.shape)) == y.shape
+    if cls == "STFTSpectrogram":
+        kernels = [np.asarray(w) for w in layer.weights]
+        assert len(kernels) == sum(k.startswith(f"{label}/w") for k in theirs)
+        for i, k in enumerate(kernels):
+            np.testing.assert_allclose(k, theirs[f"{label}/w{i}"], rtol=1e-5, atol=1e-5)  # (Keras: float32 trig)
+        assert tuple(int(s) for s in theirs[f"{label}/shape"]) == y.shape
+    # angle: arctan2 near the branch cut or a vanishing bin may flip by 2 pi; compare on the circle
+    if kwargs.get("mode") == "angle":
+        np.testing.assert_allclose(np.cos(y), np.cos(want), atol=1e-4)
+        np.testing.assert_allclose(np.sin(y), np.sin(want), atol=1e-4)
+    else:
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * scale)
+    again = _same_config(layer, theirs, label)
+    np.testing.assert_allclose(np.asarray(again(x)), y, rtol=1e-6, atol=1e-6)
+
+
+def _stft_reference(x, frame_length, step, nfft, window):
+    """Frames (valid) times the window, through NumPy's rfft, scaled by the window's L2 norm: (batch, frames, bins)."""
+    frames = np.stack([x[:, i:i + frame_length] for i in range(0, x.shape[1] - frame_length + 1, step)], axis=1)
+    spec = np.fft.rfft(frames * window, n=nfft) / np.sqrt(np.sum(window ** 2))
+    return spec
+
+
+def test_stft_spectrogram_against_numpy_fft_and_trains():
+    x = _signal(20, (2, 40, 1)).astype(np.float64)
+    layer = layers.STFTSpectrogram(mode="stft", frame_length=8, frame_step=4, dtype="float64")
+    y = np.asarray(layer(x))
+    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(8) / 7)  # symmetric (periodic=False)
+    ref = _stft_reference(x[..., 0], 8, 4, 8, hann)
+    np.testing.assert_allclose(y, np.concatenate([ref.real, ref.imag], axis=-1), rtol=1e-10, atol=1e-10)
+    assert [w.name for w in layer.trainable_weights] == ["real_kernel", "imag_kernel"]
+    assert np.asarray(layers.STFTSpectrogram(mode="real", frame_length=8)(x.astype(np.float32))).shape == (2, 9, 5)
+    assert [w.name for w in layers.STFTSpectrogram(mode="imag", frame_length=8).weights] == []  # (not built yet)
+
+
+def test_mel_spectrogram_filter_bank_and_db_floor():
+    from layers.audio_preprocessing import linear_to_mel_weight_matrix
+
+    m = linear_to_mel_weight_matrix(10, 33, 8000, 100.0, 3000.0)
+    assert m.shape == (33, 10) and m.dtype == np.float32 and np.all(m[0] == 0) and np.all(m >= 0)
+    assert np.all(m.max(axis=0) > 0.3) and np.all(m <= 1.0)
+    x = _signal(21, (2, 200))
+    db = np.asarray(layers.MelSpectrogram(fft_length=64, sequence_stride=16, num_mel_bins=10, top_db=15.0)(x))
+    assert db.shape == (2, 10, 200 // 16 + 1)
+    np.testing.assert_allclose(db.min(), db.max() - 15.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("make,error,match", [
+    (lambda: layers.STFTSpectrogram(frame_length=16, frame_step=20), ValueError, r"STFTSpectrogram .*frame_step"),
+    (lambda: layers.STFTSpectrogram(frame_length=16, fft_length=8), ValueError, r"STFTSpectrogram .*fft_length"),
+    (lambda: layers.STFTSpectrogram(mode="power"), ValueError, r"STFTSpectrogram .*mode=power"),
+    (lambda: layers.STFTSpectrogram(scaling="l2"), ValueError, r"STFTSpectrogram .*Scaling"),
+    (lambda: layers.STFTSpectrogram(padding="causal"), ValueError, r"STFTSpectrogram .*padding=causal"),
+    (lambda: layers.STFTSpectrogram(window="kaiser-ish"), ValueError, r"window"),
+    (lambda: layers.STFTSpectrogram(frame_length=8)(np.zeros((2, 16), np.float32)), ValueError, r"rank 3"),
+    (lambda: layers.STFTSpectrogram(frame_length=8)(np.zeros((2, 16, 1), np.int32)), TypeError, r"float16"),
+    (lambda: layers.MelSpectrogram(fft_length=32, sequence_length=64), ValueError, r"MelSpectrogram .*fft_length"),
+    (lambda: layers.MelSpectrogram(fft_length=32)(np.zeros((2, 3, 64), np.float32)), ValueError, r"rank 1"),
+])
+def test_audio_bad_arguments(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
