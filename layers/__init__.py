@@ -74,7 +74,7 @@ from .image_augmentation import (AutoContrast, CutMix, Equalization, MixUp, Pipe
                                  RandomErasing, RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
                                  RandomPerspective, RandomSharpness, RandomShear, Solarization)
 from .audio_preprocessing import MelSpectrogram, STFTSpectrogram
-from .image_augmentation2 import RandomElasticTransform, RandomPosterization
+from .image_augmentation2 import AugMix, RandAugment, RandomElasticTransform, RandomPosterization
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
@@ -120,5 +120,5 @@ __all__ = [
     "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
     "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
     "RandomShear", "RandomPerspective", "CutMix", "Equalization", "RandomErasing", "RandomPosterization", "RandomElasticTransform",
-    "STFTSpectrogram", "MelSpectrogram",
+    "STFTSpectrogram", "MelSpectrogram", "AugMix", "RandAugment",
 ]

@@ -26,7 +26,7 @@ from .base import register
 from .image_augmentation import _to_range
 from .image_preprocessing import _ImagePreprocessing
 
-__all__ = ["RandomPosterization", "RandomElasticTransform"]
+__all__ = ["RandomPosterization", "RandomElasticTransform", "AugMix", "RandAugment"]
 
 
 def _keras_factor(value: Any, name: str, owner: str, bounds: tuple, what: str = "factor") -> tuple:
@@ -193,3 +193,190 @@ class RandomElasticTransform(_ImagePreprocessing):
         return {**super().get_config(), "factor": self.factor, "scale": self.scale,
                 "interpolation": self.interpolation, "fill_mode": self.fill_mode, "fill_value": self.fill_value,
                 "value_range": self.value_range, "seed": self.seed}
+
+
+class _Composite(_ImagePreprocessing):
+    """The augmentation layers AugMix and RandAugment choose from, made as Keras makes them (its names, factors
+    and order); their draws come from the composite's generator, as Keras's ``seed=self._get_seed_generator``."""
+
+    def _sublayers_from(self, names: Sequence[str], factor: tuple, interpolation: str, data_format: Any) -> None:
+        from . import image_augmentation as _ia
+        from . import image_preprocessing as _ipp
+
+        common = {"data_format": data_format, "dtype": self.dtype_policy}
+        seeded = {**common, "seed": self.seed}
+        vr = self.value_range
+        makers = {
+            "random_shear": lambda: _ia.RandomShear(x_factor=factor, y_factor=factor, interpolation=interpolation,
+                                                    **seeded),
+            "random_translation": lambda: _ipp.RandomTranslation(height_factor=factor, width_factor=factor,
+                                                                 interpolation=interpolation, **seeded),
+            "random_rotation": lambda: _ipp.RandomRotation(factor=factor, interpolation=interpolation, **seeded),
+            "random_posterization": lambda: RandomPosterization(factor=max(1, int(8 * factor[1])), value_range=vr,
+                                                                **seeded),
+            "solarization": lambda: _ia.Solarization(addition_factor=factor, threshold_factor=factor, value_range=vr,
+                                                     **seeded),
+            "auto_contrast": lambda: _ia.AutoContrast(value_range=vr, **common),
+            "equalization": lambda: _ia.Equalization(value_range=vr, **common),
+            "random_brightness": lambda: _ipp.RandomBrightness(factor=factor, value_range=vr, **seeded),
+            "random_color_degeneration": lambda: _ia.RandomColorDegeneration(factor=factor, value_range=vr, **seeded),
+            "random_contrast": lambda: _ipp.RandomContrast(factor=factor, value_range=vr, **seeded),
+            "random_sharpness": lambda: _ia.RandomSharpness(factor=factor, value_range=vr, **seeded),
+        }
+        self._augment_layers = list(names)
+        for name in names:
+            setattr(self, name, makers[name]())
+
+    def _sub_transformation(self, name: str, images: Tensor, seed: Any) -> Any:
+        return getattr(self, name).get_random_transformation(images, training=True, seed=seed)
+
+    def _apply(self, name: str, images: Tensor, transformation: Any) -> Tensor:
+        return _ops.cast(getattr(self, name).transform_images(images, transformation, training=True), images.dtype)
+
+    def compute_output_shape(self, input_shape: Sequence[Any]) -> tuple:
+        return tuple(input_shape)
+
+
+AUGMIX_LAYERS_ALL = ("random_shear", "random_translation", "random_rotation", "random_posterization", "solarization",
+                     "auto_contrast", "equalization", "random_brightness", "random_color_degeneration",
+                     "random_contrast", "random_sharpness")
+AUGMIX_LAYERS = AUGMIX_LAYERS_ALL[:7]
+
+
+@register
+class AugMix(_Composite):
+    """``AugMix(value_range=(0, 255), num_chains=3, chain_depth=3, factor=0.3, alpha=1.0, all_ops=True,
+    interpolation="bilinear", seed=None, data_format=None)``: Keras 3's AugMix. In training, ``num_chains`` chains
+    of ``chain_depth`` steps, each step one of the augmentation layers (``all_ops``: the eleven, else the seven
+    geometric and tonal ones, made as Keras makes them from ``factor``: a number ``f`` in [0, 1] means ``(0, f)``)
+    or nothing; the chains are mixed with Dirichlet(``alpha``) weights and the result with the images by a
+    Beta(``alpha``, ``alpha``) weight, then clipped to ``value_range``.
+
+    Keras picks each step's layer with Python's ``random`` on the host; here the pick is a device draw from the
+    layer's generator (``randint`` over the layers and "nothing"), and every layer's candidate is computed and the
+    picked one selected (``where``), as Keras's RandAugment selects: no host read, so a captured training step picks
+    anew on each replay, at the price of computing every candidate. Transformation: ``{"chain_mixing_weights":
+    (num_chains,), "weight_sample": (), "chain_transforms": [[step, ...], ...]}`` where a step is Keras's
+    ``{"layer_name": name, "transformation": t}`` (applied as given) or dnnbind's ``{"layer_index": () int,
+    "transformations": {name: t}}`` (index ``len(layers)``: nothing). Not training: the images cast to the compute
+    dtype."""
+
+    def __init__(self, value_range: Any = (0, 255), num_chains: int = 3, chain_depth: int = 3, factor: Any = 0.3,
+                 alpha: float = 1.0, all_ops: bool = True, interpolation: str = "bilinear",
+                 seed: "int | None" = None, data_format: "str | None" = None, **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.value_range = list(value_range) if isinstance(value_range, tuple) else value_range
+        _pair_range(self.value_range, self._owner)
+        self.num_chains = _validate.integer(num_chains, "num_chains", self._owner, minimum=1)
+        self.chain_depth = _validate.integer(chain_depth, "chain_depth", self._owner, minimum=1)
+        self.factor = _keras_factor(factor, "factor", self._owner, (0, 1))
+        self.alpha = _validate.number(alpha, "alpha", self._owner, low=0.0, low_open=True)
+        self.all_ops = bool(all_ops)
+        self.interpolation = interpolation
+        self._make_generator(seed)
+        self._sublayers_from(AUGMIX_LAYERS_ALL if self.all_ops else AUGMIX_LAYERS, self.factor, interpolation,
+                             data_format)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data["images"] if isinstance(data, dict) else data)
+        if seed is None:
+            seed = self._generator_on(_backend.device_of(images.data))
+        g = _random.gamma((self.num_chains,), self.alpha, seed=seed)
+        weights = _ops.divide(g, _ops.sum(g, axis=-1, keepdims=True))
+        # (shape (1,), then the scalar: random.beta of shape () fails in the NumPy sigmoid kernel today)
+        weight_sample = _ops.reshape(_random.beta((1,), self.alpha, self.alpha, seed=seed), ())
+        chains = []
+        for _ in range(self.num_chains):
+            steps = []
+            for _ in range(self.chain_depth):
+                index = _random.randint((), 0, len(self._augment_layers) + 1, seed=seed)
+                steps.append({"layer_index": index,
+                              "transformations": {name: self._sub_transformation(name, images, seed)
+                                                  for name in self._augment_layers}})
+            chains.append(steps)
+        return {"chain_mixing_weights": weights, "weight_sample": weight_sample, "chain_transforms": chains}
+
+    def _step(self, x: Tensor, step: dict) -> Tensor:
+        if "layer_name" in step:
+            return self._apply(step["layer_name"], x, step["transformation"])
+        index = step["layer_index"]
+        out = x
+        for i, name in enumerate(self._augment_layers):
+            out = _ops.where(_ops.equal(index, i), self._apply(name, x, step["transformations"][name]), out)
+        return out
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._float(self._images(images))
+        if not training or transformation is None:
+            return images
+        weights = _ops.cast(transformation["chain_mixing_weights"], images.dtype)
+        w = _ops.cast(transformation["weight_sample"], images.dtype)
+        mixed = _ops.zeros_like(images)
+        for i, chain in enumerate(transformation["chain_transforms"]):
+            x = images
+            for step in chain:
+                x = self._step(x, step)
+            mixed = _ops.add(mixed, _ops.multiply(x, weights[i]))
+        out = _ops.add(_ops.multiply(w, images), _ops.multiply(_ops.subtract(1.0, w), mixed))
+        return _ops.cast(_ops.clip(out, self.value_range[0], self.value_range[1]), images.dtype)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "value_range": self.value_range, "num_chains": self.num_chains,
+                "chain_depth": self.chain_depth, "factor": self.factor, "alpha": self.alpha, "all_ops": self.all_ops,
+                "interpolation": self.interpolation, "seed": self.seed}
+
+
+RANDAUGMENT_LAYERS = ("random_shear", "random_translation", "random_rotation", "random_brightness",
+                      "random_color_degeneration", "random_contrast", "random_sharpness", "random_posterization",
+                      "solarization", "auto_contrast", "equalization")
+
+
+@register
+class RandAugment(_Composite):
+    """``RandAugment(value_range=(0, 255), num_ops=2, factor=0.5, interpolation="bilinear", seed=None,
+    data_format=None)``: Keras 3's RandAugment. In training, ``num_ops`` times, one of eleven augmentation layers
+    (made as Keras makes them from ``factor``: a number ``f`` in [0, 1] means ``(0, f)``) picked by a device draw
+    and applied; every candidate is computed and the picked one selected (``where``), as Keras does, so a captured
+    step picks anew on each replay. Each layer's transformation is drawn once per call (a layer picked twice
+    applies it twice). Transformation: Keras's ``{"transforms": {name: t}, "layer_idxes": (num_ops,) int}``. Not
+    training: the images cast to the compute dtype."""
+
+    def __init__(self, value_range: Any = (0, 255), num_ops: int = 2, factor: Any = 0.5,
+                 interpolation: str = "bilinear", seed: "int | None" = None, data_format: "str | None" = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data_format=data_format, **kwargs)
+        self.value_range = list(value_range) if isinstance(value_range, tuple) else value_range
+        _pair_range(self.value_range, self._owner)
+        self.num_ops = _validate.integer(num_ops, "num_ops", self._owner, minimum=0)
+        self.factor = _keras_factor(factor, "factor", self._owner, (0, 1))
+        self.interpolation = interpolation
+        self._make_generator(seed)
+        self._sublayers_from(RANDAUGMENT_LAYERS, self.factor, interpolation, data_format)
+
+    def get_random_transformation(self, data: Any, training: bool = True, seed: Any = None) -> Any:
+        if not training:
+            return None
+        images = self._images(data["images"] if isinstance(data, dict) else data)
+        if seed is None:
+            seed = self._generator_on(_backend.device_of(images.data))
+        idxes = _random.randint((max(self.num_ops, 1),), 0, len(self._augment_layers), seed=seed)[:self.num_ops]
+        transforms = {name: self._sub_transformation(name, images, seed) for name in self._augment_layers}
+        return {"transforms": transforms, "layer_idxes": idxes}
+
+    def transform_images(self, images: Any, transformation: Any = None, training: bool = True) -> Tensor:
+        images = self._float(self._images(images))
+        if not training or transformation is None:
+            return images
+        idxes = transformation["layer_idxes"]
+        transforms = transformation["transforms"]
+        x = images
+        for i in range(self.num_ops):
+            for k, name in enumerate(transforms):
+                x = _ops.where(_ops.equal(idxes[i], k), self._apply(name, x, transforms[name]), x)
+        return x
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "value_range": self.value_range, "num_ops": self.num_ops,
+                "factor": self.factor, "interpolation": self.interpolation, "seed": self.seed}
