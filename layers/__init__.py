@@ -73,6 +73,8 @@ from .preprocessing import Normalization, Rescaling
 from .image_augmentation import (AutoContrast, CutMix, Equalization, MixUp, Pipeline, RandomColorDegeneration, RandomColorJitter,
                                  RandomErasing, RandomGaussianBlur, RandomGrayscale, RandomHue, RandomInvert, RandomSaturation,
                                  RandomPerspective, RandomSharpness, RandomShear, Solarization)
+from .audio_preprocessing import MelSpectrogram, STFTSpectrogram
+from .image_augmentation2 import AugMix, RandAugment, RandomElasticTransform, RandomPosterization
 from .feature_preprocessing import CategoryEncoding, Discretization, HashedCrossing, Hashing
 from .lookup import IntegerLookup, StringLookup, TextVectorization
 from .regularization import (ActivityRegularization, AlphaDropout, GaussianDropout, GaussianNoise, SpatialDropout1D,
@@ -117,5 +119,6 @@ __all__ = [
     "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D",
     "AutoContrast", "Solarization", "RandomInvert", "RandomGrayscale", "Pipeline", "RandomColorDegeneration",
     "RandomSaturation", "RandomSharpness", "RandomHue", "RandomGaussianBlur", "MixUp", "RandomColorJitter",
-    "RandomShear", "RandomPerspective", "CutMix", "Equalization", "RandomErasing",
+    "RandomShear", "RandomPerspective", "CutMix", "Equalization", "RandomErasing", "RandomPosterization", "RandomElasticTransform",
+    "STFTSpectrogram", "MelSpectrogram", "AugMix", "RandAugment",
 ]

@@ -429,8 +429,8 @@ def _config_of(path):
 @pytest.mark.parametrize("change, message", [
     (lambda c: c["layers"][1]["config"].update(quantization_config={"class_name": "Int8QuantizationConfig"}),
      r"layers\[1\] \(Dense 'd'\): quantization_config=.* is not supported by dnnbind \(only None\)"),
-    (lambda c: c["layers"][1].update(class_name="MelSpectrogram"),
-     r"layers\[1\]: Keras layer 'MelSpectrogram' is not supported by dnnbind"),
+    (lambda c: c["layers"][1].update(class_name="MaxNumBoundingBoxes"),
+     r"layers\[1\]: Keras layer 'MaxNumBoundingBoxes' is not supported by dnnbind"),
     (lambda c: c["layers"][1].update(module="my_package", registered_name="Custom>Dense"),
      r"layers\[1\]: 'Dense' \(module 'my_package', registered_name 'Custom>Dense'\) is a custom layer that is "
      r"not registered: decorate its class with @keras.saving.register_keras_serializable\(\), or load with "
